@@ -1,0 +1,19 @@
+# The two set-up commands of the README. Both create or reuse .venv, install everything, then run.
+.PHONY: quickstart test lint setup
+
+setup:
+	bash scripts/setup.sh
+
+# Installs everything and runs the main job on the embedded default.
+quickstart: setup
+	.venv/bin/inhabit quickstart
+
+# Installs everything and runs the test suite (what CI runs). Slow tests: make test PYTEST_ARGS="-m slow".
+PYTEST_ARGS ?= -m "not slow and not gpu"
+test: setup
+	.venv/bin/ruff check src tests bench
+	.venv/bin/python -m pytest $(PYTEST_ARGS)
+
+lint: setup
+	.venv/bin/ruff check src tests bench
+	.venv/bin/ruff format --check src tests bench

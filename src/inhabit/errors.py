@@ -1,0 +1,69 @@
+"""Typed errors: one base per boundary between parts.
+
+Every user mistake raises exactly one of these, with a message that says what to do. Parts may
+define narrower subclasses in their own modules, but always under the boundary's base here, so a
+caller can catch "anything the sandbox refused" without knowing the sandbox's internals.
+`assert` is for invariants only, never for validating input.
+"""
+
+from __future__ import annotations
+
+
+class InhabitError(Exception):
+    """Base of every error inhabit raises on purpose."""
+
+
+class ConfigError(InhabitError):
+    """A config file or override is malformed or fails validation."""
+
+
+class SandboxError(InhabitError):
+    """A sandbox could not be created, used or cleaned up."""
+
+
+class SandboxNotFound(SandboxError):
+    """The sandbox id (or snapshot id) is unknown, e.g. already closed."""
+
+
+class PathOutsideWorkspace(SandboxError):
+    """A path given to a sandbox file operation escapes the workspace."""
+
+
+class SandboxLimitExceeded(SandboxError):
+    """An upload or request exceeded a configured size limit."""
+
+
+class HarnessError(InhabitError):
+    """The agent loop was misused (bad policy output never raises this: it becomes an observation)."""
+
+
+class TaskFormatError(InhabitError):
+    """A task directory or task file does not follow the task format (DESIGN.md, format 1)."""
+
+
+class GradingError(InhabitError):
+    """Grading could not be carried out (not: the agent's code failed tests)."""
+
+
+class InferenceError(InhabitError):
+    """The inference engine or a remote endpoint failed or refused a request."""
+
+
+class ModelLoadError(InferenceError):
+    """A model folder is missing, incomplete or of an unsupported architecture."""
+
+
+class WeightsError(InhabitError):
+    """Weight publication, transfer or decoding failed."""
+
+
+class ChecksumMismatch(WeightsError):
+    """Data did not match its recorded checksum (corruption in storage or transit)."""
+
+
+class TrainerError(InhabitError):
+    """The trainer was given inconsistent data or state."""
+
+
+class OrchestratorError(InhabitError):
+    """The pipeline could not be wired or run as configured."""

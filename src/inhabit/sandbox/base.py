@@ -1,0 +1,149 @@
+"""The sandbox interface: what every backend (bwrap, process, remote) provides.
+
+A sandbox is an isolated workspace the agent acts on: a directory tree it can read and write
+(the workspace, mounted at `/workspace` inside isolating backends), plus the ability to run
+commands there under limits. Paths given to file operations are relative to the workspace root
+(absolute paths under `/workspace` are accepted too); any path that escapes it raises
+`PathOutsideWorkspace`.
+
+This module protects nothing by itself: isolation is each backend's job, and each backend's
+docstring says what it does and does not protect against.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+
+from inhabit.config import Config
+
+WORKSPACE_MOUNT = "/workspace"
+
+
+class SandboxLimits(Config):
+    """Resource limits applied to everything run inside one sandbox."""
+
+    memory_mb: int = Field(1024, ge=16, description="Address-space / cgroup memory cap per sandbox.")
+    max_processes: int = Field(128, ge=4, description="Processes/threads the sandbox may hold at once.")
+    cpu_time_s: int = Field(600, ge=1, description="CPU seconds per exec (RLIMIT_CPU).")
+    default_timeout_s: float = Field(
+        60.0, gt=0, description="Wall-clock limit of an exec when none is given."
+    )
+    max_timeout_s: float = Field(3600.0, gt=0, description="Upper bound on any exec's timeout_s.")
+    output_bytes: int = Field(1_000_000, ge=1024, description="Cap on captured stdout and on stderr, each.")
+    disk_mb: int = Field(1024, ge=1, description="Cap on bytes written into the workspace (file size limit).")
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """Outcome of one command run in a sandbox."""
+
+    exit_code: int
+    """Process exit code; negative -N when killed by signal N (as subprocess reports it)."""
+    stdout: str
+    stderr: str
+    duration_s: float
+    timed_out: bool = False
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One entry of a workspace listing; `path` is relative to the workspace root, '/'-separated."""
+
+    path: str
+    kind: Literal["file", "dir", "symlink"]
+    size: int = 0
+
+
+@dataclass
+class SandboxInfo:
+    """Descriptive facts about a live sandbox (for logs, the env server and debugging)."""
+
+    sandbox_id: str
+    backend: str
+    isolated: bool
+    limits: SandboxLimits = field(default_factory=SandboxLimits)
+
+
+class Sandbox(abc.ABC):
+    """One isolated workspace. Use as `async with` so `close()` always runs."""
+
+    sandbox_id: str
+
+    @abc.abstractmethod
+    async def exec(
+        self,
+        command: str | Sequence[str],
+        *,
+        timeout_s: float | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str = ".",
+        stdin: bytes | None = None,
+    ) -> ExecResult:
+        """Run `command` (a shell string via `sh -c`, or an argv list) in the workspace.
+
+        A command past its timeout is killed together with every process it started, and the
+        result says `timed_out`. Output beyond the limit is cut and flagged, never buffered whole.
+        """
+
+    @abc.abstractmethod
+    async def read_file(self, path: str) -> bytes:
+        """Return a workspace file's bytes (FileNotFoundError if absent)."""
+
+    @abc.abstractmethod
+    async def write_file(self, path: str, data: bytes | str) -> None:
+        """Create or replace a workspace file, creating parent directories."""
+
+    @abc.abstractmethod
+    async def delete_file(self, path: str) -> None:
+        """Remove a workspace file or directory tree (no error if absent)."""
+
+    @abc.abstractmethod
+    async def list_files(self, path: str = ".", *, recursive: bool = True) -> list[FileEntry]:
+        """List entries under `path` (sorted by path)."""
+
+    @abc.abstractmethod
+    async def snapshot(self) -> str:
+        """Freeze the current workspace state and return an id that `restore` and pools accept."""
+
+    @abc.abstractmethod
+    async def restore(self, snapshot_id: str) -> None:
+        """Return the workspace to a snapshot's state (processes started since are killed)."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Kill every process in the sandbox and free its resources. Idempotent."""
+
+    @property
+    @abc.abstractmethod
+    def info(self) -> SandboxInfo:
+        """Backend name, isolation flag and limits of this sandbox."""
+
+    async def __aenter__(self) -> Sandbox:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class SandboxProvider(abc.ABC):
+    """Creates sandboxes: from a host directory (copied/layered, never modified) or a snapshot id."""
+
+    @abc.abstractmethod
+    async def create(self, source: str | Path, *, limits: SandboxLimits | None = None) -> Sandbox:
+        """`source` is a host directory path or a snapshot id returned by `Sandbox.snapshot()`."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Close every sandbox this provider created and drop its snapshots."""

@@ -1,0 +1,1 @@
+"""inhabit.tasks: see ../shared/DESIGN.md, section "The parts and how data flows"."""
