@@ -1,0 +1,80 @@
+"""The inference-engine interface: what the embedded engine, remote servers and vLLM provide.
+
+The harness never talks to an engine directly (it talks to a `Policy`); the orchestrator and the
+weight subscriber do. Contract for RL: every completion carries the sampled token ids, the
+engine's logprob of each, routed expert ids per token and layer for mixture-of-experts models,
+and the policy version that produced each token. `load_weights` takes effect between decoding
+steps, never inside one, so a request that spans a swap has per-token versions that change once.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    import torch
+
+FinishReason = Literal["stop", "length", "abort", "error"]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Per-request sampling settings (OpenAI semantics where they overlap)."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int = 256
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """A prompt as token ids plus how to sample its continuation."""
+
+    prompt_token_ids: list[int]
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    request_id: str = ""
+
+
+@dataclass(frozen=True)
+class Completion:
+    """The continuation of one request, with everything the trainer needs."""
+
+    request_id: str
+    token_ids: list[int]
+    logprobs: list[float]
+    """Logprob of each sampled token under the engine's weights at the time it was sampled."""
+    versions: list[int]
+    """Policy version that produced each token (changes at most at swap boundaries)."""
+    finish_reason: FinishReason
+    text: str = ""
+    routed_experts: list[list[list[int]]] | None = None
+    """For MoE models: [token][layer][k] expert ids chosen when the token was computed."""
+    prompt_token_ids: list[int] | None = None
+    error: str | None = None
+
+
+class InferenceEngine(abc.ABC):
+    """Async engine: many concurrent `generate` calls are batched together by the engine."""
+
+    @abc.abstractmethod
+    async def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+        """Generate continuations; results come back in request order."""
+
+    @abc.abstractmethod
+    async def load_weights(self, weights: Mapping[str, torch.Tensor] | str | Path, version: int) -> None:
+        """Swap in new weights (a state dict or a model folder) between decoding steps."""
+
+    @property
+    @abc.abstractmethod
+    def version(self) -> int:
+        """Policy version of the weights currently loaded."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook, nothing to free by default
+        """Stop background work and free memory."""
