@@ -26,6 +26,7 @@ app = typer.Typer(
 # Parts that contribute commands, in the order their commands appear in --help.
 COMMAND_MODULES = (
     "inhabit.sandbox.cli",
+    "inhabit.sandbox.server_cli",
     "inhabit.harness.cli",
     "inhabit.tasks.cli",
     "inhabit.inference.cli",
