@@ -29,6 +29,7 @@ COMMAND_MODULES = (
     "inhabit.sandbox.server_cli",
     "inhabit.harness.cli",
     "inhabit.tasks.cli",
+    "inhabit.models.cli",
     "inhabit.inference.cli",
     "inhabit.weights.cli",
     "inhabit.orchestrator.cli",
