@@ -73,6 +73,10 @@ class ReplayPolicy(Policy):
         self._texts = [render_turn(t) for t in turns]
         self._next = 0
 
+    @property
+    def num_turns(self) -> int:
+        return len(self._texts)
+
     @classmethod
     def from_file(cls, path: str | Path) -> ReplayPolicy:
         path = Path(path)

@@ -26,10 +26,28 @@ class RunTests(Tool):
             from inhabit.tasks.testrun import run_tests
         except ImportError as e:  # the grading part is not installed in this build
             raise ToolError("run_tests is unavailable in this build; use run with the test command.") from e
+        from inhabit.errors import GradingError
+
         selector = args.get("selector") or None
-        result = await run_tests(
-            ctx.sandbox, ctx.test_command, selector=selector, timeout_s=ctx.config.test_timeout_s
-        )
-        text, cut = cap_text(str(result.summary), ctx.config.observation_max_chars, "run a narrower selector")
+        try:
+            result = await run_tests(
+                ctx.sandbox, ctx.test_command, selector=selector, timeout_s=ctx.config.test_timeout_s
+            )
+        except GradingError as e:
+            raise ToolError(f"the tests could not be run: {e}") from e
+        text, cut = cap_text(_describe(result), ctx.config.observation_max_chars, "run a narrower selector")
         failed = getattr(result, "exit_code", 0) not in (0, None)
         return Observation(text, error=failed, truncated=cut)
+
+
+def _describe(result: Any) -> str:
+    """The summary line, then each test that did not pass with the first lines of its message."""
+    lines = [str(result.summary)]
+    messages = getattr(result, "messages", {}) or {}
+    for node, outcome in sorted(getattr(result, "outcomes", {}).items()):
+        if outcome != "passed":
+            msg = str(messages.get(node, "")).strip().splitlines()
+            lines.append(f"{outcome.upper()} {node}" + (f": {' | '.join(msg[-3:])[:400]}" if msg else ""))
+    for node, err in sorted((getattr(result, "collection_errors", {}) or {}).items()):
+        lines.append(f"COLLECTION ERROR {node}: {str(err).strip()[-400:]}")
+    return "\n".join(lines)
