@@ -112,3 +112,11 @@ async def test_lint_runs_ruff(ctx: ToolContext) -> None:
 async def test_finish(ctx: ToolContext) -> None:
     obs = await call(ctx, "finish", message="done")
     assert not obs.error
+
+
+async def test_run_tests_summarizes_per_test_outcomes(ctx: ToolContext) -> None:
+    obs = await call(ctx, "run_tests")
+    assert "1 passed" in obs.text and "1 failed" in obs.text
+    assert "FAILED tests/test_calc.py::test_add" in obs.text and obs.error
+    obs = await call(ctx, "run_tests", selector="tests/test_calc.py::test_sub")
+    assert obs.text.startswith("1 passed") and not obs.error
