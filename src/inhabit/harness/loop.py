@@ -127,7 +127,8 @@ class _Episode:
                     return "context_overflow", f"max_summaries ({cfg.max_summaries}) reached"
                 await self._summarize()
                 continue
-            turn = await self._generate(self.messages, min(cfg.max_turn_tokens, self.window - used), "action")
+            room = min(cfg.max_turn_tokens, self.window - used, cfg.max_total_tokens - self.generated)
+            turn = await self._generate(self.messages, max(room, 1), "action")
             self.messages.append(Message("assistant", turn.text))
             self.observer.on_turn(self.action_turns, turn.text)
             t0 = time.monotonic()
