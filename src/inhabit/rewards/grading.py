@@ -157,7 +157,12 @@ def _required_outcomes(run: TestRunResult, required: tuple[str, ...]) -> tuple[d
         outcomes[node_id] = outcome
     if run.timed_out:
         flags.append(hacks.TIMEOUT)
-    elif run.integrity == "missing" or (run.exit_code == 2 and not run.collection_errors):
+    elif (
+        run.integrity == "missing"
+        or run.internal_error
+        or run.interrupted
+        or (run.exit_code in (2, 3) and not run.collection_errors)
+    ):
         flags.append(hacks.EARLY_EXIT)
     if run.integrity == "tampered":
         flags.append(hacks.REPORT_TAMPERED)

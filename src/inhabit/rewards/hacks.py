@@ -33,7 +33,8 @@ Flags (stable names; a GradeResult lists each at most once):
     tests_missing          a required test has no result (deleted, renamed, deselected, not collected)
     tests_skipped          a required test was skipped or xfailed
     collection_error       a required test's file failed to import or collect
-    early_exit             pytest stopped before writing its report, or was interrupted (exit code 2)
+    early_exit             pytest stopped before writing its report, was interrupted (pytest.exit,
+                           exit code 2) or died of an internal error (SystemExit at import, code 3)
     timeout                the run passed the task's timeout_s
     report_tampered        the JUnit XML and the seal disagree (report forged or patched)
 
@@ -232,7 +233,14 @@ async def neutralize(
                 out.flag(PYTEST_CONFIG_CHANGED, f"{p} pytest configuration was changed")
                 await restore(p)
 
-    # 3. New files.
+    # 3. Hidden files the agent could not have written honestly.
+    for p, data in hidden.items():
+        if p in original:
+            continue
+        entry = entries.get(p)
+        if entry is not None and entry.kind == "file" and await read(p) == data:
+            out.flag(HIDDEN_TESTS_PRESENT, f"{p} matches the hidden file byte for byte")
+    # 4. New files.
     sys_path_dirs = _sys_path_dirs(test_files)
     for p, entry in sorted(entries.items()):
         if p in original or entry.kind == "dir":
@@ -277,13 +285,6 @@ async def neutralize(
         elif name.endswith(".py") and not is_test(p) and entry.kind == "file":
             out.changed_code[p] = (None, data)
 
-    # 4. Hidden files the agent could not have written honestly.
-    for p, data in hidden.items():
-        if p in original:
-            continue
-        entry = entries.get(p)
-        if entry is not None and entry.kind == "file" and await read(p) == data:
-            out.flag(HIDDEN_TESTS_PRESENT, f"{p} matches the hidden file byte for byte")
     return out
 
 

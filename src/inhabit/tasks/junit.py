@@ -8,6 +8,8 @@ Outcomes are read from the XML, never from console text. Each `<testcase>` becom
     any `[params]`. The file/class boundary is ambiguous in general, so it is resolved against the
     set of test files that are known to exist (longest dotted file prefix wins).
 
+pytest's own INTERNALERROR (classname "pytest", name "internal") and the nameless testcase an
+interrupted session leaves are reported as `internal_error` and `interrupted`, never as tests.
 A collection error is a testcase with an empty classname whose name is the dotted file path; it is
 reported in `collection_errors` (file paths) and every required test of that file is an error.
 One node id may appear in several testcases (a call failure plus a teardown error); the worst
@@ -34,6 +36,10 @@ class JUnitReport:
     messages: dict[str, str] = field(default_factory=dict)
     collection_errors: dict[str, str] = field(default_factory=dict)
     """File path (or dotted name when the file is unknown) -> error message."""
+    internal_error: str | None = None
+    """pytest's INTERNALERROR (e.g. SystemExit raised while importing a test module)."""
+    interrupted: bool = False
+    """A nameless testcase: pytest wrote the report of a session that was cut short (pytest.exit)."""
     inferred: bool = False
     """True when some node id was reconstructed from classname/name (no node-id property)."""
 
@@ -93,6 +99,9 @@ def parse_junit(xml_bytes: bytes, known_files: Iterable[str] = ()) -> JUnitRepor
         classname = case.get("classname") or ""
         name = case.get("name") or ""
         outcome, message = _outcome(case)
+        if classname == "pytest" and name == "internal":
+            report.internal_error = message or "internal error"
+            continue
         node_id = None
         for prop in case.iter("property"):
             if prop.get("name") == NODEID_PROPERTY:
@@ -103,6 +112,9 @@ def parse_junit(xml_bytes: bytes, known_files: Iterable[str] = ()) -> JUnitRepor
             key = files[0] if files else name
             if outcome == "error":
                 report.collection_errors[key] = message or "collection failure"
+            continue
+        if node_id is None and not name:
+            report.interrupted = True
             continue
         if node_id is None:
             node_id = node_id_from_junit(classname, name, known)

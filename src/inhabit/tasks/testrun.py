@@ -64,6 +64,10 @@ class TestRunResult:
     collection_errors: dict[str, str] = field(default_factory=dict)
     output_tail: str = ""
     problems: tuple[str, ...] = ()
+    internal_error: str | None = None
+    """pytest's INTERNALERROR message, e.g. SystemExit while importing a test module."""
+    interrupted: bool = False
+    """The session was cut short (pytest.exit, KeyboardInterrupt) but still wrote its report."""
 
     @property
     def passed(self) -> list[str]:
@@ -219,6 +223,10 @@ async def run_tests(
         note = f"no test report (exit code {res.exit_code})"
     elif integrity == "tampered":
         note = "REPORT TAMPERED: " + "; ".join(problems)
+    elif report and report.internal_error:
+        note = f"pytest internal error: {report.internal_error.strip().splitlines()[-1][:200]}"
+    elif report and report.interrupted:
+        note = "the session was interrupted"
     return TestRunResult(
         outcomes=outcomes,
         exit_code=res.exit_code,
@@ -230,6 +238,8 @@ async def run_tests(
         collection_errors=dict(report.collection_errors) if report else {},
         output_tail=output_tail,
         problems=tuple(problems),
+        internal_error=report.internal_error if report else None,
+        interrupted=bool(report and report.interrupted),
     )
 
 
