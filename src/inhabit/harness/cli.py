@@ -163,11 +163,9 @@ async def _agent(
 
 
 def _confirm(question: str) -> bool:
-    import click
-
     try:
         return typer.confirm(question, default=False)
-    except click.exceptions.Abort:  # no answer (closed stdin, Ctrl-C): keep the repository as it is
+    except typer.Abort:  # no answer (closed stdin, Ctrl-C): keep the repository as it is
         return False
 
 
