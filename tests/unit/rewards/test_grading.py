@@ -60,6 +60,8 @@ async def test_grading_does_not_touch_the_final_sandbox(calc_task, sandbox_provi
         assert await sandbox.read_file("conftest.py") == b"# agent's\n"
         paths = {e.path for e in await sandbox.list_files(".")}
         assert "tests/test_hidden.py" not in paths
+        found = await sandbox.exec(["grep", "-r", "-l", "test_add_negative", "."])
+        assert found.stdout == ""  # not one byte of hidden/ is in the agent's workspace
     finally:
         await sandbox.close()
 
