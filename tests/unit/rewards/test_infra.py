@@ -54,7 +54,9 @@ def test_pytest_section_per_file_kind():
 def test_root_pytest_config_follows_pytest_precedence():
     files = {"pyproject.toml": b"[tool.pytest.ini_options]\n", "pytest.ini": b"[pytest]\n", "tox.ini": b""}
     assert root_pytest_config(files) == "pytest.ini"
-    assert root_pytest_config({"pyproject.toml": b"[project]\n", "setup.cfg": b"[tool:pytest]\n"}) == "setup.cfg"
+    assert (
+        root_pytest_config({"pyproject.toml": b"[project]\n", "setup.cfg": b"[tool:pytest]\n"}) == "setup.cfg"
+    )
     assert root_pytest_config({"pyproject.toml": b"[project]\n"}) is None
 
 

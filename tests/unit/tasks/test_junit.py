@@ -86,7 +86,9 @@ def real_report(tmp_path_factory) -> tuple[bytes, Path]:
     xml = root / "report.xml"
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--continue-on-collection-errors",
            "-c", "/dev/null", "--rootdir", str(root), f"--junitxml={xml}", "tests"]  # fmt: skip
-    subprocess.run(cmd, cwd=root, capture_output=True, env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}, check=False)
+    subprocess.run(
+        cmd, cwd=root, capture_output=True, env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}, check=False
+    )
     return xml.read_bytes(), root
 
 
@@ -106,7 +108,9 @@ def test_nodeid_property_wins_over_classname(real_report):
         rb'<testcase classname="([^"]*)" name="([^"]*)"([^>]*?)(/?)>',
         lambda m: (
             b'<testcase classname="' + m[1] + b'" name="' + m[2] + b'"' + m[3] + b">"
-            b'<properties><property name="inhabit_nodeid" value="X::' + m[2] + b'"/></properties>'
+            b'<properties><property name="inhabit_nodeid" value="X::'
+            + m[2]
+            + b'"/></properties>'
             + (b"</testcase>" if m[4] else b"")
         ),
         xml,

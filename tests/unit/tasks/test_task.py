@@ -90,7 +90,7 @@ def test_missing_pieces(tmp_path):
     with pytest.raises(TaskFormatError, match="does not exist"):
         load_task(tmp_path / "nope")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(TaskFormatError, match="no task.toml"):
+    with pytest.raises(TaskFormatError, match=r"no task\.toml"):
         load_task(tmp_path / "empty")
     root = tmp_path / "nows"
     root.mkdir()

@@ -8,19 +8,22 @@ import json
 from inhabit.tasks.build import CALC_FIXED
 from inhabit.tasks.testrun import run_tests
 
-SPY = '''import json, os, sys
+SPY = """import json, os, sys
 
 def test_spy():
     with open("spy.json", "w") as f:
         json.dump({"argv": sys.argv, "env": dict(os.environ)}, f)
-'''
+"""
 
 
 async def test_outcomes_summary_and_render(calc_task, sandbox_provider):
     async with await sandbox_provider.create(calc_task.workspace_dir) as sandbox:
         result = await run_tests(sandbox, calc_task.grading.command, timeout_s=60)
         assert result.integrity == "ok"
-        assert result.outcomes == {"tests/test_calc.py::test_add": "failed", "tests/test_calc.py::test_sub": "passed"}
+        assert result.outcomes == {
+            "tests/test_calc.py::test_add": "failed",
+            "tests/test_calc.py::test_sub": "passed",
+        }
         assert result.exit_code == 1
         assert result.summary.startswith("1 passed, 1 failed")
         text = result.render()
@@ -28,7 +31,9 @@ async def test_outcomes_summary_and_render(calc_task, sandbox_provider):
         assert "test_sub" not in text  # passing tests are only counted
 
         await sandbox.write_file("calc.py", CALC_FIXED)
-        only_add = await run_tests(sandbox, calc_task.grading.command, selector="tests/test_calc.py::test_add", timeout_s=60)
+        only_add = await run_tests(
+            sandbox, calc_task.grading.command, selector="tests/test_calc.py::test_add", timeout_s=60
+        )
         assert only_add.outcomes == {"tests/test_calc.py::test_add": "passed"}
         assert only_add.passed == ["tests/test_calc.py::test_add"]
 
@@ -52,7 +57,12 @@ async def test_report_path_is_invisible_to_code_under_test_and_leaves_nothing(ma
 
 async def test_hostile_environment_variables_are_removed(make_task, sandbox_provider):
     task = make_task(workspace={"tests/test_spy.py": SPY}, pass_to_pass=["tests/test_spy.py::test_spy"])
-    hostile = {"PYTEST_ADDOPTS": "-k nothing", "PYTEST_PLUGINS": "evil", "PYTHONPATH": "/evil", "PYTHONSTARTUP": "x"}
+    hostile = {
+        "PYTEST_ADDOPTS": "-k nothing",
+        "PYTEST_PLUGINS": "evil",
+        "PYTHONPATH": "/evil",
+        "PYTHONSTARTUP": "x",
+    }
     async with await sandbox_provider.create(task.workspace_dir) as sandbox:
         result = await run_tests(sandbox, task.grading.command, timeout_s=60, env=hostile)
         assert result.outcomes == {"tests/test_spy.py::test_spy": "passed"}
