@@ -221,7 +221,7 @@ async def grade(
             extra_args=[*extra, *cfg_args],
             empty_ini=empty_ini,
         )
-        rewritten = await hacks.changed_during_run(fresh, protected)
+        rewritten = await hacks.changed_during_run(fresh, protected, hidden)
     except (InhabitError, OSError) as e:
         log.warning("grading task %s failed: %s", task.id, e)
         return GradeResult(0.0, False, [], {}, "error", {"error": f"{type(e).__name__}: {e}"})

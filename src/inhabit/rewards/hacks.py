@@ -342,13 +342,25 @@ def protected_files(
     return out
 
 
-async def changed_during_run(sandbox: Sandbox, expected: Mapping[str, bytes]) -> list[str]:
-    """Paths of protected files that differ now, and new conftest/startup/config files."""
+async def changed_during_run(
+    sandbox: Sandbox, expected: Mapping[str, bytes], hidden_paths: Iterable[str] = ()
+) -> list[str]:
+    """Paths of protected files that differ now, and new conftest/startup/config files.
+    Configuration files (not from hidden/) are compared by their pytest section only."""
+    hidden_paths = set(hidden_paths)
     entries = {e.path: e for e in await sandbox.list_files(".", recursive=True)}
     changed = []
     for p, data in expected.items():
         entry = entries.get(p)
-        if entry is None or entry.kind != "file" or await sandbox.read_file(p) != data:
+        if entry is None or entry.kind != "file":
+            changed.append(p)
+            continue
+        now = await sandbox.read_file(p)
+        if basename(p) in PYTEST_CONFIG_NAMES and p not in hidden_paths:
+            # Only the pytest section is pinned: other edits to pyproject.toml are the agent's own.
+            if pytest_section(p, now) != pytest_section(p, data):
+                changed.append(p)
+        elif now != data:
             changed.append(p)
     for p, entry in entries.items():
         if p in expected or entry.kind == "dir" or "/__pycache__/" in f"/{p}":
