@@ -358,3 +358,30 @@ async def test_task_without_grading_is_a_typed_error(tmp_path, sandbox_provider)
             await grade(task, sandbox, sandbox_provider)
     finally:
         await sandbox.close()
+
+
+async def test_hidden_dir_is_unreachable_from_an_isolating_sandbox(calc_task):
+    """Structural: hidden/ never enters the agent's sandbox, and with bwrap not even its host path
+    can be read (the process backend isolates nothing, so there it is only absent from the copy)."""
+    from inhabit.sandbox import SandboxConfig, create_provider
+
+    bwrap = pytest.importorskip("inhabit.sandbox.bwrap")
+    if bwrap.bwrap_problem():
+        pytest.skip(f"bwrap unavailable: {bwrap.bwrap_problem()}")
+    provider = create_provider(SandboxConfig(backend="bwrap"))
+    try:
+        async with await provider.create(calc_task.workspace_dir) as sandbox:
+            hidden_file = calc_task.hidden_dir / "tests" / "test_hidden.py"
+            res = await sandbox.exec(["cat", str(hidden_file)])
+            assert res.exit_code != 0 and "test_add_negative" not in res.stdout
+            res = await sandbox.exec(
+                [
+                    "sh",
+                    "-c",
+                    f"ls {calc_task.root} 2>&1; grep -rl test_add_negative /workspace /tmp 2>/dev/null",
+                ]
+            )
+            assert "test_add_negative" not in res.stdout and "hidden" not in res.stdout.split()
+            assert sandbox.info.isolated
+    finally:
+        await provider.close()
