@@ -385,3 +385,28 @@ async def test_hidden_dir_is_unreachable_from_an_isolating_sandbox(calc_task):
             assert sandbox.info.isolated
     finally:
         await provider.close()
+
+
+async def test_final_sandbox_from_another_provider_is_copied(calc_task, sandbox_provider):
+    from inhabit.sandbox import SandboxConfig, create_provider
+
+    other = create_provider(SandboxConfig(backend="process"))
+    try:
+        async with await other.create(calc_task.workspace_dir) as sandbox:
+            await sandbox.write_file("calc.py", CALC_FIXED)
+            # The snapshot id means nothing to sandbox_provider: grading falls back to copying files.
+            result = await grade(calc_task, sandbox, sandbox_provider)
+    finally:
+        await other.close()
+    assert result.status == "graded" and result.reward == 1.0 and result.flags == []
+
+
+async def test_grading_machinery_failure_is_data_not_a_crash(calc_task, sandbox_provider):
+    from inhabit.sandbox import SandboxConfig, create_provider
+
+    broken = create_provider(SandboxConfig(backend="process"))
+    await broken.close()
+    async with await sandbox_provider.create(calc_task.workspace_dir) as sandbox:
+        result = await grade(calc_task, sandbox, broken)
+    assert result.status == "error" and result.reward == 0.0
+    assert "closed" in result.details["error"]
