@@ -24,6 +24,8 @@ from fastapi.responses import JSONResponse
 from inhabit.harness.parse import render_call
 
 SRC = Path(__file__).resolve().parents[2] / "src"
+# process by default; INHABIT_HARNESS_TEST_BACKEND=bwrap runs the same tests isolated.
+BACKEND = os.environ.get("INHABIT_HARNESS_TEST_BACKEND", "process")
 
 SCRIPT = [
     render_call("read_file", {"path": "calc.py"}),
@@ -123,7 +125,7 @@ def agent(repo: Path, url: str, *extra: str, stdin: str = "") -> subprocess.Comp
             "--task",
             "Fix add.",
             "--sandbox",
-            "process",
+            BACKEND,
             *extra,
         ],
         input=stdin,
