@@ -239,5 +239,7 @@ def save_model_folder(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
         cfg.pad_token_id = tokenizer.pad_token_id
         cfg.eos_token_id = eos_ids[0] if len(eos_ids) == 1 else eos_ids
     model.save_pretrained(path, safe_serialization=True)
-    tokenizer.save_pretrained(path)
+    from inhabit.models.tokenizer import save_tokenizer
+
+    save_tokenizer(tokenizer, path)
     return path

@@ -25,8 +25,11 @@ free text: tool calls are DESIGN.md's XML-like tags and observations are whateve
 in a user message; both are ordinary BPE text the tokenizer was trained on.
 
     tok = default_tokenizer()                       # trained once (seconds), then cached
-    ids = tok.apply_chat_template(to_chat_dicts(messages), add_generation_prompt=True)
-    ids = encode_chat(tok, messages)                # the same, accepting harness `Message`s
+    text = render_chat(tok, messages)               # harness `Message`s or role/content dicts
+    ids = encode_chat(tok, messages)                # token ids of that text, bos included once
+
+(transformers 5's own `tok.apply_chat_template(dicts, add_generation_prompt=True)` works too, but
+returns a `BatchEncoding` when tokenizing and rejects dataclass messages, hence these helpers.)
 
 `default_tokenizer()` caches under `$INHABIT_CACHE_DIR` or `$XDG_CACHE_HOME/inhabit` (default
 `~/.cache/inhabit`), keyed by the corpus version, vocabulary size and seed.
@@ -35,6 +38,7 @@ in a user message; both are ordinary BPE text the tokenizer was trained on.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import tempfile
@@ -127,16 +131,32 @@ def default_tokenizer(
             return AutoTokenizer.from_pretrained(str(target), local_files_only=True)
         except (OSError, ValueError):
             shutil.rmtree(target, ignore_errors=True)  # a damaged cache entry: rebuild it
-    tok = train_tokenizer(build_default_corpus(seed=seed), vocab_size)
+    # min_frequency=1: the synthetic corpus is too uniform to fill 4096 entries with pairs seen twice.
+    tok = train_tokenizer(build_default_corpus(seed=seed), vocab_size, min_frequency=1)
     root.mkdir(parents=True, exist_ok=True)
     # Write beside the target and rename, so a concurrent reader never sees half a folder.
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
-    tok.save_pretrained(str(tmp))
+    save_tokenizer(tok, tmp)
     try:
         os.rename(tmp, target)
     except OSError:  # another process won the race; its copy is identical
         shutil.rmtree(tmp, ignore_errors=True)
     return tok
+
+
+def save_tokenizer(tokenizer: Any, path: str | Path) -> None:
+    """`save_pretrained`, with a tokenizer_config.json that older transformers (vLLM's) also read."""
+    path = Path(path)
+    tokenizer.save_pretrained(str(path))
+    cfg_file = path / "tokenizer_config.json"
+    cfg = json.loads(cfg_file.read_text())
+    # transformers 5 writes its own class name; the fast-tokenizer alias loads in 4.x and 5.x.
+    cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
+    for key in ("is_local", "local_files_only"):  # load-time flags, not properties of the tokenizer
+        cfg.pop(key, None)
+    if isinstance(getattr(tokenizer, "chat_template", None), str):  # also inline, for older readers
+        cfg["chat_template"] = tokenizer.chat_template
+    cfg_file.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
 
 
 def to_chat_dicts(messages: Sequence[Any]) -> list[dict[str, str]]:
