@@ -20,7 +20,7 @@ import random
 from collections.abc import Iterator
 from pathlib import Path
 
-CORPUS_VERSION = 2
+CORPUS_VERSION = 3
 """Bump when the generated text changes, so cached tokenizers are retrained."""
 
 

@@ -64,6 +64,15 @@ CHAT_TEMPLATE = (
     "{%- if add_generation_prompt -%}{{- '<|assistant|>' -}}{%- endif -%}"
 )
 
+# Pre-tokenization (BPE merges never cross these pieces): GPT-style, but an identifier with
+# underscores and digits (`read_file`, `test_add2`) is one piece, optionally led by one
+# punctuation mark or space (`<tool`, ` name`, `.append`), so snake_case names and the harness's
+# tool tags can become single tokens; digits go in runs of up to three; newlines stay apart.
+PRE_TOKENIZE_PATTERN = (
+    r"'(?:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?[\p{L}_][\p{L}\p{N}_]*|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
 DEFAULT_VOCAB_SIZE = 4096
 MODEL_MAX_LENGTH = 1 << 20  # the model config bounds the context, not the tokenizer
 
@@ -72,12 +81,17 @@ def train_tokenizer(
     texts: Iterable[str], vocab_size: int = DEFAULT_VOCAB_SIZE, *, min_frequency: int = 2
 ) -> PreTrainedTokenizerFast:
     """Train a byte-level BPE on `texts`; `len(result) == vocab_size` when the text allows it."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
     if vocab_size < 256 + len(SPECIAL_TOKENS):
         raise ValueError(f"vocab_size must be at least {256 + len(SPECIAL_TOKENS)} (bytes + special tokens)")
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(PRE_TOKENIZE_PATTERN), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
@@ -131,8 +145,7 @@ def default_tokenizer(
             return AutoTokenizer.from_pretrained(str(target), local_files_only=True)
         except (OSError, ValueError):
             shutil.rmtree(target, ignore_errors=True)  # a damaged cache entry: rebuild it
-    # min_frequency=1: the synthetic corpus is too uniform to fill 4096 entries with pairs seen twice.
-    tok = train_tokenizer(build_default_corpus(seed=seed), vocab_size, min_frequency=1)
+    tok = train_tokenizer(build_default_corpus(seed=seed), vocab_size)
     root.mkdir(parents=True, exist_ok=True)
     # Write beside the target and rename, so a concurrent reader never sees half a folder.
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
