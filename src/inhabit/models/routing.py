@@ -81,6 +81,11 @@ def is_moe(model: nn.Module) -> bool:
     return bool(moe_layers(model))
 
 
+# Routers whose math `_routed_forward` reproduces under replay (softmax, top-k, renormalize).
+# Capture works on any top-k router since it runs the router's own forward.
+REPLAYABLE_ROUTERS = frozenset({"Qwen3MoeTopKRouter"})
+
+
 class _State:
     """Per-router hook state: the recorders and at most one forcer currently attached."""
 
@@ -91,6 +96,7 @@ class _State:
         self.recorders: list[tuple[RoutingCapture, int]] = []
         self.forcer: tuple[RoutingReplay, int] | None = None
         self.pending_shape: tuple[int, int] | None = None
+        self.block_hook: Any = None
 
 
 _ATTR = "_inhabit_routing_state"
@@ -110,7 +116,8 @@ def _attach(block: nn.Module) -> _State:
             (hidden.shape[0], hidden.shape[1]) if hidden.dim() == 3 else (1, hidden.shape[0])
         )
 
-    state.block_hook = block.register_forward_pre_hook(pre_hook, with_kwargs=True)  # type: ignore[attr-defined]
+    # The router sees tokens flattened; its block still sees (batch, seq, hidden).
+    state.block_hook = block.register_forward_pre_hook(pre_hook, with_kwargs=True)
     router.forward = lambda hidden_states: _routed_forward(state, hidden_states)  # instance attribute only
     return state
 
@@ -119,7 +126,7 @@ def _detach_if_idle(state: _State) -> None:
     if state.recorders or state.forcer is not None:
         return
     router = state.router
-    state.block_hook.remove()  # type: ignore[attr-defined]
+    state.block_hook.remove()
     if state.had_own_forward:
         router.forward = state.saved_forward
     else:
@@ -238,6 +245,11 @@ class RoutingReplay:
                 f"expert ids must be (layers, tokens, k) or (layers, batch, seq, k); got shape {tuple(ids.shape)}"
             )
         gate = self.blocks[0].gate
+        if type(gate).__name__ not in REPLAYABLE_ROUTERS:
+            raise RoutingError(
+                f"replay is implemented for {', '.join(sorted(REPLAYABLE_ROUTERS))}, not {type(gate).__name__} "
+                "(capture works for it)"
+            )
         if ids.shape[0] != len(self.blocks) or ids.shape[-1] != gate.top_k:
             raise RoutingError(
                 f"expert ids have shape {tuple(ids.shape)} but the model has {len(self.blocks)} MoE layers "
@@ -277,11 +289,10 @@ class RoutingReplay:
         return self._cursor[0]
 
     def __enter__(self) -> RoutingReplay:
+        if any(getattr(getattr(b.gate, _ATTR, None), "forcer", None) is not None for b in self.blocks):
+            raise RoutingError("a RoutingReplay is already active on this model; they do not nest")
         for layer, block in enumerate(self.blocks):
-            state = _attach(block)
-            if state.forcer is not None:
-                raise RoutingError("a RoutingReplay is already active on this model; they do not nest")
-            state.forcer = (self, layer)
+            _attach(block).forcer = (self, layer)
         return self
 
     def __exit__(self, *exc: object) -> None:

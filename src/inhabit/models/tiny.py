@@ -210,6 +210,17 @@ def count_parameters(model: PreTrainedModel) -> ParameterCount:
     return ParameterCount(total=total, active=total - inactive, embedding=embedding)
 
 
+def count_spec_parameters(spec_or_preset: TinyModelSpec | str) -> ParameterCount:
+    """`count_parameters` of the model a spec would build, without allocating or initializing it."""
+    import torch
+    from transformers import Qwen3ForCausalLM, Qwen3MoeForCausalLM
+
+    spec = resolve_spec(spec_or_preset)
+    cls = Qwen3ForCausalLM if spec.arch == "dense" else Qwen3MoeForCausalLM
+    with torch.device("meta"):  # shapes only
+        return count_parameters(cls(hf_config(spec)))
+
+
 def _human(n: int) -> str:
     return f"{n / 1e6:.2f}M" if n >= 1e5 else f"{n / 1e3:.1f}K"
 
