@@ -1,11 +1,13 @@
 """Benchmark of the models part: router capture/replay cost and benefit, and the tokenizer.
 
-    PYTHONPATH=src .venv/bin/python bench/models.py [--preset moe-37m] [--quick]
+    PYTHONPATH=src .venv/bin/python bench/models.py [--preset moe-37m] [--quick] [--threads N]
 
 Prints three tables and writes bench/results/models.json:
 
 1. Forward throughput (tokens/s) of a tiny MoE model, free routing (the baseline) against the same
    forward under `RoutingCapture` and under `RoutingReplay`; the ratio is against the baseline.
+   The three variants run in turns and medians are reported, per wall second and per CPU second
+   of this process (the latter is steadier when other jobs share the cores).
 2. Rollout/trainer mismatch: sequences sampled in bf16 (the "rollout engine"), scored by the same
    weights in fp32 (the "trainer") with free routing and with the rollout's routing replayed. Mean
    and max absolute token-logprob gap, and the fraction of tokens whose experts differ; for the
@@ -39,14 +41,19 @@ from inhabit.models.tokenizer import default_tokenizer, render_chat
 RESULTS = Path(__file__).parent / "results" / "models.json"
 
 
-def _time(fn, repeats: int) -> float:
-    fn()  # warm-up
-    times = []
+def _time_interleaved(fns: dict, repeats: int) -> dict[str, tuple[float, float]]:
+    """Median (wall, process-CPU) seconds per call; variants run in turns so load drift hits all alike."""
+    for fn in fns.values():
+        fn()  # warm-up
+    wall: dict[str, list[float]] = {k: [] for k in fns}
+    cpu: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+        for name, fn in fns.items():
+            w, c = time.perf_counter(), time.process_time()
+            fn()
+            wall[name].append(time.perf_counter() - w)
+            cpu[name].append(time.process_time() - c)
+    return {k: (statistics.median(wall[k]), statistics.median(cpu[k])) for k in fns}
 
 
 def bench_overhead(model, batch: int, seq: int, repeats: int) -> dict:
@@ -68,10 +75,10 @@ def bench_overhead(model, batch: int, seq: int, repeats: int) -> dict:
             model(ids)
 
     tokens = batch * seq
-    out = {}
-    for name, fn in (("free routing", free), ("capture", capture), ("replay", replay)):
-        out[name] = tokens / _time(fn, repeats)
-    return out
+    times = _time_interleaved({"free routing": free, "capture": capture, "replay": replay}, repeats)
+    return {
+        k: {"wall_tokens_per_s": tokens / w, "cpu_tokens_per_s": tokens / c} for k, (w, c) in times.items()
+    }
 
 
 def bench_mismatch(model, batch: int, prompt_len: int, new: int) -> dict:
@@ -150,16 +157,33 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="moe-37m")
     parser.add_argument("--quick", action="store_true", help="smaller shapes, fewer repeats")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)  # 1 thread gives steadier ratios on a crowded machine
     console = Console()
     model = build_tiny_model(args.preset, seed=0)
-    batch, seq, repeats = (2, 32, 2) if args.quick else (4, 64, 3)
+    batch, seq, repeats = (2, 32, 3) if args.quick else (4, 64, 7)
     console.print(f"{args.preset}: {count_parameters(model)}; torch threads {torch.get_num_threads()}")
 
     overhead = bench_overhead(model, batch, seq, repeats)
-    t1 = Table("forward (batch x seq)", "tokens/s", "ratio vs free", title=f"router hooks, {args.preset}")
-    for name, tps in overhead.items():
-        t1.add_row(f"{name} ({batch}x{seq})", f"{tps:,.0f}", f"{tps / overhead['free routing']:.2f}x")
+    t1 = Table(
+        "forward (batch x seq)",
+        "tokens/s (wall)",
+        "ratio vs free",
+        "tokens/CPU-s",
+        "ratio vs free",
+        title=f"router hooks, {args.preset}",
+    )
+    base = overhead["free routing"]
+    for name, r in overhead.items():
+        t1.add_row(
+            f"{name} ({batch}x{seq})",
+            f"{r['wall_tokens_per_s']:,.0f}",
+            f"{r['wall_tokens_per_s'] / base['wall_tokens_per_s']:.2f}x",
+            f"{r['cpu_tokens_per_s']:,.0f}",
+            f"{r['cpu_tokens_per_s'] / base['cpu_tokens_per_s']:.2f}x",
+        )
     console.print(t1)
 
     mb, mp, mn = (2, 8, 16) if args.quick else (4, 8, 32)
