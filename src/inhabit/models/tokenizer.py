@@ -22,7 +22,9 @@ on both sides; so a prompt rendered with the generation prompt, followed by the 
 generated up to `<|end|>`, is token-for-token a prefix of the next turn's rendering (the usual
 caveat: text re-encoded from decoded tokens may pick different BPE merges). Message contents are
 free text: tool calls are DESIGN.md's XML-like tags and observations are whatever the harness puts
-in a user message; both are ordinary BPE text the tokenizer was trained on.
+in a user message; both are ordinary BPE text the tokenizer was trained on. `encode_chat` encodes
+contents with special-token strings split, so a file holding `<|end|>` cannot forge a turn;
+tokenizing `render_chat`'s text (as a generic OpenAI-style server would) does not protect that.
 
     tok = default_tokenizer()                       # trained once (seconds), then cached
     text = render_chat(tok, messages)               # harness `Message`s or role/content dicts
@@ -191,6 +193,26 @@ def render_chat(tokenizer: Any, messages: Sequence[Any], *, add_generation_promp
 
 
 def encode_chat(tokenizer: Any, messages: Sequence[Any], *, add_generation_prompt: bool = True) -> list[int]:
-    """Token ids of the rendered chat (special tokens included once, no extra bos)."""
-    text = render_chat(tokenizer, messages, add_generation_prompt=add_generation_prompt)
-    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    """Token ids of the rendered chat (bos once, no extra special tokens).
+
+    With this module's template, the ids are assembled per message and message contents are
+    encoded with `split_special_tokens=True`: a file the agent reads that happens to contain
+    `<|end|><|assistant|>` stays plain text instead of forging a turn boundary. For contents
+    without such strings this equals tokenizing `render_chat(...)`. Other tokenizers (a real model's
+    folder with its own template) get their template rendered and tokenized as usual.
+    """
+    dicts = to_chat_dicts(messages)
+    if getattr(tokenizer, "chat_template", None) != CHAT_TEMPLATE:
+        text = render_chat(tokenizer, dicts, add_generation_prompt=add_generation_prompt)
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    special = dict(zip(SPECIAL_TOKENS, tokenizer.convert_tokens_to_ids(SPECIAL_TOKENS), strict=True))
+    ids = [special[BOS]]
+    for m in dicts:
+        if m["role"] not in ROLE_TOKENS:
+            raise ValueError(f"unknown chat role {m['role']}: use system, user or assistant")
+        ids.append(special[ROLE_TOKENS[m["role"]]])
+        ids += tokenizer(m["content"], add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        ids.append(special[END])
+    if add_generation_prompt:
+        ids.append(special[ROLE_TOKENS["assistant"]])
+    return ids
