@@ -14,7 +14,10 @@ class EngineConfig(Config):
 
     max_batch_size: int = Field(64, ge=1, le=4096, description="Requests decoded together in one step.")
     max_queue: int = Field(
-        1024, ge=1, le=1_000_000, description="Requests waiting or running at once; more raise EngineOverloaded."
+        1024,
+        ge=1,
+        le=1_000_000,
+        description="Requests waiting or running at once; more raise EngineOverloaded.",
     )
     max_model_len: int | None = Field(
         None, ge=2, description="Longest prompt+completion; default: the model's max_position_embeddings."
@@ -44,7 +47,9 @@ class EngineConfig(Config):
     )
     stop_at_eos: bool = Field(True, description="Stop at the model's end-of-sequence token ids.")
     capture_routing: bool = Field(True, description="Record routed expert ids per token for MoE models.")
-    seed: int | None = Field(None, description="Seed of the generator used by requests without their own seed.")
+    seed: int | None = Field(
+        None, description="Seed of the generator used by requests without their own seed."
+    )
     num_threads: int | None = Field(
         None, ge=1, le=512, description="torch intra-op threads for the decode worker (default: torch's)."
     )

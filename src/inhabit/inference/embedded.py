@@ -115,7 +115,9 @@ class EmbeddedEngine(InferenceEngine):
             device=self.config.device,
         )
         self.vocab_size = int(mc.vocab_size)
-        self.eos_ids = _eos_ids(model)
+        self.eos_ids = _eos_ids(model) or frozenset(
+            [tokenizer.eos_token_id] if tokenizer is not None and tokenizer.eos_token_id is not None else []
+        )
         self._version = version
         self._fallback_gen = torch.Generator().manual_seed(
             self.config.seed if self.config.seed is not None else int(time.time_ns() % 2**62)
@@ -137,7 +139,9 @@ class EmbeddedEngine(InferenceEngine):
     # ---------------------------------------------------------------- construction
 
     @classmethod
-    def from_path(cls, path: str | Path, config: EngineConfig | None = None, version: int = 0) -> EmbeddedEngine:
+    def from_path(
+        cls, path: str | Path, config: EngineConfig | None = None, version: int = 0
+    ) -> EmbeddedEngine:
         """Load a local Hugging Face folder (model + tokenizer) and start an engine on it."""
         from inhabit.models.loading import load_model
 
@@ -156,7 +160,7 @@ class EmbeddedEngine(InferenceEngine):
         return len(self._running)
 
     async def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
-        seqs = [self._submit(r, None) for r in requests]
+        seqs = self._submit(requests, None)
         try:
             return list(await asyncio.gather(*(s.future for s in seqs)))
         except asyncio.CancelledError:
@@ -168,7 +172,7 @@ class EmbeddedEngine(InferenceEngine):
         """Yield a TokenEvent per sampled token, then the final Completion."""
         queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
         loop = asyncio.get_running_loop()
-        seq = self._submit(request, lambda ev: loop.call_soon_threadsafe(queue.put_nowait, ev))
+        (seq,) = self._submit([request], lambda ev: loop.call_soon_threadsafe(queue.put_nowait, ev))
         try:
             while True:
                 get = asyncio.ensure_future(queue.get())
@@ -218,32 +222,42 @@ class EmbeddedEngine(InferenceEngine):
 
     # ---------------------------------------------------------------- submission
 
-    def _submit(self, req: GenerationRequest, on_event: Callable[[TokenEvent], None] | None) -> _Seq:
-        self._validate(req)
+    def _submit(
+        self, requests: Sequence[GenerationRequest], on_event: Callable[[TokenEvent], None] | None
+    ) -> list[_Seq]:
+        """Validate and enqueue all of `requests`, or none of them (typed error)."""
         loop = asyncio.get_running_loop()
-        sp = req.sampling
-        stop_ids = frozenset(sp.stop_token_ids) | (self.eos_ids if self.config.stop_at_eos else frozenset())
-        if not req.request_id:
-            req = GenerationRequest(req.prompt_token_ids, req.sampling, request_id=uuid.uuid4().hex)
-        seq = _Seq(
-            req=req,
-            loop=loop,
-            future=loop.create_future(),
-            on_event=on_event,
-            generator=make_generator(sp.seed, self._fallback_gen),
-            stop_ids=stop_ids,
-            stops=StopChecker(self.tokenizer, sp.stop) if sp.stop else None,
-        )
+        seqs = []
+        for req in requests:
+            self._validate(req)
+            sp = req.sampling
+            stop_ids = frozenset(sp.stop_token_ids) | (
+                self.eos_ids if self.config.stop_at_eos else frozenset()
+            )
+            if not req.request_id:
+                req = GenerationRequest(req.prompt_token_ids, req.sampling, request_id=uuid.uuid4().hex)
+            seqs.append(
+                _Seq(
+                    req=req,
+                    loop=loop,
+                    future=loop.create_future(),
+                    on_event=on_event,
+                    generator=make_generator(sp.seed, self._fallback_gen),
+                    stop_ids=stop_ids,
+                    stops=StopChecker(self.tokenizer, sp.stop) if sp.stop else None,
+                )
+            )
         with self._lock:
             self._check_alive()
-            if self._in_flight >= self.config.max_queue:
+            if self._in_flight + len(seqs) > self.config.max_queue:
                 raise EngineOverloaded(
-                    f"{self._in_flight} requests are in flight (max_queue={self.config.max_queue}); retry later"
+                    f"{self._in_flight} requests are in flight and {len(seqs)} more were asked "
+                    f"(max_queue={self.config.max_queue}); retry later or raise max_queue"
                 )
-            self._in_flight += 1
-            self._waiting.append(seq)
+            self._in_flight += len(seqs)
+            self._waiting.extend(seqs)
             self._lock.notify()
-        return seq
+        return seqs
 
     def _validate(self, req: GenerationRequest) -> None:
         sp, n = req.sampling, len(req.prompt_token_ids)

@@ -23,7 +23,9 @@ from torch import nn
 
 from inhabit.inference.errors import WeightLoadError
 
-_EXPERT = re.compile(r"^(?P<prefix>.*\.experts)\.(?P<idx>\d+)\.(?P<proj>gate_proj|up_proj|down_proj)\.weight$")
+_EXPERT = re.compile(
+    r"^(?P<prefix>.*\.experts)\.(?P<idx>\d+)\.(?P<proj>gate_proj|up_proj|down_proj)\.weight$"
+)
 
 
 def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
@@ -85,7 +87,9 @@ def _fuse_experts(
         raise WeightLoadError(
             f"{prefix}: give gate/up/down weights of all {n_experts} experts together (or the fused tensors)"
         )
-    gate_up = torch.stack([torch.cat([by_idx[e]["gate_proj"], by_idx[e]["up_proj"]], 0) for e in range(n_experts)])
+    gate_up = torch.stack(
+        [torch.cat([by_idx[e]["gate_proj"], by_idx[e]["up_proj"]], 0) for e in range(n_experts)]
+    )
     down = torch.stack([by_idx[e]["down_proj"] for e in range(n_experts)])
     return {gate_up_name: gate_up, down_name: down}
 
