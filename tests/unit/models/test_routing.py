@@ -191,3 +191,33 @@ def test_nesting_and_layout_helpers(moe_model) -> None:
     assert len(per_token) == 8 and len(per_token[0]) == 2 and len(per_token[0][0]) == 2
     assert torch.equal(layer_major(per_token), recorded)
     assert outer.clear() and outer.calls == []
+
+
+def test_replay_under_activation_checkpointing_gives_the_same_gradients(moe_model) -> None:
+    ids = torch.randint(10, 4000, (2, 10), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad(), RoutingCapture(moe_model) as cap:
+        moe_model(ids)
+    recorded = cap.calls[0]
+    with torch.no_grad():  # make free routing disagree with the recording
+        for r in routers(moe_model):
+            r.weight.add_(torch.randn(r.weight.shape, generator=torch.Generator().manual_seed(4)))
+    moe_model.train()
+
+    def grads() -> dict[str, torch.Tensor]:
+        moe_model.zero_grad()
+        with RoutingReplay(moe_model, recorded), RoutingCapture(moe_model) as seen:
+            moe_model(ids, labels=ids).loss.backward()
+        assert len(seen.calls) == 1, "recomputation in backward is not a new forward call"
+        return {n: p.grad.clone() for n, p in moe_model.named_parameters() if p.grad is not None}
+
+    plain = grads()
+    moe_model.activation_checkpointing_enable()
+    checkpointed = grads()
+    assert plain.keys() == checkpointed.keys()
+    for name in plain:
+        torch.testing.assert_close(checkpointed[name], plain[name], rtol=1e-5, atol=1e-7, msg=name)
+
+    # Backward after leaving the block would recompute with free routing: refused loudly.
+    with pytest.raises(RoutingError, match="inside the `with"), RoutingReplay(moe_model, recorded):
+        moe_model(ids, labels=ids)
+    moe_model.activation_checkpointing_disable()
