@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from inhabit.models.loading import load_model
 from inhabit.models.routing import (
@@ -221,3 +223,18 @@ def test_replay_under_activation_checkpointing_gives_the_same_gradients(moe_mode
     with pytest.raises(RoutingError, match="inside the `with"), RoutingReplay(moe_model, recorded):
         moe_model(ids, labels=ids)
     moe_model.activation_checkpointing_disable()
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_any_forced_ids_are_the_ones_used(moe_model, data) -> None:
+    n_exp, k = moe_model.config.num_experts, moe_model.config.num_experts_per_tok
+    batch = data.draw(st.integers(1, 2))
+    seq = data.draw(st.integers(1, 6))
+    rows = st.lists(st.integers(0, n_exp - 1), min_size=k, max_size=k, unique=True)
+    forced = torch.tensor(data.draw(st.lists(rows, min_size=2 * batch * seq, max_size=2 * batch * seq)))
+    forced = forced.reshape(2, batch, seq, k)
+    ids = torch.randint(10, 4000, (batch, seq), generator=torch.Generator().manual_seed(seq))
+    with torch.no_grad(), RoutingReplay(moe_model, forced), RoutingCapture(moe_model) as seen:
+        moe_model(ids)
+    assert torch.equal(seen.calls[0], forced)
