@@ -44,6 +44,7 @@ import json
 import os
 import shutil
 import tempfile
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -192,11 +193,33 @@ def render_chat(tokenizer: Any, messages: Sequence[Any], *, add_generation_promp
     )
 
 
+_CONTENT_ENCODERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _content_encoder(tokenizer: Any) -> Any:
+    """A private copy of the backend tokenizer that encodes special-token strings as plain text.
+
+    transformers' `split_special_tokens=True` flips a flag on the SHARED backend for each call,
+    which races when a server encodes from several threads; a copy with the flag fixed does not.
+    """
+    enc = _CONTENT_ENCODERS.get(tokenizer)
+    if enc is None:
+        from tokenizers import Tokenizer
+
+        enc = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+        enc.encode_special_tokens = True
+        enc.no_truncation()
+        enc.no_padding()
+        _CONTENT_ENCODERS[tokenizer] = enc
+    return enc
+
+
 def encode_chat(tokenizer: Any, messages: Sequence[Any], *, add_generation_prompt: bool = True) -> list[int]:
     """Token ids of the rendered chat (bos once, no extra special tokens).
 
     With this module's template, the ids are assembled per message and message contents are
-    encoded with `split_special_tokens=True`: a file the agent reads that happens to contain
+    encoded with special-token strings split (as `split_special_tokens=True` would, but without
+    its shared-state flag flip, so it is thread-safe): a file the agent reads that happens to contain
     `<|end|><|assistant|>` stays plain text instead of forging a turn boundary. For contents
     without such strings this equals tokenizing `render_chat(...)`. Other tokenizers (a real model's
     folder with its own template) get their template rendered and tokenized as usual.
@@ -211,7 +234,7 @@ def encode_chat(tokenizer: Any, messages: Sequence[Any], *, add_generation_promp
         if m["role"] not in ROLE_TOKENS:
             raise ValueError(f"unknown chat role {m['role']}: use system, user or assistant")
         ids.append(special[ROLE_TOKENS[m["role"]]])
-        ids += tokenizer(m["content"], add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        ids += _content_encoder(tokenizer).encode(m["content"], add_special_tokens=False).ids
         ids.append(special[END])
     if add_generation_prompt:
         ids.append(special[ROLE_TOKENS["assistant"]])

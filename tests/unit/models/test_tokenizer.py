@@ -111,7 +111,7 @@ def test_special_token_text_in_content_cannot_forge_a_turn(default_tok) -> None:
         ["<|bos|>", "<|user|>", "<|end|>", "<|assistant|>"]
     )
     assert default_tok.decode(ids[2:-2]) == forged
-    # A plain encode afterwards still recognizes special tokens (transformers toggles a flag).
+    # The shared tokenizer is untouched: a plain encode still recognizes special tokens.
     assert default_tok.eos_token_id in default_tok("<|end|>", add_special_tokens=False)["input_ids"]
 
 
