@@ -34,7 +34,8 @@ tokenizing `render_chat`'s text (as a generic OpenAI-style server would) does no
 returns a `BatchEncoding` when tokenizing and rejects dataclass messages, hence these helpers.)
 
 `default_tokenizer()` caches under `$INHABIT_CACHE_DIR` or `$XDG_CACHE_HOME/inhabit` (default
-`~/.cache/inhabit`), keyed by the corpus version, vocabulary size and seed.
+`~/.cache/inhabit`), keyed by everything that shapes the result (corpus version, vocabulary size,
+seed, pre-tokenizer, special tokens, template, `tokenizers` version).
 """
 
 from __future__ import annotations
@@ -136,11 +137,22 @@ def default_tokenizer(
     *, vocab_size: int = DEFAULT_VOCAB_SIZE, seed: int = 0, cache_dir: str | Path | None = None
 ) -> PreTrainedTokenizerFast:
     """The tokenizer trained on `build_default_corpus(seed=seed)`, cached after the first call."""
+    import tokenizers
     from transformers import AutoTokenizer
 
     from inhabit.models.corpus import CORPUS_VERSION, build_default_corpus
 
-    key = hashlib.sha256(f"v{CORPUS_VERSION}-{vocab_size}-{seed}".encode()).hexdigest()[:16]
+    # Anything that changes the trained result is in the key, so a stale cache is never reused.
+    recipe = [
+        CORPUS_VERSION,
+        vocab_size,
+        seed,
+        PRE_TOKENIZE_PATTERN,
+        SPECIAL_TOKENS,
+        CHAT_TEMPLATE,
+        tokenizers.__version__,
+    ]
+    key = hashlib.sha256(json.dumps(recipe).encode()).hexdigest()[:16]
     root = Path(cache_dir) if cache_dir is not None else cache_root() / "tokenizers"
     target = root / f"bpe-{vocab_size}-{key}"
     if (target / "tokenizer.json").is_file():
