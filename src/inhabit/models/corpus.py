@@ -220,7 +220,14 @@ def transcript(rng: random.Random) -> list[tuple[str, str]]:
     test_id = f"tests/test_{mod}.py::test_{fn}"
     msgs = [("system", SYSTEM_PROMPT)]
     task = f"The test {test_id} fails. Fix the bug in {mod}.py."
-    msgs.append(("user", "Task:\n" + (task if rng.random() < 0.6 else f"{task} {prose(rng)}")))
+    task_text = "Task:\n" + (task if rng.random() < 0.6 else f"{task} {prose(rng)}")
+    if rng.random() < 0.15:  # a context segment after the harness summarized the earlier one
+        task_text += (
+            "\n\nSummary of your work so far (your earlier context was cleared):\n"
+            f"I read {mod}.py; {fn} is defined at line 1. The test {test_id} fails. "
+            f"Next: fix the operator in {fn} and run the test."
+        )
+    msgs.append(("user", task_text))
     msgs.append(
         (
             "assistant",
