@@ -20,7 +20,7 @@ import random
 from collections.abc import Iterator
 from pathlib import Path
 
-CORPUS_VERSION = 4
+CORPUS_VERSION = 5
 """Bump when the generated text changes, so cached tokenizers are retrained."""
 
 
