@@ -8,8 +8,10 @@ Used by grading (in a fresh copy of the final workspace) and by the harness's `r
      `seal_plugin.py` there;
   2. runs `<command> -p <plugin> [extra args] [selector]` under `env` with PYTEST_ADDOPTS,
      PYTEST_PLUGINS, PYTHONSTARTUP and PYTHONHOME removed, PYTHONPATH set to the private
-     directory only, PYTHONNOUSERSITE=1 and PYTHONDONTWRITEBYTECODE=1; the report path and a
-     random HMAC key reach the plugin on stdin, so they are in neither argv nor the environment;
+     directory only, PYTHONNOUSERSITE=1 and PYTHONDONTWRITEBYTECODE=1; a random HMAC key reaches
+     the plugin through a file that it deletes at import, and the report is written beside the
+     plugin, so neither the key nor the report path is in argv or the environment (pytest-xdist
+     workers work: they import the plugin after the key file is gone and only tag test cases);
   3. moves the report into the workspace under a random dot-name just long enough to read it,
      checks the seal (HMAC over the XML's hash and the plugin's own outcome record) and that both
      channels agree on which tests passed, and parses outcomes from the XML.
@@ -139,9 +141,13 @@ async def run_tests(
     key = secrets.token_bytes(32)
 
     # The sandbox's private temp dir: TMPDIR where the backend sets one, else its own /tmp.
+    # The key rides in this short-lived setup command's argv only; the plugin reads and deletes
+    # cfg.json at import, before any workspace code runs.
+    cfg = json.dumps({"key": key.hex()})
     setup = (
         f'd="${{TMPDIR:-/tmp}}/.inhabit-{token}" && umask 077 && mkdir -p "$d" && '
-        f'cat > "$d/{module}.py" && : > "$d/pytest.ini" && printf "%s" "$d"'
+        f'cat > "$d/{module}.py" && : > "$d/pytest.ini" && printf "%s" {shlex.quote(cfg)} > "$d/cfg.json" && '
+        'printf "%s" "$d"'
     )
     res = await sandbox.exec(["sh", "-c", setup], stdin=_PLUGIN_SOURCE.encode(), timeout_s=30)
     private = res.stdout.strip()
@@ -158,10 +164,9 @@ async def run_tests(
         argv += ["-u", name]
     argv += [f"PYTHONPATH={private}", "PYTHONNOUSERSITE=1", "PYTHONDONTWRITEBYTECODE=1"]
     argv += ["sh", "-c", f"{command} {shlex.join(args)}"]
-    stdin = json.dumps({"xml": xml_path, "seal": seal_path, "key": key.hex()}) + "\n"
 
     start = time.monotonic()
-    res = await sandbox.exec(argv, stdin=stdin.encode(), timeout_s=timeout_s, env=env)
+    res = await sandbox.exec(argv, timeout_s=timeout_s, env=env)
     duration = time.monotonic() - start
     output_tail = (res.stdout + res.stderr)[-_TAIL:]
 
