@@ -39,7 +39,7 @@ from inhabit.config import Config
 from inhabit.errors import GradingError, InhabitError
 from inhabit.log import get_logger
 from inhabit.rewards import hacks
-from inhabit.rewards.infra import is_test_path, pytest_section, root_pytest_config
+from inhabit.rewards.infra import PYTEST_CONFIG_NAMES, is_test_path, pytest_section, root_pytest_config
 from inhabit.sandbox.base import Sandbox, SandboxLimits, SandboxProvider
 from inhabit.tasks.task import Task, node_id_file
 from inhabit.tasks.testrun import TestRunResult, run_tests
@@ -133,16 +133,23 @@ async def _fresh_copy(final: Sandbox, provider: SandboxProvider, limits: Sandbox
 
 
 def _config_args(original: Mapping[str, bytes], hidden: Mapping[str, bytes]) -> tuple[list[str], bool]:
-    """Pin pytest's configuration to the task's own: (-c args, whether to use the empty ini)."""
-    roots = {p: (hidden[p] if p in hidden else original[p]) for p in (*original, *hidden) if "/" not in p}
-    name = root_pytest_config({p: roots[p] for p in roots if p.endswith((".ini", ".toml", ".cfg"))})
+    """Pin pytest's configuration to the task's own: (-c args, whether to use the empty ini).
+
+    A configuration in a subdirectory (nearer the tests than the root) is found by pytest's own
+    discovery among the restored files; else the root's is pinned with -c; else an empty ini
+    outside the workspace stands in, so nothing the agent adds can be discovered."""
+    merged = {**{p: original[p] for p in original if _maybe_config(p)}, **hidden}
+    configs = [p for p in merged if _maybe_config(p) and pytest_section(p, merged[p]) is not None]
+    if any("/" in p for p in configs):
+        return [], False
+    name = root_pytest_config({p: merged[p] for p in configs})
     if name:
         return ["-c", name], False
-    for files in (original, hidden):
-        for p in files:
-            if p.endswith((".ini", ".toml", ".cfg")) and pytest_section(p, files[p]) is not None:
-                return [], False  # configuration in a subdirectory: let pytest find it
     return [], True
+
+
+def _maybe_config(path: str) -> bool:
+    return path.rsplit("/", 1)[-1] in PYTEST_CONFIG_NAMES
 
 
 def _required_outcomes(run: TestRunResult, required: tuple[str, ...]) -> tuple[dict[str, str], list[str]]:

@@ -410,3 +410,21 @@ async def test_grading_machinery_failure_is_data_not_a_crash(calc_task, sandbox_
         result = await grade(calc_task, sandbox, broken)
     assert result.status == "error" and result.reward == 0.0
     assert "closed" in result.details["error"]
+
+
+async def test_the_tasks_own_pytest_configuration_is_honoured(make_task, sandbox_provider):
+    # The task needs its config (pythonpath = src): grading pins it instead of ignoring it.
+    pyproject = '[tool.pytest.ini_options]\npythonpath = ["src"]\n'
+    test = "from calc import add\n\ndef test_add():\n    assert add(2, 3) == 5\n"
+    task = make_task(
+        workspace={"pyproject.toml": pyproject, "src/calc.py": CALC_BUGGY, "tests/test_calc.py": test},
+        fail_to_pass=["tests/test_calc.py::test_add"],
+    )
+    async with await sandbox_provider.create(task.workspace_dir) as sandbox:
+        await sandbox.write_file("src/calc.py", CALC_FIXED)
+        result = await grade(task, sandbox, sandbox_provider)
+        assert result.reward == 1.0 and result.flags == []
+        # Dropping the config the tests need is a config change: reverted, so the fix still counts.
+        await sandbox.delete_file("pyproject.toml")
+        result = await grade(task, sandbox, sandbox_provider)
+        assert result.reward == 1.0 and result.flags == ["pytest_config_changed"]
