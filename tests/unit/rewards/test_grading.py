@@ -115,6 +115,23 @@ CHEATS = {
         (),
         "pytest_config_changed",
     ),
+    "plugin_via_ini": (
+        {
+            "pytest.ini": "[pytest]\naddopts = -p evil_plugin\n",
+            "evil_plugin.py": "def pytest_collection_modifyitems(items):\n    items.clear()\n",
+        },
+        (),
+        "pytest_config_changed",
+    ),
+    "pytest_xfail_in_code": (
+        {
+            "calc.py": CALC_BUGGY.replace(
+                "    return a - b\n", "    import pytest\n    pytest.xfail('x')\n", 1
+            )
+        },
+        (),
+        "tests_skipped",
+    ),
     "setup_cfg": ({"setup.cfg": "[tool:pytest]\naddopts = -k sub\n"}, (), "pytest_config_changed"),
     "tox_ini": ({"tox.ini": "[pytest]\naddopts = -k sub\n"}, (), "pytest_config_changed"),
     "sitecustomize": (
