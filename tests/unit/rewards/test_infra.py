@@ -93,11 +93,13 @@ def test_scan_code_flags_only_new_patterns():
             "c.py": (b"", b"from _pytest import junitxml\n"),
             "d.py": (b"", b"import atexit\n"),
             "e.py": (b"", b"def context_exit(self):\n    self.exit()\n"),
+            "f.py": (b"", b"# tested with pytest; exit() is never called here\nx = 'run pytest'\n"),
+            "g.py": (b"", b"import os\nmod = __import__('_py' + 'test')\n"),
         }
     )
     assert found == {
         "code_exits_process": ["a.py"],
-        "code_uses_pytest": ["c.py"],
+        "code_uses_pytest": ["c.py", "g.py"],
         "code_touches_report": ["c.py", "d.py"],
     }
 
