@@ -195,6 +195,11 @@ async def run_tests(
         if seal is not None or seal_text.strip():
             problems.append("a seal exists but the report is gone")
             integrity = "tampered"
+        elif module in output_tail:
+            problems.append(
+                "pytest could not load inhabit's report plugin: does the command replace PYTHONPATH? "
+                "Extend it (PYTHONPATH=src:$PYTHONPATH) or use pytest's `pythonpath` ini option"
+            )
         else:
             problems.append(
                 f"no report: the test command exited with code {res.exit_code} before writing one"
@@ -227,7 +232,7 @@ async def run_tests(
     if res.timed_out:
         note = f"timed out after {timeout_s:g}s"
     elif integrity == "missing":
-        note = f"no test report (exit code {res.exit_code})"
+        note = f"no test report (exit code {res.exit_code})" + (f": {problems[-1]}" if problems else "")
     elif integrity == "tampered":
         note = "REPORT TAMPERED: " + "; ".join(problems)
     elif report and report.internal_error:

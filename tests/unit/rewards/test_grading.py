@@ -353,7 +353,7 @@ async def test_timeout_is_flagged(make_task, sandbox_provider):
     task = make_task(
         workspace={"tests/test_slow.py": "import time\n\ndef test_slow():\n    time.sleep(30)\n"},
         pass_to_pass=["tests/test_slow.py::test_slow"],
-        timeout_s=3,
+        timeout_s=2,
     )
     sandbox = await sandbox_provider.create(task.workspace_dir)
     try:
