@@ -27,6 +27,7 @@ grading machinery itself (a sandbox that cannot be created) is data: status "err
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
@@ -116,20 +117,25 @@ class _HostFiles(Mapping[str, bytes]):
         return key in self._set
 
 
-async def _fresh_copy(final: Sandbox, provider: SandboxProvider, limits: SandboxLimits | None) -> Sandbox:
+async def _fresh_copy(
+    final: Sandbox, provider: SandboxProvider, limits: SandboxLimits | None, scratch: list[str]
+) -> Sandbox:
+    """A new sandbox holding `final`'s workspace. A host copy made for the fallback is appended to
+    `scratch`; it must outlive the sandbox (a copy-on-write backend layers over it, not copies it)."""
     try:
         snapshot_id = await final.snapshot()
         return await provider.create(snapshot_id, limits=limits)
     except InhabitError as e:
         log.info("grading: snapshot route failed (%s); copying files instead", e)
-    with tempfile.TemporaryDirectory(prefix="inhabit-grade-") as tmp:
-        for entry in await final.list_files(".", recursive=True):
-            if entry.kind != "file":
-                continue
-            dst = Path(tmp) / entry.path
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            dst.write_bytes(await final.read_file(entry.path))
-        return await provider.create(tmp, limits=limits)
+    tmp = tempfile.mkdtemp(prefix="inhabit-grade-")
+    scratch.append(tmp)
+    for entry in await final.list_files(".", recursive=True):
+        if entry.kind != "file":
+            continue
+        dst = Path(tmp) / entry.path
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        dst.write_bytes(await final.read_file(entry.path))
+    return await provider.create(tmp, limits=limits)
 
 
 def _config_args(original: Mapping[str, bytes], hidden: Mapping[str, bytes]) -> tuple[list[str], bool]:
@@ -198,8 +204,9 @@ async def grade(
     hidden = {p: (task.hidden_dir / p).read_bytes() for p in task.hidden_files()} if task.hidden_dir else {}
 
     fresh: Sandbox | None = None
+    scratch: list[str] = []
     try:
-        fresh = await _fresh_copy(final_sandbox, provider, config.limits)
+        fresh = await _fresh_copy(final_sandbox, provider, config.limits, scratch)
         neut = await hacks.neutralize(
             fresh,
             original,
@@ -235,6 +242,8 @@ async def grade(
     finally:
         if fresh is not None:
             await fresh.close()
+        for tmp in scratch:
+            shutil.rmtree(tmp, ignore_errors=True)
 
     outcomes, run_flags = _required_outcomes(run, spec.required_tests)
     if rewritten:
