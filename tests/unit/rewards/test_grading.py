@@ -445,3 +445,30 @@ async def test_the_tasks_own_pytest_configuration_is_honoured(make_task, sandbox
         await sandbox.delete_file("pyproject.toml")
         result = await grade(task, sandbox, sandbox_provider)
         assert result.reward == 1.0 and result.flags == ["pytest_config_changed"]
+
+
+async def test_planted_unchecked_bytecode_is_dropped_and_flagged(make_task, sandbox_provider, tmp_path):
+    import py_compile
+    import sys
+
+    helpers = "def check_add(f):\n    assert f(2, 3) == 5\n"
+    test = "from helpers import check_add\nfrom calc import add\n\ndef test_add():\n    check_add(add)\n"
+    task = make_task(
+        workspace={"calc.py": CALC_BUGGY, "tests/helpers.py": helpers, "tests/test_calc.py": test},
+        fail_to_pass=["tests/test_calc.py::test_add"],
+    )
+    forged_src = tmp_path / "helpers.py"
+    forged_src.write_text("def check_add(f):\n    pass\n")
+    pyc = tmp_path / "helpers.pyc"
+    py_compile.compile(
+        str(forged_src), str(pyc), invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH
+    )
+    tag = sys.implementation.cache_tag
+    async with await sandbox_provider.create(task.workspace_dir) as sandbox:
+        await sandbox.write_file(f"tests/__pycache__/helpers.{tag}.pyc", pyc.read_bytes())
+        # Without grading's clean-up the forged bytecode wins over the real helpers.py:
+        naive = await sandbox.exec(task.grading.command + " tests/test_calc.py")
+        assert naive.exit_code == 0, naive.stdout
+        result = await grade(task, sandbox, sandbox_provider)
+    assert result.reward == 0.0
+    assert "bytecode_planted" in result.flags
