@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from inhabit.config import Config
 from inhabit.errors import GradingError, InhabitError
@@ -69,6 +69,15 @@ class GradingConfig(Config):
         description="Flags that force reward 0 even when the required tests passed.",
     )
     scan_code: bool = Field(True, description="Scan the agent's changed non-test code for hack patterns.")
+
+    @field_validator("fatal_flags")
+    @classmethod
+    def _known_flags(cls, value: list[str]) -> list[str]:
+        unknown = sorted(set(value) - set(hacks.ALL_FLAGS))
+        if unknown:
+            raise ValueError(f"unknown flag(s) {unknown}; the flags are listed in inhabit.rewards.hacks")
+        return value
+
     limits: SandboxLimits | None = Field(
         None, description="Limits of the grading sandbox (provider default)."
     )

@@ -217,9 +217,9 @@ async def neutralize(
         await sandbox.write_file(p, original[p])
         out.restored.append(p)
 
-    # 1. Symlinked directories on the way to an original test or infrastructure file are replaced.
+    # 1. Symlinked directories on the way to an original or hidden file are replaced.
     for link in sorted(symlinks):
-        if any(o.startswith(link + "/") for o in original):
+        if any(o.startswith(link + "/") for o in (*original, *hidden)):
             await remove(link)
             out.flag(TEST_FILE_MODIFIED, f"{link} was replaced by a symlink")
             entries.pop(link, None)

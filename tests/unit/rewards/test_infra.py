@@ -107,3 +107,13 @@ def test_scan_code_flags_only_new_patterns():
 def test_flag_names_are_unique_snake_case():
     assert len(set(ALL_FLAGS)) == len(ALL_FLAGS)
     assert all(f.replace("_", "").isalpha() and f.islower() for f in ALL_FLAGS)
+
+
+def test_grading_config_refuses_unknown_fatal_flags():
+    from pydantic import ValidationError
+
+    from inhabit.rewards.grading import GradingConfig
+
+    assert "report_tampered" in GradingConfig().fatal_flags
+    with pytest.raises(ValidationError, match="unknown flag"):
+        GradingConfig(fatal_flags=["report_tamperd"])
