@@ -278,6 +278,10 @@ async def grade(
         "changed_during_run": rewritten,
         "collection_errors": run.collection_errors,
         "messages": {n: run.messages[n] for n in outcomes if n in run.messages},
+        # A shaped signal for reward configs that want one; the reward itself stays all-or-nothing.
+        "fraction_passed": (sum(o == "passed" for o in outcomes.values()) / len(outcomes))
+        if outcomes and not fatal
+        else 0.0,
     }
     if run.integrity != "ok":
         details["output_tail"] = run.output_tail

@@ -47,6 +47,7 @@ async def test_untouched_workspace_earns_zero(calc_task, sandbox_provider):
     assert result.outcomes["tests/test_calc.py::test_add"] == "failed"
     assert result.outcomes["tests/test_hidden.py::test_add_negative"] == "failed"
     assert result.outcomes["tests/test_calc.py::test_sub"] == "passed"
+    assert result.details["fraction_passed"] == 0.5
 
 
 async def test_grading_does_not_touch_the_final_sandbox(calc_task, sandbox_provider):
