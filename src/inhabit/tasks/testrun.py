@@ -40,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from inhabit.errors import GradingError
+from inhabit.errors import GradingError, SandboxError
 from inhabit.sandbox.base import Sandbox
 from inhabit.tasks.junit import JUnitReport, parse_junit
 
@@ -141,7 +141,7 @@ async def run_tests(
     token = secrets.token_hex(16)
     module = f"inhabit_seal_{token[:12]}"
     key = secrets.token_bytes(32)
-    local = f".inhabit-report-{token[:16]}"
+    local = f".inhabit-report-{secrets.token_hex(8)}"
     args = ["-p", module, *extra_args]
     selector_args = _selector_args(selector)
     unset = " ".join(f"-u {name}" for name in _UNSET_ENV)
@@ -159,8 +159,9 @@ if [ "$3" = 1 ]; then ini="-c '$d/pytest.ini'"; fi
 env {unset} PYTHONPATH="$d" PYTHONNOUSERSITE=1 PYTHONDONTWRITEBYTECODE=1 \
   sh -c "$2 $ini $4" </dev/null
 rc=$?
-if [ -f "$d/report.xml" ]; then mv "$d/report.xml" "./{local}.xml"; fi
-if [ -f "$d/seal.json" ]; then mv "$d/seal.json" "./{local}.seal"; fi
+rm -rf "./{local}.xml" "./{local}.seal"
+if [ -f "$d/report.xml" ]; then mv -f "$d/report.xml" "./{local}.xml"; fi
+if [ -f "$d/seal.json" ]; then mv -f "$d/seal.json" "./{local}.seal"; fi
 rm -rf "$d"
 exit $rc
 """
@@ -256,6 +257,8 @@ async def _take(sandbox: Sandbox, path: str) -> bytes | None:
         return await sandbox.read_file(path)
     except FileNotFoundError:
         return None
+    except (OSError, SandboxError):
+        return b""  # something unreadable in its place (a dir, a symlink out): treated as forged
     finally:
         await sandbox.delete_file(path)
 
