@@ -339,6 +339,8 @@ async def test_hidden_tests_present_in_workspace_is_flagged(calc_task, sandbox_p
     )
     assert "hidden_tests_present" in result.flags
     assert result.reward == 1.0  # the overlay makes it harmless for this grade; the flag reports the leak
+    result = await _grade_after(calc_task, sandbox_provider, {"calc.py": CALC_FIXED, "notes/copy.py": hidden})
+    assert "hidden_tests_present" in result.flags
 
 
 async def test_code_flags_are_review_only_unless_fatal(calc_task, sandbox_provider):
