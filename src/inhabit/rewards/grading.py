@@ -112,9 +112,15 @@ class _HostFiles(Mapping[str, bytes]):
         if key not in self._cache:
             if self._top is None or key not in self._set:
                 raise KeyError(key)
-            p = self._top / key
-            self._cache[key] = os.readlink(p).encode() if p.is_symlink() else p.read_bytes()
+            # A symlink reads as its target's bytes (load_task keeps targets inside workspace/).
+            self._cache[key] = (self._top / key).read_bytes()
         return self._cache[key]
+
+    def links(self) -> dict[str, str]:
+        """Symlinks among the files: path -> link text."""
+        if self._top is None:
+            return {}
+        return {p: os.readlink(self._top / p) for p in self._paths if (self._top / p).is_symlink()}
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._paths)
@@ -209,7 +215,9 @@ async def grade(
         raise GradingError(f"task {task.id} has no [grading] table in task.toml: add command and test ids")
     config = config or GradingConfig()
     spec = task.grading
-    original = _HostFiles(task.workspace_dir, task.workspace_files())
+    # Symlinked directories are not files: they only matter to neutralize's symlink check.
+    files = [p for p in task.workspace_files() if not (task.workspace_dir / p).is_dir()]
+    original = _HostFiles(task.workspace_dir, files)
     hidden = {p: (task.hidden_dir / p).read_bytes() for p in task.hidden_files()} if task.hidden_dir else {}
 
     fresh: Sandbox | None = None
@@ -223,6 +231,7 @@ async def grade(
             test_files=spec.test_files,
             test_dirs=config.test_dirs,
             file_globs=config.test_file_globs,
+            original_links=original.links(),
         )
         for path, data in hidden.items():
             await fresh.delete_file(path)

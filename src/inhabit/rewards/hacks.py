@@ -63,6 +63,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from posixpath import basename, dirname
 
+from inhabit.errors import SandboxError
 from inhabit.rewards.infra import (
     PYTEST_CONFIG_NAMES,
     is_plugin_entry_points,
@@ -182,13 +183,17 @@ async def neutralize(
     test_files: Iterable[str],
     test_dirs: Iterable[str] = ("tests", "test"),
     file_globs: Iterable[str] = ("test_*.py", "*_test.py", "conftest.py"),
+    original_links: Mapping[str, str] | None = None,
 ) -> Neutralization:
     """Revert tests and test infrastructure in `sandbox` (the graded copy) to `original`.
 
     `original` maps every file of the task's workspace/ to its bytes (a lazy mapping is fine:
     only tests, infrastructure and .py files are read); `hidden` likewise for hidden/ (laid over
-    later by the caller). Returns the flags and the actions taken.
+    later by the caller). `original_links` names the original files that are symlinks (path ->
+    link text): one left pointing where it did is unchanged; anything else is restored as a
+    plain file with the target's bytes. Returns the flags and the actions taken.
     """
+    links = dict(original_links or {})
     out = Neutralization()
     test_files = list(test_files)
     test_dirs = tuple(test_dirs)
@@ -233,6 +238,10 @@ async def neutralize(
             continue
         data = original[p]
         cur_entry = entries.get(p)
+        if p in links and cur_entry is not None and cur_entry.kind == "symlink":
+            res = await sandbox.exec(["readlink", "--", p], timeout_s=30)
+            if res.ok and res.stdout.rstrip("\n") == links[p]:
+                continue
         cur = await read(p) if cur_entry is not None else None
         changed = cur_entry is None or cur != data
         if not changed:
@@ -374,10 +383,14 @@ async def changed_during_run(
     changed = []
     for p, data in expected.items():
         entry = entries.get(p)
-        if entry is None or entry.kind != "file":
+        if entry is None or entry.kind == "dir":
             changed.append(p)
             continue
-        now = await sandbox.read_file(p)
+        try:
+            now = await sandbox.read_file(p)  # a symlink (the task's own) is read through
+        except (OSError, SandboxError):
+            changed.append(p)
+            continue
         if basename(p) in PYTEST_CONFIG_NAMES and p not in hidden_paths:
             # Only the pytest section is pinned: other edits to pyproject.toml are the agent's own.
             if pytest_section(p, now) != pytest_section(p, data):

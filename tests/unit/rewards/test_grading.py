@@ -475,3 +475,42 @@ async def test_planted_unchecked_bytecode_is_dropped_and_flagged(make_task, sand
         result = await grade(task, sandbox, sandbox_provider)
     assert result.reward == 0.0
     assert "bytecode_planted" in result.flags
+
+
+async def test_symlinked_test_files_in_the_task_are_kept_or_restored(
+    sandbox_provider, tmp_path, fast_command
+):
+    from inhabit.tasks.build import write_task
+    from inhabit.tasks.task import load_task
+
+    test = "from calc import add\n\ndef test_add():\n    assert add(2, 3) == 5\n"
+    root = write_task(
+        tmp_path / "t",
+        id="t",
+        instruction="x",
+        workspace={"calc.py": CALC_BUGGY, "tests/real/test_calc.py": test},
+        command=fast_command,
+    )
+    (root / "workspace" / "tests" / "test_calc.py").symlink_to("real/test_calc.py")
+    toml = (
+        (root / "task.toml")
+        .read_text()
+        .replace("fail_to_pass = []", 'fail_to_pass = ["tests/test_calc.py::test_add"]')
+    )
+    (root / "task.toml").write_text(toml)
+    task = load_task(root)
+    async with await sandbox_provider.create(task.workspace_dir) as sandbox:
+        await sandbox.write_file("calc.py", CALC_FIXED)
+        result = await grade(task, sandbox, sandbox_provider)
+        assert result.reward == 1.0 and result.flags == []  # the task's own symlink is left alone
+        await sandbox.delete_file("tests/test_calc.py")
+        await sandbox.exec(
+            [
+                "sh",
+                "-c",
+                "printf 'def test_add():\\n    pass\\n' > fake.py && ln -s ../fake.py tests/test_calc.py",
+            ]
+        )
+        await sandbox.write_file("calc.py", CALC_BUGGY)
+        result = await grade(task, sandbox, sandbox_provider)
+        assert result.reward == 0.0 and "test_file_modified" in result.flags
