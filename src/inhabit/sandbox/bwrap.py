@@ -55,7 +55,7 @@ from pathlib import Path
 
 from inhabit.errors import SandboxError, SandboxNotFound
 from inhabit.log import get_logger
-from inhabit.sandbox import cgroups, cleanup, hostfs, mounts, paths, sysview
+from inhabit.sandbox import cgroups, cleanup, hostfs, layers, mounts, paths, sysview
 from inhabit.sandbox.base import (
     WORKSPACE_MOUNT,
     ExecResult,
@@ -183,17 +183,17 @@ class BwrapSandbox(Sandbox):
             src = snap.copy_dir or snap.base
             hostfs.copy_tree(src, self.workspace)
 
-    def _mount(self, snap: Snapshot) -> None:
+    def _mount(self, snap: Snapshot) -> list[Callable[[], None]]:
+        """Mount `snap`'s stack under the (empty) upper; returns freeing work for old layers."""
         held = [v.acquire() for v in snap.volumes]
         try:
             mounts.mount_overlay(snap.lowers(), self.upper, self.work, self.workspace)
         except BaseException:
-            for v in held:
-                v.release()
+            layers.run_all([f for v in held if (f := v.release())])
             raise
-        for v in self._held:
-            v.release()
+        frees = [f for v in self._held if (f := v.release())]
         self._held, self._stack = held, snap
+        return frees
 
     def _kill_processes(self) -> None:
         for pgid in list(self._pgids):
@@ -201,27 +201,38 @@ class BwrapSandbox(Sandbox):
         if self._p.cgroups is not None:
             self._p.cgroups.kill(self._groups)
 
-    def _cleanup_sync(self) -> None:
+    def _teardown(self) -> list[Callable[[], None]]:
+        """Mark closed and do the bookkeeping; return the slow steps (kill, rmdir, unmount)."""
         if self._closed:
-            return
+            return []
         self._closed = True
-        try:
-            self._kill_processes()
-            if self._p.cgroups is not None:
-                self._p.cgroups.remove(self._groups)
+        cleanup.unregister(self._cleanup_handle)
+        self._p._sandboxes.pop(self.sandbox_id, None)
+        ops: list[Callable[[], None]] = [self._kill_processes]
+        if self._p.cgroups is not None:
+            ops.append(functools.partial(self._p.cgroups.remove, self._groups))
+        own = self._volume.release()
+        if own is not None:
+            ops.append(own)  # unmounts the overlay with it
+        else:  # snapshots still use layers on this volume: free only what is ours alone
             if self._p.overlay:
-                with contextlib.suppress(mounts.MountError):
-                    mounts.umount(self.workspace)
-            for v in self._held:
-                v.release()
-            self._held = []
-            self._volume.release()
-        finally:
-            cleanup.unregister(self._cleanup_handle)
-            self._p._sandboxes.pop(self.sandbox_id, None)
+                ops.append(functools.partial(mounts.umount, self.workspace))
+            ops += [functools.partial(hostfs.remove_tree, d) for d in (self.upper, self.work, self.tmp)]
+            if not self._p.overlay:
+                ops.append(functools.partial(hostfs.remove_tree, self.workspace))
+        ops += [f for v in self._held if (f := v.release())]
+        self._held = []
+        return ops
+
+    def _cleanup_sync(self) -> None:
+        layers.run_all(self._teardown())
 
     async def close(self) -> None:
-        self._cleanup_sync()
+        # The slow part (unmount, cgroup rmdir) runs in a worker thread so a burst of closes
+        # never stalls the event loop; a cancelled close still finishes in that thread.
+        ops = self._teardown()
+        if ops:
+            await asyncio.to_thread(layers.run_all, ops)
 
     @property
     def info(self) -> SandboxInfo:
@@ -377,18 +388,28 @@ class BwrapSandbox(Sandbox):
             assert self._stack is not None
             if not any(self.upper.iterdir()):
                 return self._p._register(self._stack.base, self._stack.layers, self._held)
-            mounts.umount(self.workspace, detach=False)
             self._layer_n += 1
             layer = self._volume.path / "layers" / str(self._layer_n)
-            self.upper.rename(layer)
-            self.upper.mkdir()
-            hostfs.remove_tree(self.work)
-            self.work.mkdir()
+            await asyncio.to_thread(self._freeze_upper, layer)
             snap_id = self._p._register(
                 self._stack.base, (layer, *self._stack.layers), [self._volume, *self._held]
             )
-            self._mount(self._p._snapshots[snap_id])
+            layers.run_all(self._mount(self._p._snapshots[snap_id]))
             return snap_id
+
+    def _freeze_upper(self, layer: Path) -> None:
+        """Unmount and turn the upper dir into the frozen `layer` (then a fresh upper/work)."""
+        mounts.umount(self.workspace, detach=False)
+        self.upper.rename(layer)
+        self.upper.mkdir()
+        hostfs.remove_tree(self.work)
+        self.work.mkdir()
+
+    def _reset_upper(self) -> None:
+        mounts.umount(self.workspace)
+        for d in (self.upper, self.work):
+            hostfs.remove_tree(d)
+            d.mkdir()
 
     async def restore(self, snapshot_id: str) -> None:
         self._check_open()
@@ -399,11 +420,10 @@ class BwrapSandbox(Sandbox):
             if not self._p.overlay:
                 await asyncio.to_thread(self._replace_copy, snap)
                 return
-            mounts.umount(self.workspace)
-            for d in (self.upper, self.work):
-                hostfs.remove_tree(d)
-                d.mkdir()
-            self._mount(snap)
+            await asyncio.to_thread(self._reset_upper)
+            frees = self._mount(snap)
+        if frees:
+            await asyncio.to_thread(layers.run_all, frees)
 
     def _replace_copy(self, snap: Snapshot) -> None:
         hostfs.remove_tree(self.workspace)
@@ -525,8 +545,7 @@ class BwrapSandboxProvider(SandboxProvider):
         snap = self._snapshots.pop(snapshot_id, None)
         if snap is None:
             return
-        for v in snap.volumes:
-            v.release()
+        layers.run_all([f for v in snap.volumes if (f := v.release())])
         if snap.copy_dir is not None:
             hostfs.remove_tree(snap.copy_dir)
 
@@ -545,4 +564,4 @@ class BwrapSandboxProvider(SandboxProvider):
         cleanup.unregister(self._cleanup_handle)
 
     async def close(self) -> None:
-        self._cleanup_sync()
+        await asyncio.to_thread(self._cleanup_sync)
