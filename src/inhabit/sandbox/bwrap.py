@@ -489,6 +489,13 @@ class BwrapSandboxProvider(SandboxProvider):
         return f"workspace={mode}, limits={lim} + rlimits (CPU, FSIZE), scratch={self.root}"
 
     async def create(self, source: str | Path, *, limits: SandboxLimits | None = None) -> BwrapSandbox:
+        """A sandbox over a host directory or a snapshot id of this provider.
+
+        In overlay mode a directory is used in place as the bottom read-only layer (no copy, so
+        create takes well under a millisecond): it must not change while sandboxes or snapshots
+        built on it live (overlayfs leaves changes to a lower layer undefined). Copy it first,
+        or create once and snapshot, if it may change.
+        """
         if self._closed:
             raise SandboxError("this sandbox provider is closed: create a new one")
         snap = self._resolve(source)
