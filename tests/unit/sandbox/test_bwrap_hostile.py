@@ -199,6 +199,8 @@ async def test_memory_hog_is_stopped_and_others_keep_working(bw, workspace):
 
 
 async def test_fork_bomb_is_stopped_and_others_keep_working(bw, workspace):
+    if bw.cgroups is None and os.geteuid() == 0:
+        pytest.skip("as root without a pids cgroup nothing bounds a fork bomb (RLIMIT_NPROC spares uid 0)")
     marker = f"bomb{secrets.token_hex(4)}"
     code = f"import os, time  # {marker}\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        time.sleep(0.01)\n"
     async with await bw.create(workspace) as bomb, await bw.create(workspace) as other:
