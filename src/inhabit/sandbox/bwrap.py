@@ -50,7 +50,7 @@ import secrets
 import shlex
 import shutil
 import subprocess
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 
 from inhabit.errors import SandboxError, SandboxNotFound
@@ -228,11 +228,39 @@ class BwrapSandbox(Sandbox):
         layers.run_all(self._teardown())
 
     async def close(self) -> None:
-        # The slow part (unmount, cgroup rmdir) runs in a worker thread so a burst of closes
-        # never stalls the event loop; a cancelled close still finishes in that thread.
-        ops = self._teardown()
-        if ops:
-            await asyncio.to_thread(layers.run_all, ops)
+        if self._closed:
+            return
+        self._kill_processes()
+        done: asyncio.Future[None] | None = None
+        try:
+            # Let a snapshot/restore in progress finish its remount (bounded), so the teardown
+            # below never races it.
+            await asyncio.wait_for(self._lock.acquire(), timeout=10)
+            self._lock.release()
+        except TimeoutError:
+            pass
+        finally:
+            # The slow part (unmount, cgroup rmdir) runs in a worker thread so a burst of closes
+            # never stalls the event loop; a cancelled close still finishes in that thread.
+            ops = self._teardown()
+            if ops:
+                done = asyncio.get_running_loop().run_in_executor(None, layers.run_all, ops)
+        if done is not None:
+            await done
+
+    @contextlib.asynccontextmanager
+    async def _active(self) -> AsyncIterator[None]:
+        """Mark an exec or file operation in flight; snapshot/restore wait until none is."""
+        async with self._lock:
+            self._check_open()
+            self._running += 1
+            self._idle.clear()
+        try:
+            yield
+        finally:
+            self._running -= 1
+            if self._running == 0:
+                self._idle.set()
 
     @property
     def info(self) -> SandboxInfo:
@@ -318,10 +346,7 @@ class BwrapSandbox(Sandbox):
             "PYTHONDONTWRITEBYTECODE": "1",
             **(env or {}),
         }
-        async with self._lock:  # snapshot/restore wait here; execs only pass through
-            self._running += 1
-            self._idle.clear()
-        try:
+        async with self._active():
             result = await run_capped(
                 argv,
                 env=full_env,
@@ -333,10 +358,6 @@ class BwrapSandbox(Sandbox):
                 on_start=self._pgids.add,
                 after_exit=self._after_exit,
             )
-        finally:
-            self._running -= 1
-            if self._running == 0:
-                self._idle.set()
         if result.exit_code == 125 and _LAUNCH_FAILED in result.stderr:
             raise SandboxError(
                 f"could not start a command in sandbox {self.sandbox_id}: {result.stderr[-500:]}"
@@ -361,21 +382,28 @@ class BwrapSandbox(Sandbox):
 
     # -- files ----------------------------------------------------------------------------------
 
+    # The workspace is briefly unmounted during snapshot/restore: file operations go through
+    # `_active` like execs, so they never touch the bare mount point underneath.
+
     async def read_file(self, path: str) -> bytes:
         self._check_open()
-        return hostfs.read_file(self.workspace, path)
+        async with self._active():
+            return hostfs.read_file(self.workspace, path)
 
     async def write_file(self, path: str, data: bytes | str) -> None:
         self._check_open()
-        hostfs.write_file(self.workspace, path, data)
+        async with self._active():
+            hostfs.write_file(self.workspace, path, data)
 
     async def delete_file(self, path: str) -> None:
         self._check_open()
-        await asyncio.to_thread(hostfs.delete, self.workspace, path)
+        async with self._active():
+            await asyncio.to_thread(hostfs.delete, self.workspace, path)
 
     async def list_files(self, path: str = ".", *, recursive: bool = True) -> list[FileEntry]:
         self._check_open()
-        return await asyncio.to_thread(hostfs.list_files, self.workspace, path, recursive)
+        async with self._active():
+            return await asyncio.to_thread(hostfs.list_files, self.workspace, path, recursive)
 
     # -- snapshots ------------------------------------------------------------------------------
 
@@ -383,6 +411,7 @@ class BwrapSandbox(Sandbox):
         self._check_open()
         async with self._lock:
             await self._idle.wait()  # a frozen layer must not change under a running command
+            self._check_open()
             if not self._p.overlay:
                 return await asyncio.to_thread(self._p._store_copy, self.workspace)
             assert self._stack is not None
@@ -417,6 +446,7 @@ class BwrapSandbox(Sandbox):
         async with self._lock:
             self._kill_processes()
             await self._idle.wait()
+            self._check_open()
             if not self._p.overlay:
                 await asyncio.to_thread(self._replace_copy, snap)
                 return

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 
-from inhabit.errors import SandboxError
+from inhabit.errors import SandboxError, SandboxNotFound
 from inhabit.sandbox import SandboxConfig, create_provider
 from inhabit.sandbox.bwrap import BwrapSandboxProvider, bwrap_problem
 
@@ -87,3 +88,18 @@ async def test_failed_launch_is_an_error_not_a_result(provider_factory, workspac
         prov.cgroups.remove(sb._groups)  # the sandbox's cgroups vanish under it
         with pytest.raises(SandboxError):
             await sb.exec("true")
+
+
+async def test_close_racing_a_snapshot_leaves_nothing(provider_factory, workspace):
+    prov = provider_factory("bwrap")
+    before = _mounts_under(prov.root)
+    for _ in range(5):
+        sb = await prov.create(workspace)
+        await sb.write_file("x.txt", "1")
+        results = await asyncio.gather(sb.snapshot(), sb.close(), return_exceptions=True)
+        assert results[1] is None
+        assert isinstance(results[0], str | SandboxNotFound), results
+    for snap_id in list(prov._snapshots):
+        prov.drop_snapshot(snap_id)
+    assert _mounts_under(prov.root) == before
+    assert not list((prov.root / "sb").iterdir())
