@@ -47,14 +47,15 @@ import functools
 import os
 import resource
 import secrets
+import shlex
 import shutil
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 
 from inhabit.errors import SandboxError, SandboxNotFound
 from inhabit.log import get_logger
-from inhabit.sandbox import cgroups, cleanup, hostfs, mounts, paths, sysview
+from inhabit.sandbox import cgroups, cleanup, hostfs, layers, mounts, paths, sysview
 from inhabit.sandbox.base import (
     WORKSPACE_MOUNT,
     ExecResult,
@@ -123,6 +124,20 @@ def can_mount() -> bool:
     return os.geteuid() == 0
 
 
+_LAUNCH_FAILED = "inhabit: could not join the sandbox cgroups or set its rlimits"
+
+
+def _nproc_wrap(cmd: list[str], n: int) -> list[str]:
+    """Set RLIMIT_NPROC inside the sandbox's user namespace, not on bwrap itself.
+
+    Since Linux 5.14 the process count is kept per (user namespace, uid) and checked at every
+    level: a limit set on bwrap would count all of the caller's processes on the host (one
+    sandbox's fork bomb would stop every other sandbox from starting). Set from inside, it
+    counts only this exec's processes. (bash spells it -u, dash -p.)
+    """
+    return ["/bin/sh", "-c", f'ulimit -u {n} 2>/dev/null || ulimit -p {n}; exec "$@"', "sh", *cmd]
+
+
 def _exit_code(rc: int) -> int:
     # bwrap reports a child killed by signal N as 128+N; ExecResult wants -N.
     return -(rc - 128) if 128 < rc < 160 else rc
@@ -168,17 +183,17 @@ class BwrapSandbox(Sandbox):
             src = snap.copy_dir or snap.base
             hostfs.copy_tree(src, self.workspace)
 
-    def _mount(self, snap: Snapshot) -> None:
+    def _mount(self, snap: Snapshot) -> list[Callable[[], None]]:
+        """Mount `snap`'s stack under the (empty) upper; returns freeing work for old layers."""
         held = [v.acquire() for v in snap.volumes]
         try:
             mounts.mount_overlay(snap.lowers(), self.upper, self.work, self.workspace)
         except BaseException:
-            for v in held:
-                v.release()
+            layers.run_all([f for v in held if (f := v.release())])
             raise
-        for v in self._held:
-            v.release()
+        frees = [f for v in self._held if (f := v.release())]
         self._held, self._stack = held, snap
+        return frees
 
     def _kill_processes(self) -> None:
         for pgid in list(self._pgids):
@@ -186,27 +201,66 @@ class BwrapSandbox(Sandbox):
         if self._p.cgroups is not None:
             self._p.cgroups.kill(self._groups)
 
-    def _cleanup_sync(self) -> None:
+    def _teardown(self) -> list[Callable[[], None]]:
+        """Mark closed and do the bookkeeping; return the slow steps (kill, rmdir, unmount)."""
         if self._closed:
-            return
+            return []
         self._closed = True
-        try:
-            self._kill_processes()
-            if self._p.cgroups is not None:
-                self._p.cgroups.remove(self._groups)
+        cleanup.unregister(self._cleanup_handle)
+        self._p._sandboxes.pop(self.sandbox_id, None)
+        ops: list[Callable[[], None]] = [self._kill_processes]
+        if self._p.cgroups is not None:
+            ops.append(functools.partial(self._p.cgroups.remove, self._groups))
+        own = self._volume.release()
+        if own is not None:
+            ops.append(own)  # unmounts the overlay with it
+        else:  # snapshots still use layers on this volume: free only what is ours alone
             if self._p.overlay:
-                with contextlib.suppress(mounts.MountError):
-                    mounts.umount(self.workspace)
-            for v in self._held:
-                v.release()
-            self._held = []
-            self._volume.release()
-        finally:
-            cleanup.unregister(self._cleanup_handle)
-            self._p._sandboxes.pop(self.sandbox_id, None)
+                ops.append(functools.partial(mounts.umount, self.workspace))
+            ops += [functools.partial(hostfs.remove_tree, d) for d in (self.upper, self.work, self.tmp)]
+            if not self._p.overlay:
+                ops.append(functools.partial(hostfs.remove_tree, self.workspace))
+        ops += [f for v in self._held if (f := v.release())]
+        self._held = []
+        return ops
+
+    def _cleanup_sync(self) -> None:
+        layers.run_all(self._teardown())
 
     async def close(self) -> None:
-        self._cleanup_sync()
+        if self._closed:
+            return
+        self._kill_processes()
+        done: asyncio.Future[None] | None = None
+        try:
+            # Let a snapshot/restore in progress finish its remount (bounded), so the teardown
+            # below never races it.
+            await asyncio.wait_for(self._lock.acquire(), timeout=10)
+            self._lock.release()
+        except TimeoutError:
+            pass
+        finally:
+            # The slow part (unmount, cgroup rmdir) runs in a worker thread so a burst of closes
+            # never stalls the event loop; a cancelled close still finishes in that thread.
+            ops = self._teardown()
+            if ops:
+                done = asyncio.get_running_loop().run_in_executor(None, layers.run_all, ops)
+        if done is not None:
+            await done
+
+    @contextlib.asynccontextmanager
+    async def _active(self) -> AsyncIterator[None]:
+        """Mark an exec or file operation in flight; snapshot/restore wait until none is."""
+        async with self._lock:
+            self._check_open()
+            self._running += 1
+            self._idle.clear()
+        try:
+            yield
+        finally:
+            self._running -= 1
+            if self._running == 0:
+                self._idle.set()
 
     @property
     def info(self) -> SandboxInfo:
@@ -218,25 +272,35 @@ class BwrapSandbox(Sandbox):
 
     # -- exec -----------------------------------------------------------------------------------
 
-    def _preexec(self, procs_fds: list[int]):  # type: ignore[no-untyped-def]
+    def _launcher(self) -> tuple[list[str], Callable[[], None] | None]:
+        """How bwrap is started: an argv prefix and/or a preexec function.
+
+        With cgroups, a tiny /bin/sh joins the sandbox's groups and sets the CPU/core rlimits,
+        then execs bwrap: Python then spawns with vfork, where a preexec function would force a
+        full fork of this (possibly large) process on every exec (~15 ms under load). File size
+        is then capped by the volume's tmpfs size. Without cgroups, rlimits are set pre-exec.
+        """
         lim = self._limits
-        rl = [
-            (resource.RLIMIT_CPU, lim.cpu_time_s),
-            (resource.RLIMIT_FSIZE, lim.disk_mb * 1024 * 1024),
-            (resource.RLIMIT_CORE, 0),
+        if self._p.cgroups is not None:
+            joins = " && ".join(f"echo $$ > {shlex.quote(str(g / 'cgroup.procs'))}" for g in self._groups)
+            script = (
+                f"{{ {joins} && ulimit -S -t {lim.cpu_time_s} && ulimit -H -t {lim.cpu_time_s + 1} "
+                f"&& ulimit -c 0; }} || {{ echo '{_LAUNCH_FAILED}' >&2; exit 125; }}; exec \"$@\""
+            )
+            return ["/bin/sh", "-c", script, "inhabit-launch"], None
+        limits = [
+            (resource.RLIMIT_CPU, (lim.cpu_time_s, lim.cpu_time_s + 1)),  # SIGXCPU first, then KILL
+            (resource.RLIMIT_FSIZE, (lim.disk_mb * 1024 * 1024,) * 2),
+            (resource.RLIMIT_CORE, (0, 0)),
+            (resource.RLIMIT_AS, (lim.memory_mb * 1024 * 1024,) * 2),  # RLIMIT_NPROC: see _nproc_wrap
         ]
-        if not procs_fds:  # no cgroup: rlimits are all we have
-            rl.append((resource.RLIMIT_AS, lim.memory_mb * 1024 * 1024))
-            rl.append((resource.RLIMIT_NPROC, lim.max_processes))
 
         def apply() -> None:
-            for fd in procs_fds:  # join the sandbox's cgroups before bwrap forks anything
-                os.write(fd, b"0")
-            for what, value in rl:
+            for what, value in limits:
                 with contextlib.suppress(ValueError, OSError):
-                    resource.setrlimit(what, (value, value))
+                    resource.setrlimit(what, value)
 
-        return apply
+        return [], apply
 
     async def exec(
         self,
@@ -255,8 +319,12 @@ class BwrapSandbox(Sandbox):
         if not paths.resolve(self.workspace, rel).is_dir():
             raise SandboxError(f"cwd {cwd!r} is not a directory in the workspace")
         inner_cwd = WORKSPACE_MOUNT if rel == "." else f"{WORKSPACE_MOUNT}/{rel}"
+        if self._p.cgroups is None:
+            cmd = _nproc_wrap(cmd, self._limits.max_processes)
         timeout = min(timeout_s or self._limits.default_timeout_s, self._limits.max_timeout_s)
+        prefix, preexec = self._launcher()
         argv = [
+            *prefix,
             *self._p.base_argv,
             "--bind",
             str(self.tmp),
@@ -278,12 +346,7 @@ class BwrapSandbox(Sandbox):
             "PYTHONDONTWRITEBYTECODE": "1",
             **(env or {}),
         }
-        async with self._lock:  # snapshot/restore wait here; execs only pass through
-            self._running += 1
-            self._idle.clear()
-        fds: list[int] = []
-        try:
-            fds = self._p.cgroups.open_procs(self._groups) if self._p.cgroups is not None else []
+        async with self._active():
             result = await run_capped(
                 argv,
                 env=full_env,
@@ -291,16 +354,14 @@ class BwrapSandbox(Sandbox):
                 timeout_s=timeout,
                 output_bytes=self._limits.output_bytes,
                 stdin=stdin,
-                preexec_fn=self._preexec(fds),
+                preexec_fn=preexec,
                 on_start=self._pgids.add,
                 after_exit=self._after_exit,
             )
-        finally:
-            for fd in fds:
-                os.close(fd)
-            self._running -= 1
-            if self._running == 0:
-                self._idle.set()
+        if result.exit_code == 125 and _LAUNCH_FAILED in result.stderr:
+            raise SandboxError(
+                f"could not start a command in sandbox {self.sandbox_id}: {result.stderr[-500:]}"
+            )
         code = result.exit_code if result.timed_out else _exit_code(result.exit_code)
         if code != result.exit_code:
             result = ExecResult(
@@ -321,21 +382,28 @@ class BwrapSandbox(Sandbox):
 
     # -- files ----------------------------------------------------------------------------------
 
+    # The workspace is briefly unmounted during snapshot/restore: file operations go through
+    # `_active` like execs, so they never touch the bare mount point underneath.
+
     async def read_file(self, path: str) -> bytes:
         self._check_open()
-        return hostfs.read_file(self.workspace, path)
+        async with self._active():
+            return hostfs.read_file(self.workspace, path)
 
     async def write_file(self, path: str, data: bytes | str) -> None:
         self._check_open()
-        hostfs.write_file(self.workspace, path, data)
+        async with self._active():
+            hostfs.write_file(self.workspace, path, data)
 
     async def delete_file(self, path: str) -> None:
         self._check_open()
-        await asyncio.to_thread(hostfs.delete, self.workspace, path)
+        async with self._active():
+            await asyncio.to_thread(hostfs.delete, self.workspace, path)
 
     async def list_files(self, path: str = ".", *, recursive: bool = True) -> list[FileEntry]:
         self._check_open()
-        return await asyncio.to_thread(hostfs.list_files, self.workspace, path, recursive)
+        async with self._active():
+            return await asyncio.to_thread(hostfs.list_files, self.workspace, path, recursive)
 
     # -- snapshots ------------------------------------------------------------------------------
 
@@ -343,23 +411,34 @@ class BwrapSandbox(Sandbox):
         self._check_open()
         async with self._lock:
             await self._idle.wait()  # a frozen layer must not change under a running command
+            self._check_open()
             if not self._p.overlay:
                 return await asyncio.to_thread(self._p._store_copy, self.workspace)
             assert self._stack is not None
             if not any(self.upper.iterdir()):
                 return self._p._register(self._stack.base, self._stack.layers, self._held)
-            mounts.umount(self.workspace, detach=False)
             self._layer_n += 1
             layer = self._volume.path / "layers" / str(self._layer_n)
-            self.upper.rename(layer)
-            self.upper.mkdir()
-            hostfs.remove_tree(self.work)
-            self.work.mkdir()
+            await asyncio.to_thread(self._freeze_upper, layer)
             snap_id = self._p._register(
                 self._stack.base, (layer, *self._stack.layers), [self._volume, *self._held]
             )
-            self._mount(self._p._snapshots[snap_id])
+            layers.run_all(self._mount(self._p._snapshots[snap_id]))
             return snap_id
+
+    def _freeze_upper(self, layer: Path) -> None:
+        """Unmount and turn the upper dir into the frozen `layer` (then a fresh upper/work)."""
+        mounts.umount(self.workspace, detach=False)
+        self.upper.rename(layer)
+        self.upper.mkdir()
+        hostfs.remove_tree(self.work)
+        self.work.mkdir()
+
+    def _reset_upper(self) -> None:
+        mounts.umount(self.workspace)
+        for d in (self.upper, self.work):
+            hostfs.remove_tree(d)
+            d.mkdir()
 
     async def restore(self, snapshot_id: str) -> None:
         self._check_open()
@@ -367,14 +446,14 @@ class BwrapSandbox(Sandbox):
         async with self._lock:
             self._kill_processes()
             await self._idle.wait()
+            self._check_open()
             if not self._p.overlay:
                 await asyncio.to_thread(self._replace_copy, snap)
                 return
-            mounts.umount(self.workspace)
-            for d in (self.upper, self.work):
-                hostfs.remove_tree(d)
-                d.mkdir()
-            self._mount(snap)
+            await asyncio.to_thread(self._reset_upper)
+            frees = self._mount(snap)
+        if frees:
+            await asyncio.to_thread(layers.run_all, frees)
 
     def _replace_copy(self, snap: Snapshot) -> None:
         hostfs.remove_tree(self.workspace)
@@ -440,6 +519,13 @@ class BwrapSandboxProvider(SandboxProvider):
         return f"workspace={mode}, limits={lim} + rlimits (CPU, FSIZE), scratch={self.root}"
 
     async def create(self, source: str | Path, *, limits: SandboxLimits | None = None) -> BwrapSandbox:
+        """A sandbox over a host directory or a snapshot id of this provider.
+
+        In overlay mode a directory is used in place as the bottom read-only layer (no copy, so
+        create takes well under a millisecond): it must not change while sandboxes or snapshots
+        built on it live (overlayfs leaves changes to a lower layer undefined). Copy it first,
+        or create once and snapshot, if it may change.
+        """
         if self._closed:
             raise SandboxError("this sandbox provider is closed: create a new one")
         snap = self._resolve(source)
@@ -496,8 +582,7 @@ class BwrapSandboxProvider(SandboxProvider):
         snap = self._snapshots.pop(snapshot_id, None)
         if snap is None:
             return
-        for v in snap.volumes:
-            v.release()
+        layers.run_all([f for v in snap.volumes if (f := v.release())])
         if snap.copy_dir is not None:
             hostfs.remove_tree(snap.copy_dir)
 
@@ -516,4 +601,4 @@ class BwrapSandboxProvider(SandboxProvider):
         cleanup.unregister(self._cleanup_handle)
 
     async def close(self) -> None:
-        self._cleanup_sync()
+        await asyncio.to_thread(self._cleanup_sync)
