@@ -50,7 +50,7 @@ import secrets
 import shlex
 import shutil
 import subprocess
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from inhabit.errors import SandboxError, SandboxNotFound
@@ -65,6 +65,7 @@ from inhabit.sandbox.base import (
     SandboxLimits,
     SandboxProvider,
 )
+from inhabit.sandbox.gate import Gate
 from inhabit.sandbox.layers import Snapshot, Volume
 from inhabit.sandbox.runner import kill_group, run_capped
 
@@ -162,10 +163,7 @@ class BwrapSandbox(Sandbox):
         self._layer_n = 0
         self._groups: list[Path] = []
         self._pgids: set[int] = set()
-        self._running = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
-        self._lock = asyncio.Lock()
+        self._gate = Gate()
         self._closed = False
         self._cleanup_handle = cleanup.register(self._cleanup_sync)
 
@@ -235,10 +233,7 @@ class BwrapSandbox(Sandbox):
         try:
             # Let a snapshot/restore in progress finish its remount (bounded), so the teardown
             # below never races it.
-            await asyncio.wait_for(self._lock.acquire(), timeout=10)
-            self._lock.release()
-        except TimeoutError:
-            pass
+            await self._gate.settle(timeout=10)
         finally:
             # The slow part (unmount, cgroup rmdir) runs in a worker thread so a burst of closes
             # never stalls the event loop; a cancelled close still finishes in that thread.
@@ -247,20 +242,6 @@ class BwrapSandbox(Sandbox):
                 done = asyncio.get_running_loop().run_in_executor(None, layers.run_all, ops)
         if done is not None:
             await done
-
-    @contextlib.asynccontextmanager
-    async def _active(self) -> AsyncIterator[None]:
-        """Mark an exec or file operation in flight; snapshot/restore wait until none is."""
-        async with self._lock:
-            self._check_open()
-            self._running += 1
-            self._idle.clear()
-        try:
-            yield
-        finally:
-            self._running -= 1
-            if self._running == 0:
-                self._idle.set()
 
     @property
     def info(self) -> SandboxInfo:
@@ -346,7 +327,7 @@ class BwrapSandbox(Sandbox):
             "PYTHONDONTWRITEBYTECODE": "1",
             **(env or {}),
         }
-        async with self._active():
+        async with self._gate.shared(self._check_open):
             result = await run_capped(
                 argv,
                 env=full_env,
@@ -382,35 +363,34 @@ class BwrapSandbox(Sandbox):
 
     # -- files ----------------------------------------------------------------------------------
 
-    # The workspace is briefly unmounted during snapshot/restore: file operations go through
-    # `_active` like execs, so they never touch the bare mount point underneath.
+    # The workspace is briefly unmounted during snapshot/restore: file operations pass the gate
+    # like execs, so they never touch the bare mount point underneath.
 
     async def read_file(self, path: str) -> bytes:
         self._check_open()
-        async with self._active():
+        async with self._gate.shared(self._check_open):
             return hostfs.read_file(self.workspace, path)
 
     async def write_file(self, path: str, data: bytes | str) -> None:
         self._check_open()
-        async with self._active():
+        async with self._gate.shared(self._check_open):
             hostfs.write_file(self.workspace, path, data)
 
     async def delete_file(self, path: str) -> None:
         self._check_open()
-        async with self._active():
+        async with self._gate.shared(self._check_open):
             await asyncio.to_thread(hostfs.delete, self.workspace, path)
 
     async def list_files(self, path: str = ".", *, recursive: bool = True) -> list[FileEntry]:
         self._check_open()
-        async with self._active():
+        async with self._gate.shared(self._check_open):
             return await asyncio.to_thread(hostfs.list_files, self.workspace, path, recursive)
 
     # -- snapshots ------------------------------------------------------------------------------
 
     async def snapshot(self) -> str:
         self._check_open()
-        async with self._lock:
-            await self._idle.wait()  # a frozen layer must not change under a running command
+        async with self._gate.exclusive():  # a frozen layer must not change under a command
             self._check_open()
             if not self._p.overlay:
                 return await asyncio.to_thread(self._p._store_copy, self.workspace)
@@ -443,9 +423,7 @@ class BwrapSandbox(Sandbox):
     async def restore(self, snapshot_id: str) -> None:
         self._check_open()
         snap = self._p._get(snapshot_id)
-        async with self._lock:
-            self._kill_processes()
-            await self._idle.wait()
+        async with self._gate.exclusive(before_wait=self._kill_processes):
             self._check_open()
             if not self._p.overlay:
                 await asyncio.to_thread(self._replace_copy, snap)
