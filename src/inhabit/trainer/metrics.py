@@ -16,7 +16,6 @@ updates (the weights of `version`), against the engine's (behaviour) logprobs:
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -131,7 +130,3 @@ class MismatchAccumulator:
             "entropy": self.entropy_sum / n,
         }
 
-
-def finite(x: float) -> float:
-    """Grad norms can be inf/nan on a broken batch; keep metrics JSON-able (None is not a float)."""
-    return x if math.isfinite(x) else float("nan")
