@@ -129,4 +129,3 @@ class MismatchAccumulator:
             "routing_disagreement": self.disagree / self.routed if self.routed else None,
             "entropy": self.entropy_sum / n,
         }
-

@@ -114,7 +114,9 @@ def test_export_and_from_pretrained_round_trip_with_the_tokenizer(tmp_path) -> N
     from inhabit.models.tokenizer import default_tokenizer
 
     tok = default_tokenizer(cache_dir=tmp_path / "cache")
-    trainer = Trainer(build_tiny_model("dense-1m", vocab_size=len(tok), seed=0), TrainerConfig(), tokenizer=tok)
+    trainer = Trainer(
+        build_tiny_model("dense-1m", vocab_size=len(tok), seed=0), TrainerConfig(), tokenizer=tok
+    )
     path = trainer.save(tmp_path / checkpoint_name(0))
     again = Trainer.from_pretrained(path, TrainerConfig(), version=0).load(path)
     assert again.tokenizer is not None and len(again.tokenizer) == len(tok)
