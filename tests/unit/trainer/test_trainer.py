@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -82,6 +84,7 @@ def test_on_policy_samples_show_no_mismatch_and_unit_ratios(dense) -> None:
     ]
     m2 = trainer.measure(off)
     assert m2.mismatch_mean_abs == pytest.approx(0.5, abs=1e-4)
+    assert m2.mismatch_kl_k3 == pytest.approx(math.exp(0.5) - 1 - 0.5, abs=1e-4)  # k3 = r - 1 - log r
     assert m2.ratio_mean == pytest.approx(float(torch.exp(torch.tensor(0.5))), rel=1e-3)
     assert m2.truncated_fraction == 0.0  # e^0.5 = 1.65 < tis_cap 2
     assert trainer.version == 0, "measure does not update"
