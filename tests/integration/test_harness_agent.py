@@ -24,6 +24,8 @@ from fastapi.responses import JSONResponse
 from inhabit.harness.parse import render_call
 
 SRC = Path(__file__).resolve().parents[2] / "src"
+# process by default; INHABIT_HARNESS_TEST_BACKEND=bwrap runs the same tests isolated.
+BACKEND = os.environ.get("INHABIT_HARNESS_TEST_BACKEND", "process")
 
 SCRIPT = [
     render_call("read_file", {"path": "calc.py"}),
@@ -123,7 +125,7 @@ def agent(repo: Path, url: str, *extra: str, stdin: str = "") -> subprocess.Comp
             "--task",
             "Fix add.",
             "--sandbox",
-            "process",
+            BACKEND,
             *extra,
         ],
         input=stdin,
@@ -157,10 +159,11 @@ def test_agent_applies_the_diff_with_yes_and_saves_the_session(server, repo: Pat
     assert "1\tdef add(a, b):" in second["messages"][-1]["content"]
 
 
-def test_agent_leaves_the_repo_untouched_when_the_diff_is_rejected(server, repo: Path) -> None:
+@pytest.mark.parametrize("answer", ["n\n", ""], ids=["no", "no-answer"])
+def test_agent_leaves_the_repo_untouched_when_the_diff_is_rejected(server, repo: Path, answer: str) -> None:
     _, url = server
     before = (repo / "calc.py").read_text()
-    out = agent(repo, url, stdin="n\n")
+    out = agent(repo, url, stdin=answer)
     assert out.returncode == 0, out.stderr
     assert (repo / "calc.py").read_text() == before
     assert "Apply these changes" in out.stdout

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[2] / "src"
+# process by default; INHABIT_HARNESS_TEST_BACKEND=bwrap runs the same tests isolated.
+BACKEND = os.environ.get("INHABIT_HARNESS_TEST_BACKEND", "process")
 
 
 def make_task(root: Path) -> Path:
@@ -59,7 +61,7 @@ def replay(task: Path, actions: object, tmp_path: Path, *extra: str) -> subproce
             "--actions",
             str(path),
             "--sandbox",
-            "process",
+            BACKEND,
             *extra,
         ],
         capture_output=True,

@@ -44,12 +44,14 @@ EXCLUDED_DIRS = frozenset(
 SESSIONS_DIR = Path(".inhabit") / "sessions"
 
 
-def make_policy(model: str, *, model_name: str | None = None, api_key: str | None = None) -> Policy:
+def make_policy(
+    model: str, *, model_name: str | None = None, api_key: str | None = None, context_window: int = 32_768
+) -> Policy:
     """An http(s) URL is an OpenAI-compatible endpoint; a local folder is a model for LocalPolicy."""
     if model.startswith(("http://", "https://")):
         from inhabit.harness.openai_policy import OpenAIPolicy
 
-        return OpenAIPolicy(model, model_name, api_key=api_key)
+        return OpenAIPolicy(model, model_name, api_key=api_key, context_window=context_window)
     path = Path(model).expanduser()
     if path.is_dir():
         try:

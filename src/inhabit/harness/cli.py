@@ -106,6 +106,7 @@ async def _agent(
     api_key: str | None,
     backend: str,
     cfg: Any,
+    context_window: int,
 ) -> Path:
     from rich.console import Console
     from rich.syntax import Syntax
@@ -121,7 +122,7 @@ async def _agent(
     from inhabit.harness.loop import run_episode
 
     console = Console()
-    policy = make_policy(model, model_name=model_name, api_key=api_key)
+    policy = make_policy(model, model_name=model_name, api_key=api_key, context_window=context_window)
     provider = _provider(backend)
     try:
         sandbox = await provider.create(repo)
@@ -149,7 +150,7 @@ async def _agent(
     else:
         console.print(Syntax(render_diff(changes), "diff", theme="ansi_dark", word_wrap=True))
         summary = ", ".join(f"{c.kind} {c.path}" for c in changes)
-        if yes or typer.confirm(f"Apply these changes to {repo}? ({summary})", default=False):
+        if yes or _confirm(f"Apply these changes to {repo}? ({summary})"):
             apply_changes(repo, changes)
             decision = "accepted"
             console.print(f"[green]applied {len(changes)} change(s) to {repo}[/green]")
@@ -159,6 +160,13 @@ async def _agent(
     path = save_session(repo, traj, changes, decision, model=model)
     console.print(f"session saved to {path}")
     return path
+
+
+def _confirm(question: str) -> bool:
+    try:
+        return typer.confirm(question, default=False)
+    except typer.Abort:  # no answer (closed stdin, Ctrl-C): keep the repository as it is
+        return False
 
 
 def register(app: typer.Typer) -> None:
@@ -202,6 +210,9 @@ def register(app: typer.Typer) -> None:
             None, "--api-key", envvar="OPENAI_API_KEY", help="Endpoint API key."
         ),
         sandbox: str = typer.Option("auto", "--sandbox", help="Sandbox backend: auto, bwrap or process."),
+        context_window: int = typer.Option(
+            32_768, "--context-window", min=512, help="Tokens the endpoint's model attends to."
+        ),
         config: Path | None = typer.Option(None, "--config", help="TOML file of HarnessConfig fields."),
         overrides: list[str] = typer.Argument(None, help="HarnessConfig overrides, e.g. max_turns=10."),
     ) -> None:
@@ -230,5 +241,6 @@ def register(app: typer.Typer) -> None:
                 api_key=api_key,
                 backend=sandbox,
                 cfg=cfg,
+                context_window=context_window,
             )
         )

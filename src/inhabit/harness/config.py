@@ -56,7 +56,7 @@ class HarnessConfig(Config):
     test_command: str | None = Field(
         None,
         description="run_tests command when the task has none (e.g. `inhabit agent` on a repository); "
-        "None: pytest through the Python running inhabit.",
+        "None: `python -m pytest` when the sandbox's python has pytest, else the Python running inhabit.",
     )
     test_timeout_s: float = Field(300.0, gt=0, description="Timeout of one run_tests call.")
     ruff_command: str | None = Field(
@@ -74,9 +74,11 @@ class HarnessConfig(Config):
         5, ge=1, le=100, description="Results semantic_search returns by default."
     )
 
-    def resolved_test_command(self) -> str:
-        return self.test_command or f"{shlex.quote(sys.executable)} -m pytest -q -p no:cacheprovider"
-
-    def resolved_ruff_command(self) -> str:
-        # The sandbox's PATH need not hold the venv that ships ruff; the running interpreter does.
-        return self.ruff_command or f"{shlex.quote(sys.executable)} -m ruff"
+    def ruff_invocation(self, args: str) -> str:
+        """Shell text running ruff with `args`: the configured command, else `ruff` on the sandbox's
+        PATH, else the ruff module of the Python running inhabit (a process sandbox's PATH need not
+        hold the venv that ships ruff; an isolating one may not see this interpreter)."""
+        if self.ruff_command:
+            return f"{self.ruff_command} {args}"
+        fallback = f"{shlex.quote(sys.executable)} -m ruff"
+        return f"if command -v ruff >/dev/null 2>&1; then ruff {args}; else {fallback} {args}; fi"

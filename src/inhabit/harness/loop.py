@@ -195,7 +195,7 @@ async def run_episode(
 ) -> Trajectory:
     """Run one episode to its end and return its trajectory (reward unset: grading is separate)."""
     cfg = config or HarnessConfig()
-    ctx = ToolContext(sandbox=sandbox, config=cfg, test_command=test_command or cfg.resolved_test_command())
+    ctx = ToolContext(sandbox=sandbox, config=cfg, test_command=test_command or cfg.test_command)
     episode = _Episode(policy, ctx, instruction, observer or EpisodeObserver())
     t0 = time.monotonic()
     error: str | None

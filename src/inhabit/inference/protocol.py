@@ -92,6 +92,7 @@ class CompletionRequest(_Common):
     prompt: str | list[int] | list[str] | list[list[int]]
     logprobs: int | None = Field(None, ge=0, le=20)
     echo: bool = False
+    return_tokens_as_token_ids: bool = False
     max_tokens: int | None = Field(16, ge=1)
 
     def unsupported(self) -> str | None:
@@ -150,8 +151,11 @@ def decode_routes(data: str | None, prompt_len: int) -> tuple[list | None, list 
 # ------------------------------------------------------------------ logprobs on the wire
 
 
-def token_strings(tokenizer: Any, ids: list[int]) -> list[str]:
-    return [tokenizer.decode([i]) for i in ids] if tokenizer is not None else [str(i) for i in ids]
+def token_strings(tokenizer: Any, ids: list[int], as_ids: bool = False) -> list[str]:
+    """Each token as text, or as vLLM's "token_id:N" form (exact even for partial UTF-8 bytes)."""
+    if as_ids or tokenizer is None:
+        return [f"token_id:{i}" for i in ids]
+    return [tokenizer.decode([i]) for i in ids]
 
 
 def chat_logprobs(
@@ -170,15 +174,20 @@ def chat_logprobs(
 
 
 def completion_logprobs(
-    tokenizer: Any, ids: list[int], lps: list[float], top: list[dict[int, float]] | None, offset: int = 0
+    tokenizer: Any,
+    ids: list[int],
+    lps: list[float],
+    top: list[dict[int, float]] | None,
+    offset: int = 0,
+    as_ids: bool = False,
 ) -> dict:
     """OpenAI completions `logprobs`: tokens, token_logprobs, top_logprobs, text_offset."""
-    toks = token_strings(tokenizer, ids)
+    toks = token_strings(tokenizer, ids, as_ids)
     offsets, pos = [], offset
     for t in toks:
         offsets.append(pos)
         pos += len(t)
     tops = None
     if top is not None:
-        tops = [{token_strings(tokenizer, [tid])[0]: tlp for tid, tlp in d.items()} for d in top]
+        tops = [{token_strings(tokenizer, [tid], as_ids)[0]: tlp for tid, tlp in d.items()} for d in top]
     return {"tokens": toks, "token_logprobs": list(lps), "top_logprobs": tops, "text_offset": offsets}

@@ -185,7 +185,11 @@ def create_app(
             lp = None
             if req.logprobs is not None:
                 lp = completion_logprobs(
-                    tokenizer, c.token_ids, c.logprobs, c.top_logprobs if req.logprobs else None
+                    tokenizer,
+                    c.token_ids,
+                    c.logprobs,
+                    c.top_logprobs if req.logprobs else None,
+                    as_ids=req.return_tokens_as_token_ids,
                 )
             choice = {"index": i, "text": c.text, "logprobs": lp, "finish_reason": c.finish_reason}
             choices.append(choice | _extensions(c) | {"prompt_token_ids": c.prompt_token_ids})

@@ -16,7 +16,8 @@ dir takes part:
      required test files as arguments (so files the agent added are never collected), a cleaned
      environment, and a sealed JUnit XML report at a fresh path outside the workspace
      (`inhabit.tasks.testrun`);
-  5. reward 1 when every fail_to_pass and pass_to_pass test passed and no fatal flag was raised,
+  5. check that no test, conftest or pytest configuration file changed on disk during the run;
+  6. reward 1 when every fail_to_pass and pass_to_pass test passed and no fatal flag was raised,
      else 0. Tests that are missing, skipped, or in a file that failed to collect count as failed.
 
 The flags and what each protects against are listed in `inhabit.rewards.hacks`. A failure of the
@@ -38,7 +39,7 @@ from inhabit.config import Config
 from inhabit.errors import GradingError, InhabitError
 from inhabit.log import get_logger
 from inhabit.rewards import hacks
-from inhabit.rewards.infra import pytest_section, root_pytest_config
+from inhabit.rewards.infra import is_test_path, pytest_section, root_pytest_config
 from inhabit.sandbox.base import Sandbox, SandboxLimits, SandboxProvider
 from inhabit.tasks.task import Task, node_id_file
 from inhabit.tasks.testrun import TestRunResult, run_tests
@@ -58,7 +59,12 @@ class GradingConfig(Config):
         ["test_*.py", "*_test.py", "conftest.py"], description="File-name globs restored as tests anywhere."
     )
     fatal_flags: list[str] = Field(
-        [hacks.REPORT_TAMPERED, hacks.CODE_USES_PYTEST],
+        [
+            hacks.REPORT_TAMPERED,
+            hacks.TESTS_CHANGED_DURING_RUN,
+            hacks.CODE_USES_PYTEST,
+            hacks.CODE_ALWAYS_EQUAL,
+        ],
         description="Flags that force reward 0 even when the required tests passed.",
     )
     scan_code: bool = Field(True, description="Scan the agent's changed non-test code for hack patterns.")
@@ -200,6 +206,13 @@ async def grade(
             await fresh.write_file(path, data)
         cfg_args, empty_ini = _config_args(original, hidden)
         extra = ["-p", "no:cacheprovider", "--rootdir=.", "--confcutdir=.", "--continue-on-collection-errors"]
+        protected = hacks.protected_files(
+            original,
+            hidden,
+            lambda p: is_test_path(
+                p, test_dirs=config.test_dirs, file_globs=config.test_file_globs, extra_files=spec.test_files
+            ),
+        )
         run = await run_tests(
             fresh,
             spec.command,
@@ -208,6 +221,7 @@ async def grade(
             extra_args=[*extra, *cfg_args],
             empty_ini=empty_ini,
         )
+        rewritten = await hacks.changed_during_run(fresh, protected, hidden)
     except (InhabitError, OSError) as e:
         log.warning("grading task %s failed: %s", task.id, e)
         return GradeResult(0.0, False, [], {}, "error", {"error": f"{type(e).__name__}: {e}"})
@@ -216,6 +230,8 @@ async def grade(
             await fresh.close()
 
     outcomes, run_flags = _required_outcomes(run, spec.required_tests)
+    if rewritten:
+        run_flags.append(hacks.TESTS_CHANGED_DURING_RUN)
     code_flags = hacks.scan_code(neut.changed_code) if config.scan_code else {}
     flags: list[str] = []
     for name in [*neut.flags, *run_flags, *code_flags]:
@@ -234,6 +250,7 @@ async def grade(
         "notes": neut.notes,
         "code_flags": code_flags,
         "problems": list(run.problems),
+        "changed_during_run": rewritten,
         "collection_errors": run.collection_errors,
         "messages": {n: run.messages[n] for n in outcomes if n in run.messages},
     }

@@ -33,7 +33,7 @@ import json
 import secrets
 import shlex
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -123,13 +123,15 @@ async def run_tests(
     timeout_s: float,
     extra_args: Sequence[str] = (),
     empty_ini: bool = False,
+    env: Mapping[str, str] | None = None,
 ) -> TestRunResult:
     """Run `command` (ending in a pytest invocation) in `sandbox` and read its sealed report.
 
     `selector`: node ids, paths or pytest options appended to the command (a string is split like
     a shell would). `extra_args` go before the selector. `empty_ini=True` also writes an empty
     `pytest.ini` into the private directory and passes `-c` to it (graders use it when the
-    original workspace has no pytest configuration). Never raises for test failures; raises
+    original workspace has no pytest configuration). `env` is passed to the sandbox's exec; the
+    variables listed in the module docstring are removed from it all the same. Never raises for test failures; raises
     GradingError only when the sandbox itself cannot run the setup commands.
     """
     token = secrets.token_hex(16)
@@ -159,7 +161,7 @@ async def run_tests(
     stdin = json.dumps({"xml": xml_path, "seal": seal_path, "key": key.hex()}) + "\n"
 
     start = time.monotonic()
-    res = await sandbox.exec(argv, stdin=stdin.encode(), timeout_s=timeout_s)
+    res = await sandbox.exec(argv, stdin=stdin.encode(), timeout_s=timeout_s, env=env)
     duration = time.monotonic() - start
     output_tail = (res.stdout + res.stderr)[-_TAIL:]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import sys
+import os
 from pathlib import Path
 
 import pytest
@@ -34,8 +34,10 @@ def repo(tmp_path: Path) -> Path:
 
 @pytest.fixture
 async def provider():
+    # process by default (works everywhere); INHABIT_HARNESS_TEST_BACKEND=bwrap runs the same tests isolated.
+    backend = os.environ.get("INHABIT_HARNESS_TEST_BACKEND", "process")
     prov = create_provider(
-        SandboxConfig(backend="process", limits=SandboxLimits(memory_mb=2048, default_timeout_s=60))
+        SandboxConfig(backend=backend, limits=SandboxLimits(memory_mb=2048, default_timeout_s=60))
     )
     yield prov
     await prov.close()
@@ -50,9 +52,9 @@ async def sandbox(provider, repo: Path):
 
 @pytest.fixture
 def hconfig() -> HarnessConfig:
-    return HarnessConfig(test_command=f"{sys.executable} -m pytest -q -p no:cacheprovider")
+    return HarnessConfig()  # run_tests finds a pytest the sandbox can run
 
 
 @pytest.fixture
 def ctx(sandbox, hconfig: HarnessConfig) -> ToolContext:
-    return ToolContext(sandbox=sandbox, config=hconfig, test_command=hconfig.resolved_test_command())
+    return ToolContext(sandbox=sandbox, config=hconfig, test_command=hconfig.test_command)

@@ -131,3 +131,32 @@ def test_render_then_parse_round_trips(turn: list[tuple[str, dict[str, str]]]) -
     got = parse_tool_calls(text)
     assert [(c.name, dict(c.args)) for c in got if isinstance(c, ToolCall)] == turn
     assert all(isinstance(c, ToolCall) for c in got)
+
+
+_tool_pieces = [
+    *(f'<tool name="{n}">' for n in ("read_file", "edit_file", "run", "grep", "finish", "nope")),
+    "</tool>",
+    "<path>a.py</path>",
+    "<path>../../x</path>",
+    "<start_line>x</start_line>",
+    "<start_line>3</start_line>",
+    "<content>",
+    "</content>",
+    "<old>a</old><new>b</new>",
+    "<pattern>(</pattern>",
+    "<message>done</message>",
+    "<extra>1</extra>",
+    "x",
+    "\n",
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_tool_pieces), max_size=30))
+def test_no_text_crashes_call_planning(pieces: list[str]) -> None:
+    from inhabit.harness.execute import plan_calls
+
+    for call in plan_calls("".join(pieces)):
+        assert (call.impl is None) == (call.observation is not None)  # runnable, or refused with a reason
+        if call.observation is not None:
+            assert call.observation.error and call.observation.text

@@ -120,3 +120,10 @@ async def test_run_tests_summarizes_per_test_outcomes(ctx: ToolContext) -> None:
     assert "FAILED tests/test_calc.py::test_add" in obs.text and obs.error
     obs = await call(ctx, "run_tests", selector="tests/test_calc.py::test_sub")
     assert obs.text.startswith("1 passed") and not obs.error
+
+
+async def test_run_tests_without_a_task_command_finds_a_pytest(ctx: ToolContext) -> None:
+    ctx.test_command = None
+    obs = await call(ctx, "run_tests", selector="tests/test_calc.py")
+    assert "1 passed" in obs.text and "1 failed" in obs.text
+    assert ctx.cache["test_command"].endswith("-m pytest -q -p no:cacheprovider")

@@ -1,5 +1,6 @@
 """Fixtures for grading tests: the same as tests/unit/tasks/conftest.py (kept in step with it)."""
 
+import os
 import sys
 from pathlib import Path
 
@@ -9,7 +10,9 @@ from inhabit.sandbox import SandboxConfig, SandboxLimits, create_provider
 from inhabit.tasks.build import write_calc_task, write_task
 from inhabit.tasks.task import Task, load_task
 
-FAST_COMMAND = f"PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 {sys.executable} -m pytest -q -p no:cacheprovider"
+# The venv's python at its real path: the bwrap backend binds the venv there, not the worktree link.
+PYTHON = Path(sys.prefix).resolve() / "bin" / "python"
+FAST_COMMAND = f"PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 {PYTHON} -m pytest -q -p no:cacheprovider"
 
 
 @pytest.fixture
@@ -20,7 +23,9 @@ def fast_command() -> str:
 @pytest.fixture
 async def sandbox_provider():
     limits = SandboxLimits(memory_mb=2048, default_timeout_s=60.0, output_bytes=256 * 1024)
-    provider = create_provider(SandboxConfig(backend="process", limits=limits))
+    # INHABIT_TEST_SANDBOX=bwrap runs the same tests on the isolating backend (slower to start).
+    backend = os.environ.get("INHABIT_TEST_SANDBOX", "process")
+    provider = create_provider(SandboxConfig(backend=backend, limits=limits))
     yield provider
     await provider.close()
 

@@ -59,7 +59,8 @@ class ToolContext:
 
     sandbox: Sandbox
     config: HarnessConfig
-    test_command: str
+    test_command: str | None
+    """The task's test command; None: run_tests picks a pytest the sandbox can run."""
     cache: dict[str, Any] = field(default_factory=dict)
 
 

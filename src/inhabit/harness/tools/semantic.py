@@ -26,45 +26,14 @@ import numpy as np
 from inhabit.harness.tools.base import ArgSpec, Observation, Tool, ToolContext, ToolError, ToolSpec, decode
 from inhabit.harness.tools.files import NOISE_DIRS
 
-SOURCE_SUFFIXES = frozenset(
-    [
-        ".py",
-        ".pyi",
-        ".md",
-        ".rst",
-        ".txt",
-        ".toml",
-        ".cfg",
-        ".ini",
-        ".json",
-        ".yaml",
-        ".yml",
-        ".js",
-        ".jsx",
-        ".ts",
-        ".tsx",
-        ".go",
-        ".rs",
-        ".java",
-        ".kt",
-        ".c",
-        ".h",
-        ".cc",
-        ".cpp",
-        ".hpp",
-        ".rb",
-        ".php",
-        ".sh",
-        ".html",
-        ".css",
-        ".sql",
-        ".scala",
-        ".swift",
-        ".lua",
-    ]
+_SUFFIXES = (
+    ".py .pyi .md .rst .txt .toml .cfg .ini .json .yaml .yml .js .jsx .ts .tsx .go .rs .java .kt .c "
+    ".h .cc .cpp .hpp .rb .php .sh .html .css .sql .scala .swift .lua"
 )
+SOURCE_SUFFIXES = frozenset(_SUFFIXES.split())
 
 _model_lock = threading.Lock()
+_encode_lock = threading.Lock()
 _model: Any = None
 _INDEXES: OrderedDict[str, _Index] = OrderedDict()
 _CHUNK_VECTORS: OrderedDict[str, np.ndarray] = OrderedDict()
@@ -88,7 +57,10 @@ def load_model() -> Any:
 
 def embed(texts: list[str]) -> np.ndarray:
     model = load_model()
-    vectors = model.encode(texts, batch_size=32, normalize_embeddings=True, show_progress_bar=False)
+    # One encode at a time: a fast tokenizer shared across threads can fail with "Already borrowed",
+    # and concurrent encodes would only fight over the same cores anyway.
+    with _encode_lock:
+        vectors = model.encode(texts, batch_size=32, normalize_embeddings=True, show_progress_bar=False)
     return np.asarray(vectors, dtype=np.float32)
 
 

@@ -138,7 +138,9 @@ class Lint(Tool):
 
     async def run(self, ctx: ToolContext, args: Mapping[str, Any]) -> Observation:
         path = workspace_path(args.get("path") or ".")
-        command = f"{ctx.config.resolved_ruff_command()} check --no-cache --output-format concise --no-fix -- {shlex.quote(path)}"
+        command = ctx.config.ruff_invocation(
+            f"check --no-cache --output-format concise --no-fix -- {shlex.quote(path)}"
+        )
         result = await ctx.sandbox.exec(command, timeout_s=120)
         if result.exit_code == 127 or "No module named ruff" in result.stderr:
             raise ToolError("ruff is not available in this sandbox; use run to call another linter.")

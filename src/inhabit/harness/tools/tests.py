@@ -7,6 +7,8 @@ run happens in the agent's own sandbox, without the task's hidden tests: it is a
 
 from __future__ import annotations
 
+import shlex
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,15 +31,25 @@ class RunTests(Tool):
         from inhabit.errors import GradingError
 
         selector = args.get("selector") or None
+        command = ctx.test_command or await default_test_command(ctx)
         try:
             result = await run_tests(
-                ctx.sandbox, ctx.test_command, selector=selector, timeout_s=ctx.config.test_timeout_s
+                ctx.sandbox, command, selector=selector, timeout_s=ctx.config.test_timeout_s
             )
         except GradingError as e:
             raise ToolError(f"the tests could not be run: {e}") from e
         text, cut = cap_text(_describe(result), ctx.config.observation_max_chars, "run a narrower selector")
         failed = getattr(result, "exit_code", 0) not in (0, None)
         return Observation(text, error=failed, truncated=cut)
+
+
+async def default_test_command(ctx: ToolContext) -> str:
+    """`python -m pytest` if the sandbox's python has pytest, else the Python running inhabit's."""
+    if "test_command" not in ctx.cache:
+        probe = await ctx.sandbox.exec("python -c 'import pytest'", timeout_s=30)
+        python = "python" if probe.ok else shlex.quote(sys.executable)
+        ctx.cache["test_command"] = f"{python} -m pytest -q -p no:cacheprovider"
+    return str(ctx.cache["test_command"])
 
 
 def _describe(result: Any) -> str:
@@ -50,4 +62,7 @@ def _describe(result: Any) -> str:
             lines.append(f"{outcome.upper()} {node}" + (f": {' | '.join(msg[-3:])[:400]}" if msg else ""))
     for node, err in sorted((getattr(result, "collection_errors", {}) or {}).items()):
         lines.append(f"COLLECTION ERROR {node}: {str(err).strip()[-400:]}")
+    tail = str(getattr(result, "output_tail", "") or "").strip()
+    if not getattr(result, "outcomes", None) and tail:
+        lines.append("--- output (last lines) ---\n" + "\n".join(tail.splitlines()[-15:]))
     return "\n".join(lines)
