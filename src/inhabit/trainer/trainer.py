@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -133,7 +133,7 @@ class Trainer:
         stats = LossStats()
         proximal: list[list[torch.Tensor]] | None = None
         if k > 1:  # the proximal policy: everyone's logprobs before the first update
-            proximal = [[self._forward(mb, acc, grad=False)[0] for mb in self._micro(m)] for m in minibatches]
+            proximal = [[self._score(mb, acc) for mb in self._micro(m)] for m in minibatches]
         losses, grad_norms = [], []
         n_micro = 0
         for j, mini in enumerate(minibatches):
@@ -144,8 +144,8 @@ class Trainer:
             for i, mb in enumerate(self._micro(mini)):
                 n_micro += 1
                 measure = acc if proximal is None else None
-                with torch.enable_grad() if update else torch.no_grad():
-                    lp, _ = self._forward(mb, measure, grad=update)
+                with self._routing(mb, measure), torch.enable_grad() if update else torch.no_grad():
+                    lp = self._forward(mb, measure, grad=update)
                     prox = lp.detach() if proximal is None else proximal[j][i]
                     loss, st = policy_loss(
                         lp,
@@ -174,48 +174,57 @@ class Trainer:
             self.steps += 1
         return self._metrics(samples, acc, stats, losses, grad_norms, n_micro, k if update else 0, t0)
 
+    def _score(self, mb: MicroBatch, acc: MismatchAccumulator | None) -> torch.Tensor:
+        """Logprobs without gradient (the proximal policy, or a measurement)."""
+        with self._routing(mb, acc):
+            return self._forward(mb, acc, grad=False)
+
     def _micro(self, samples: Sequence[Sample]) -> list[MicroBatch]:
         groups = pack_microbatches(samples, self.config.micro_batch_tokens)
         return [collate([samples[i] for i in g], self.pad_token_id).to(self.config.device) for g in groups]
 
-    def _forward(
-        self, mb: MicroBatch, acc: MismatchAccumulator | None, grad: bool
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """[B, T] logprobs of each token under the trainer (0 where not a loss token), and entropies."""
+    @contextlib.contextmanager
+    def _routing(self, mb: MicroBatch, acc: MismatchAccumulator | None) -> Iterator[None]:
+        """MoE: force the recorded experts (router replay) and record the ones used, for the whole
+        forward + backward (activation checkpointing re-runs routers inside backward)."""
         from inhabit.models.routing import RoutingCapture, RoutingError, RoutingReplay
 
         routes = mb.routed_experts if self.is_moe else None
-        capture = None
-        with contextlib.ExitStack() as stack, contextlib.nullcontext() if grad else torch.no_grad():
-            if routes is not None:
-                try:
-                    if self.config.router_replay:
-                        stack.enter_context(RoutingReplay(self.model, routes.permute(2, 0, 1, 3)))
-                    capture = stack.enter_context(RoutingCapture(self.model))
-                except RoutingError as e:
-                    raise TrainerError(f"samples' routed experts do not fit this model: {e}") from e
+        if routes is None:
+            yield
+            return
+        with contextlib.ExitStack() as stack:
+            try:
+                if self.config.router_replay:
+                    stack.enter_context(RoutingReplay(self.model, routes.permute(2, 0, 1, 3)))
+                capture = stack.enter_context(RoutingCapture(self.model))
+            except RoutingError as e:
+                raise TrainerError(f"samples' routed experts do not fit this model: {e}") from e
+            yield
+            if acc is not None and capture.calls:
+                acc.add_routes(capture.calls[0].permute(1, 2, 0, 3), routes)
+
+    def _forward(self, mb: MicroBatch, acc: MismatchAccumulator | None, grad: bool) -> torch.Tensor:
+        """[B, T] logprobs of each token under the trainer (0 where not a loss token)."""
+        assert not bool(mb.loss_mask[:, 0].any()), "token 0 has no prediction; it cannot be a loss token"
+        with contextlib.nullcontext() if grad else torch.no_grad():
             base = getattr(self.model, self.model.base_model_prefix)
             hidden = base(
                 input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False
             ).last_hidden_state
-        sel = mb.loss_mask[:, 1:]
-        assert not bool(mb.loss_mask[:, 0].any()), "token 0 has no prediction; it cannot be a loss token"
-        with contextlib.nullcontext() if grad else torch.no_grad():
+            # Only positions that predict a generated token go through the LM head.
+            sel = mb.loss_mask[:, 1:]
             logits = self.model.get_output_embeddings()(hidden[:, :-1][sel]).float() / self.config.temperature
             logp = torch.log_softmax(logits, dim=-1)
             token_lp = logp.gather(1, mb.input_ids[:, 1:][sel][:, None]).squeeze(1)
-            full = torch.zeros(sel.shape, dtype=token_lp.dtype, device=token_lp.device).masked_scatter(
-                sel, token_lp
-            )
+            full = torch.zeros(sel.shape, dtype=token_lp.dtype, device=token_lp.device)
+            full = full.masked_scatter(sel, token_lp)
             lp = torch.cat([torch.zeros_like(full[:, :1]), full], dim=1)
-        with torch.no_grad():
-            entropy = -(logp.exp() * logp).sum(-1)
         if acc is not None:
+            with torch.no_grad():
+                acc.add_entropy(float(-(logp.exp() * logp).sum()))
             acc.add_logprobs(lp, mb.behaviour_logprobs, mb.loss_mask, mb.versions)
-            acc.add_entropy(float(entropy.sum()))
-            if capture is not None and capture.calls:
-                acc.add_routes(capture.calls[-1].permute(1, 2, 0, 3), routes)
-        return lp, entropy
+        return lp
 
     def _metrics(
         self,

@@ -48,7 +48,7 @@ def on_policy(trainer: Trainer, samples: list[Sample]) -> list[Sample]:
     out = []
     for s in samples:
         mb = collate([s])
-        lp, _ = trainer._forward(mb, None, grad=False)
+        lp = trainer._score(mb, None)
         out.append(Sample(**{**s.__dict__, "behaviour_logprobs": lp[0].float()}))
     return out
 
