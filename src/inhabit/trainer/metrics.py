@@ -55,9 +55,12 @@ class StepMetrics:
     fresh_mismatch_mean_abs: float | None
     staleness_mean: float
     staleness_max: int
+    """Policy versions between the trainer and the tokens it trained on (after any drop)."""
     routing_disagreement: float | None
     step_s: float
     tokens_per_s: float
+    stale_dropped: int = 0
+    """Samples left out by `train_step(max_staleness=...)`."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -91,6 +91,20 @@ class Sample:
         return int(v.min()) if v.numel() else -1
 
 
+def split_stale(
+    samples: Sequence[Sample], version: int, max_staleness: int
+) -> tuple[list[Sample], list[Sample]]:
+    """(fresh, stale): a sample is stale when a generated token came from a version older than
+    `version - max_staleness`. Tokens of unknown version (-1) cannot be checked and pass."""
+    fresh, stale = [], []
+    for s in samples:
+        v = s.versions[s.loss_mask]
+        known = v[v >= 0]
+        too_old = bool(known.numel()) and version - int(known.min()) > max_staleness
+        (stale if too_old else fresh).append(s)
+    return fresh, stale
+
+
 def is_trainable(traj: Trajectory, keep_statuses: Sequence[str] = DEFAULT_KEEP_STATUSES) -> bool:
     """Whether a rollout enters training: a kept status and a reward."""
     return traj.status in keep_statuses and traj.reward is not None

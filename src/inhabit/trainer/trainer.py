@@ -21,6 +21,7 @@ vocabulary projection is most of the compute), and the forward never builds a KV
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import random
 import time
 from collections.abc import Iterator, Sequence
@@ -37,7 +38,7 @@ from inhabit.trainer.config import TrainerConfig
 from inhabit.trainer.losses import LossStats, policy_loss
 from inhabit.trainer.metrics import MismatchAccumulator, StepMetrics
 from inhabit.trainer.optim import build_optimizer
-from inhabit.trainer.samples import Sample
+from inhabit.trainer.samples import Sample, split_stale
 
 log = get_logger(__name__)
 
@@ -80,9 +81,42 @@ class Trainer:
 
     # ------------------------------------------------------------------ public API
 
-    def train_step(self, samples: Sequence[Sample]) -> StepMetrics:
-        """One policy update from `samples` (any number; micro-batched); returns the step's metrics."""
-        return self._run(samples, update=True)
+    def train_step(self, samples: Sequence[Sample], *, max_staleness: int | None = None) -> StepMetrics:
+        """One policy update from `samples` (any number; micro-batched); returns the step's metrics.
+
+        With `max_staleness`, samples holding a token generated more than that many versions before
+        `self.version` are dropped here, at the optimizer's door, whatever the caller's scheduling
+        (`StepMetrics.stale_dropped` counts them). Raises TrainerError when nothing trainable is left.
+        """
+        dropped = 0
+        if max_staleness is not None:
+            samples, stale = split_stale(samples, self.version, max_staleness)
+            dropped = len(stale)
+        metrics = self._run(samples, update=True, stale_dropped=dropped)
+        log.info(
+            "step v%d: loss %.4f grad %.3g lr %.3g | reward %.3f | ratio %.3f [%.3f, %.3f] trunc %.3f "
+            "mask %.3f clip %.3f | mismatch %.2e kl %.2e | routing %s | stale %.2f/%d (-%d) | %d tok %.1fs",
+            metrics.version,
+            metrics.loss,
+            metrics.grad_norm,
+            metrics.lr,
+            metrics.reward_mean,
+            metrics.ratio_mean,
+            metrics.ratio_min,
+            metrics.ratio_max,
+            metrics.truncated_fraction,
+            metrics.masked_fraction,
+            metrics.clip_fraction,
+            metrics.mismatch_mean_abs,
+            metrics.mismatch_kl_k3,
+            "-" if metrics.routing_disagreement is None else f"{metrics.routing_disagreement:.3f}",
+            metrics.staleness_mean,
+            metrics.staleness_max,
+            dropped,
+            metrics.tokens,
+            metrics.step_s,
+        )
+        return metrics
 
     def measure(self, samples: Sequence[Sample]) -> StepMetrics:
         """The metrics a train step would report on `samples` (mismatch, ratios), without updating."""
@@ -121,11 +155,15 @@ class Trainer:
 
     # ------------------------------------------------------------------ the step
 
-    def _run(self, samples: Sequence[Sample], update: bool) -> StepMetrics:
+    def _run(self, samples: Sequence[Sample], update: bool, stale_dropped: int = 0) -> StepMetrics:
         t0 = time.perf_counter()
         samples = [s for s in samples if s.num_loss_tokens > 0]
         if not samples:
-            raise TrainerError("train_step got no sample with a generated token; skip the step instead")
+            raise TrainerError(
+                "no sample with a generated token"
+                + (f" ({stale_dropped} dropped as too stale)" if stale_dropped else "")
+                + "; skip the step instead"
+            )
         cfg = self.config
         k = min(cfg.updates_per_step, len(samples)) if update else 1
         minibatches = [samples[j::k] for j in range(k)]
@@ -172,7 +210,8 @@ class Trainer:
             self.optimizer.zero_grad(set_to_none=True)
             self.version += 1
             self.steps += 1
-        return self._metrics(samples, acc, stats, losses, grad_norms, n_micro, k if update else 0, t0)
+        metrics = self._metrics(samples, acc, stats, losses, grad_norms, n_micro, k if update else 0, t0)
+        return dataclasses.replace(metrics, stale_dropped=stale_dropped)
 
     def _score(self, mb: MicroBatch, acc: MismatchAccumulator | None) -> torch.Tensor:
         """Logprobs without gradient (the proximal policy, or a measurement)."""

@@ -163,3 +163,17 @@ def test_config_bounds_and_schedules() -> None:
     assert [round(lr_factor(u, cfg), 4) for u in (0, 1, 2, 6, 10, 50)] == [0.5, 1.0, 1.0, 0.5, 0.0, 0.0]
     cos = TrainerConfig(schedule="cosine", total_steps=4, min_lr_ratio=0.1)
     assert lr_factor(0, cos) == pytest.approx(1.0) and lr_factor(2, cos) == pytest.approx(0.55)
+
+
+def test_max_staleness_drops_old_samples_at_the_optimizer(dense) -> None:
+    trainer = Trainer(dense, TrainerConfig(lr=1e-3), version=5)
+    base = synthetic_samples(3, 8)
+    samples = [
+        Sample(**{**s.__dict__, "versions": torch.where(s.loss_mask, v, -1)})
+        for s, v in zip(base, (2, 4, 5), strict=True)
+    ]
+    m = trainer.train_step(samples, max_staleness=1)
+    assert m.stale_dropped == 1 and m.samples == 2 and m.staleness_max == 1
+    with pytest.raises(TrainerError, match="dropped as too stale"):
+        trainer.train_step(samples[:1], max_staleness=1)
+    assert trainer.version == 6, "a refused step does not advance the version"
