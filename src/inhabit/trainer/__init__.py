@@ -5,13 +5,15 @@ Modules (import them directly; this package imports nothing heavy):
 * `losses`: `LossConfig`, `group_advantages`, `policy_loss` (pure functions; token-level clipped
   objective or GSPO-style sequence ratio, truncated importance weights, ratio-band masking).
 * `samples`: `Sample`, `group_samples(trajectories)` (one group = the G rollouts of one task),
-  `trajectory_samples`, `segment_samples`, `is_trainable`; prefix-safe merging of turns.
+  `trajectory_samples`, `segment_samples`, `is_trainable`, `split_stale`; prefix-safe merging of
+  turns; `chat_sample` / `sft_samples` for supervised steps.
 * `batching`: `pack_microbatches` under a padded-token budget, `collate` to padded tensors.
 * `config`: `TrainerConfig` (the `[trainer]` table of a run).
 * `optim`: AdamW and the warm-up/decay schedule.
 * `metrics`: `StepMetrics` (what every step logs: loss, ratios, engine/trainer mismatch, routing
   disagreement, staleness, throughput).
-* `trainer`: `Trainer` (`train_step`, `measure`, `version`, `state_dict_for_engine`, `save`, `load`).
+* `trainer`: `Trainer` (`train_step`, `sft_step`, `measure`, `version`, `state_dict_for_engine`,
+  `save`, `load`, `export_model`).
 * `checkpoint`: atomic checkpoint folders, `latest_checkpoint`, `checkpoint_name`.
 
 Typical loop (what the orchestrator does):

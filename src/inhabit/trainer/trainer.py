@@ -35,7 +35,7 @@ from inhabit.errors import TrainerError
 from inhabit.log import get_logger
 from inhabit.trainer.batching import MicroBatch, collate, pack_microbatches
 from inhabit.trainer.config import TrainerConfig
-from inhabit.trainer.losses import LossStats, policy_loss
+from inhabit.trainer.losses import LossStats, policy_loss, sft_loss
 from inhabit.trainer.metrics import MismatchAccumulator, StepMetrics
 from inhabit.trainer.optim import build_optimizer
 from inhabit.trainer.samples import Sample, split_stale
@@ -118,6 +118,23 @@ class Trainer:
         )
         return metrics
 
+    def sft_step(self, samples: Sequence[Sample]) -> StepMetrics:
+        """One supervised (next-token) update: mean negative log-likelihood of the loss-mask tokens at
+        temperature 1 (e.g. `chat_sample`s of scripted transcripts, the bootstrap stage). Same
+        micro-batching, optimizer, schedule and version bump as `train_step`; `loss` is the NLL per
+        token and the RL figures (ratios, mismatch) are 0."""
+        metrics = self._run(samples, update=True, sft=True)
+        log.info(
+            "sft v%d: nll %.4f grad %.3g lr %.3g | %d tok %.1fs",
+            metrics.version,
+            metrics.loss,
+            metrics.grad_norm,
+            metrics.lr,
+            metrics.tokens,
+            metrics.step_s,
+        )
+        return metrics
+
     def measure(self, samples: Sequence[Sample]) -> StepMetrics:
         """The metrics a train step would report on `samples` (mismatch, ratios), without updating."""
         return self._run(samples, update=False)
@@ -155,7 +172,9 @@ class Trainer:
 
     # ------------------------------------------------------------------ the step
 
-    def _run(self, samples: Sequence[Sample], update: bool, stale_dropped: int = 0) -> StepMetrics:
+    def _run(
+        self, samples: Sequence[Sample], update: bool, stale_dropped: int = 0, sft: bool = False
+    ) -> StepMetrics:
         t0 = time.perf_counter()
         samples = [s for s in samples if s.num_loss_tokens > 0]
         if not samples:
@@ -165,7 +184,7 @@ class Trainer:
                 + "; skip the step instead"
             )
         cfg = self.config
-        k = min(cfg.updates_per_step, len(samples)) if update else 1
+        k = min(cfg.updates_per_step, len(samples)) if update and not sft else 1
         minibatches = [samples[j::k] for j in range(k)]
         acc = MismatchAccumulator(self.version)
         stats = LossStats()
@@ -181,20 +200,25 @@ class Trainer:
             total = 0.0
             for i, mb in enumerate(self._micro(mini)):
                 n_micro += 1
-                measure = acc if proximal is None else None
+                measure = acc if proximal is None and not sft else None
                 with self._routing(mb, measure), torch.enable_grad() if update else torch.no_grad():
-                    lp = self._forward(mb, measure, grad=update)
-                    prox = lp.detach() if proximal is None else proximal[j][i]
-                    loss, st = policy_loss(
-                        lp,
-                        prox,
-                        mb.behaviour_logprobs,
-                        mb.advantages,
-                        mb.loss_mask,
-                        cfg.loss,
-                        num_tokens=n_tok,
-                        num_sequences=len(mini),
-                    )
+                    if sft:
+                        lp = self._forward(mb, None, grad=update, temperature=1.0)
+                        loss = sft_loss(lp, mb.loss_mask, num_tokens=n_tok)
+                        st = LossStats(tokens=int(mb.loss_mask.sum()), sequences=mb.num_rows)
+                    else:
+                        lp = self._forward(mb, measure, grad=update)
+                        prox = lp.detach() if proximal is None else proximal[j][i]
+                        loss, st = policy_loss(
+                            lp,
+                            prox,
+                            mb.behaviour_logprobs,
+                            mb.advantages,
+                            mb.loss_mask,
+                            cfg.loss,
+                            num_tokens=n_tok,
+                            num_sequences=len(mini),
+                        )
                     if update:
                         loss.backward()
                 total += float(loss.detach())
@@ -243,7 +267,9 @@ class Trainer:
             if acc is not None and capture.calls:
                 acc.add_routes(capture.calls[0].permute(1, 2, 0, 3), routes)
 
-    def _forward(self, mb: MicroBatch, acc: MismatchAccumulator | None, grad: bool) -> torch.Tensor:
+    def _forward(
+        self, mb: MicroBatch, acc: MismatchAccumulator | None, grad: bool, temperature: float | None = None
+    ) -> torch.Tensor:
         """[B, T] logprobs of each token under the trainer (0 where not a loss token)."""
         assert not bool(mb.loss_mask[:, 0].any()), "token 0 has no prediction; it cannot be a loss token"
         with contextlib.nullcontext() if grad else torch.no_grad():
@@ -253,7 +279,8 @@ class Trainer:
             ).last_hidden_state
             # Only positions that predict a generated token go through the LM head.
             sel = mb.loss_mask[:, 1:]
-            logits = self.model.get_output_embeddings()(hidden[:, :-1][sel]).float() / self.config.temperature
+            temp = self.config.temperature if temperature is None else temperature
+            logits = self.model.get_output_embeddings()(hidden[:, :-1][sel]).float() / temp
             logp = torch.log_softmax(logits, dim=-1)
             token_lp = logp.gather(1, mb.input_ids[:, 1:][sel][:, None]).squeeze(1)
             full = torch.zeros(sel.shape, dtype=token_lp.dtype, device=token_lp.device)
