@@ -20,7 +20,7 @@ import random
 from collections.abc import Iterator
 from pathlib import Path
 
-CORPUS_VERSION = 1
+CORPUS_VERSION = 3
 """Bump when the generated text changes, so cached tokenizers are retrained."""
 
 
@@ -31,13 +31,45 @@ def _words(text: str) -> list[str]:
 _NOUNS = _words(
     "value item count total name path line user order price score node key index result data "
     "buffer token config record entry task file queue cache event message size width height "
-    "amount rate limit offset length column row table matrix vector point grid text word"
+    "amount rate limit offset length column row table matrix vector point grid text word "
+    "account address agent answer archive array batch block body branch bucket byte callback "
+    "cell channel chunk client code commit context counter cursor date delta depth device digest "
+    "directory document edge element error field filter flag folder frame graph group handler hash "
+    "header heap host image input interval item job label layer level list lock log loop mask "
+    "metric mode model module month number object option output owner packet page pair parent "
+    "pattern payload peer pixel player pool port prefix process product profile prompt query range "
+    "reader reason region report request resource response retry route rule sample schema scope "
+    "section segment sequence server session shape signal slot snapshot socket source span stack "
+    "state status step store stream string suffix summary symbol target template tensor thread "
+    "ticket timeout timer title topic total trace tree tuple unit version vertex view weight window "
+    "worker writer year zone temperature distance velocity balance invoice customer employee salary"
 )
 _VERBS = _words(
     "add sub mul div get set load save parse format compute update remove find check build merge "
-    "split join sort filter apply reset render read write count clamp normalize validate convert"
+    "split join sort filter apply reset render read write count clamp normalize validate convert "
+    "append insert delete create open close start stop run execute send receive fetch push pop "
+    "encode decode compress expand flatten group map reduce collect scan match replace strip trim "
+    "resolve register handle process emit flush commit rollback retry wait notify schedule cancel "
+    "serialize deserialize extract transform select sum average measure round truncate pad shift "
+    "rotate scale resize crop draw print log trace report export import copy move rename swap"
 )
-_MODULES = _words("calc utils parser models store geometry inventory stats strings shapes bank queue")
+_ADJECTIVES = _words(
+    "empty new old first last next previous current default maximum minimum total valid invalid "
+    "active pending failed missing broken correct wrong simple large small short long negative "
+    "positive unique sorted nested hidden public private local remote global static dynamic"
+)
+_MODULES = _words(
+    "calc utils parser models store geometry inventory stats strings shapes bank queue matrix "
+    "graph cache config scheduler tokenizer server client records timeparse money units"
+)
+_BUILTIN_CALLS = _words(
+    "len range enumerate zip sorted reversed sum min max abs round isinstance getattr setattr "
+    "hasattr print open repr str int float bool list dict set tuple map filter any all iter next"
+)
+_METHODS = _words(
+    "append extend insert pop remove sort items keys values get setdefault update join split strip "
+    "lstrip rstrip startswith endswith replace lower upper format encode decode find count index"
+)
 _OPS = [("+", "add"), ("-", "sub"), ("*", "mul"), ("//", "floordiv"), ("%", "mod")]
 
 
@@ -118,9 +150,46 @@ def _module(rng: random.Random) -> str:
     return header + "\n\n".join(parts) + tail
 
 
+def _methods(rng: random.Random) -> str:
+    name = _ident(rng)
+    items, key = rng.sample(_NOUNS, 2)
+    adj = rng.choice(_ADJECTIVES)
+    lines = [f"def {name}({items}: list[str], {key}: str = {rng.choice(['None', repr(key), '0'])}) -> dict:"]
+    lines.append(f'    """Group {adj} {items} by {key}; {rng.choice(_VERBS)} each one first."""')
+    lines.append("    groups: dict[str, list[str]] = {}")
+    lines.append(f"    for i, item in enumerate({items}):")
+    lines.append(f"        text = str(item).{rng.choice(['strip', 'lower', 'upper', 'rstrip'])}()")
+    lines.append(f"        if not text.{rng.choice(['startswith', 'endswith'])}({key!r}):")
+    lines.append("            continue")
+    lines.append(
+        f"        groups.setdefault(text[:{rng.randint(1, 9)}], []).{rng.choice(['append', 'insert'])}(text)"
+    )
+    call = rng.choice(_BUILTIN_CALLS)
+    lines.append(f"    {adj}_{key} = {call}(groups.{rng.choice(['items', 'keys', 'values'])}())")
+    lines.append(f'    logger.debug("{rng.choice(_VERBS)}ed %d {items}", len(groups))')
+    lines.append(f"    return {{k: v for k, v in groups.items() if {rng.choice(_BUILTIN_CALLS)}(v)}}")
+    return "\n".join(lines) + "\n"
+
+
+def prose(rng: random.Random) -> str:
+    """An English sentence of the kind found in task instructions, docstrings and comments."""
+    n, m = rng.sample(_NOUNS, 2)
+    v = rng.choice(_VERBS)
+    a = rng.choice(_ADJECTIVES)
+    return rng.choice(
+        (
+            f"The function {v}_{n} returns the {a} {m} instead of the {n}. Fix it so the tests pass.",
+            f"Add a {n} parameter to {v}_{m} and make sure {a} inputs raise a ValueError.",
+            f"# {v.capitalize()} the {a} {n} before we {rng.choice(_VERBS)} the {m}, because the cache may be stale.",
+            f"When the {n} is {a}, {v}_{m} should return an empty list rather than None.",
+            f"Refactor the {n} module: move {v}_{m} into utils.py and keep the public API unchanged.",
+        )
+    )
+
+
 def python_snippet(rng: random.Random) -> str:
     """One synthetic Python file or fragment."""
-    return rng.choice((_function, _class, _test, _module, _module))(rng)
+    return rng.choice((_function, _class, _test, _module, _module, _methods, _methods))(rng)
 
 
 SYSTEM_PROMPT = (
@@ -146,7 +215,8 @@ def transcript(rng: random.Random) -> list[tuple[str, str]]:
     fn = code_first_name(code)
     test_id = f"tests/test_{mod}.py::test_{fn}"
     msgs = [("system", SYSTEM_PROMPT)]
-    msgs.append(("user", f"The test {test_id} fails. Fix the bug in {mod}.py."))
+    task = f"The test {test_id} fails. Fix the bug in {mod}.py."
+    msgs.append(("user", task if rng.random() < 0.6 else f"{task} {prose(rng)}"))
     msgs.append(
         (
             "assistant",
@@ -252,6 +322,7 @@ def build_default_corpus(
     """The default tokenizer's training text: code snippets and transcript messages, shuffled."""
     rng = random.Random(seed)
     texts = [python_snippet(rng) for _ in range(num_code)]
+    texts.extend(prose(rng) for _ in range(num_code // 2))
     for _ in range(num_transcripts):
         texts.extend(content for _, content in transcript(rng))
     if include_sources:

@@ -64,6 +64,7 @@ def load_model(
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load `(model, tokenizer)` from a local folder; the model is in eval mode on `device`."""
     import torch
+    from safetensors import SafetensorError
     from transformers import AutoConfig, AutoModelForCausalLM
 
     if dtype not in DTYPES:
@@ -90,7 +91,7 @@ def load_model(
         raise ModelLoadError(
             f"{path}: architecture {raw.get('architectures')} has no causal-LM class in transformers: {e}"
         ) from e
-    except (OSError, RuntimeError) as e:
+    except (OSError, RuntimeError, SafetensorError) as e:
         raise ModelLoadError(f"could not load the weights in {path}: {e}") from e
     tokenizer = load_tokenizer(path)
     try:

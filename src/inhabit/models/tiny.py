@@ -49,6 +49,12 @@ class TinyModelSpec(Config):
     norm_topk_prob: bool = Field(True, description="Renormalize the top-k router weights to sum to 1.")
     tie_word_embeddings: bool = Field(True, description="Share input embedding and LM head.")
     rope_theta: float = Field(10000.0, gt=0, description="RoPE base.")
+    initializer_range: float = Field(
+        0.02,
+        gt=0,
+        le=1.0,
+        description="Std of the random init (larger gives peakier, more trained-like logits).",
+    )
 
     @model_validator(mode="after")
     def _check_shapes(self) -> TinyModelSpec:
@@ -134,6 +140,7 @@ def hf_config(spec: TinyModelSpec):
         tie_word_embeddings=spec.tie_word_embeddings,
         rope_parameters={"rope_type": "default", "rope_theta": spec.rope_theta},
         use_sliding_window=False,
+        initializer_range=spec.initializer_range,
         dtype="float32",
     )
     if spec.arch == "dense":
@@ -210,6 +217,17 @@ def count_parameters(model: PreTrainedModel) -> ParameterCount:
     return ParameterCount(total=total, active=total - inactive, embedding=embedding)
 
 
+def count_spec_parameters(spec_or_preset: TinyModelSpec | str) -> ParameterCount:
+    """`count_parameters` of the model a spec would build, without allocating or initializing it."""
+    import torch
+    from transformers import Qwen3ForCausalLM, Qwen3MoeForCausalLM
+
+    spec = resolve_spec(spec_or_preset)
+    cls = Qwen3ForCausalLM if spec.arch == "dense" else Qwen3MoeForCausalLM
+    with torch.device("meta"):  # shapes only
+        return count_parameters(cls(hf_config(spec)))
+
+
 def _human(n: int) -> str:
     return f"{n / 1e6:.2f}M" if n >= 1e5 else f"{n / 1e3:.1f}K"
 
@@ -239,5 +257,7 @@ def save_model_folder(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
         cfg.pad_token_id = tokenizer.pad_token_id
         cfg.eos_token_id = eos_ids[0] if len(eos_ids) == 1 else eos_ids
     model.save_pretrained(path, safe_serialization=True)
-    tokenizer.save_pretrained(path)
+    from inhabit.models.tokenizer import save_tokenizer
+
+    save_tokenizer(tokenizer, path)
     return path

@@ -22,22 +22,30 @@ on both sides; so a prompt rendered with the generation prompt, followed by the 
 generated up to `<|end|>`, is token-for-token a prefix of the next turn's rendering (the usual
 caveat: text re-encoded from decoded tokens may pick different BPE merges). Message contents are
 free text: tool calls are DESIGN.md's XML-like tags and observations are whatever the harness puts
-in a user message; both are ordinary BPE text the tokenizer was trained on.
+in a user message; both are ordinary BPE text the tokenizer was trained on. `encode_chat` encodes
+contents with special-token strings split, so a file holding `<|end|>` cannot forge a turn;
+tokenizing `render_chat`'s text (as a generic OpenAI-style server would) does not protect that.
 
     tok = default_tokenizer()                       # trained once (seconds), then cached
-    ids = tok.apply_chat_template(to_chat_dicts(messages), add_generation_prompt=True)
-    ids = encode_chat(tok, messages)                # the same, accepting harness `Message`s
+    text = render_chat(tok, messages)               # harness `Message`s or role/content dicts
+    ids = encode_chat(tok, messages)                # token ids of that text, bos included once
+
+(transformers 5's own `tok.apply_chat_template(dicts, add_generation_prompt=True)` works too, but
+returns a `BatchEncoding` when tokenizing and rejects dataclass messages, hence these helpers.)
 
 `default_tokenizer()` caches under `$INHABIT_CACHE_DIR` or `$XDG_CACHE_HOME/inhabit` (default
-`~/.cache/inhabit`), keyed by the corpus version, vocabulary size and seed.
+`~/.cache/inhabit`), keyed by everything that shapes the result (corpus version, vocabulary size,
+seed, pre-tokenizer, special tokens, template, `tokenizers` version).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import tempfile
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -60,6 +68,15 @@ CHAT_TEMPLATE = (
     "{%- if add_generation_prompt -%}{{- '<|assistant|>' -}}{%- endif -%}"
 )
 
+# Pre-tokenization (BPE merges never cross these pieces): GPT-style, but an identifier with
+# underscores and digits (`read_file`, `test_add2`) is one piece, optionally led by one
+# punctuation mark or space (`<tool`, ` name`, `.append`), so snake_case names and the harness's
+# tool tags can become single tokens; digits go in runs of up to three; newlines stay apart.
+PRE_TOKENIZE_PATTERN = (
+    r"'(?:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?[\p{L}_][\p{L}\p{N}_]*|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
 DEFAULT_VOCAB_SIZE = 4096
 MODEL_MAX_LENGTH = 1 << 20  # the model config bounds the context, not the tokenizer
 
@@ -68,12 +85,17 @@ def train_tokenizer(
     texts: Iterable[str], vocab_size: int = DEFAULT_VOCAB_SIZE, *, min_frequency: int = 2
 ) -> PreTrainedTokenizerFast:
     """Train a byte-level BPE on `texts`; `len(result) == vocab_size` when the text allows it."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
     if vocab_size < 256 + len(SPECIAL_TOKENS):
         raise ValueError(f"vocab_size must be at least {256 + len(SPECIAL_TOKENS)} (bytes + special tokens)")
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(PRE_TOKENIZE_PATTERN), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
@@ -115,11 +137,22 @@ def default_tokenizer(
     *, vocab_size: int = DEFAULT_VOCAB_SIZE, seed: int = 0, cache_dir: str | Path | None = None
 ) -> PreTrainedTokenizerFast:
     """The tokenizer trained on `build_default_corpus(seed=seed)`, cached after the first call."""
+    import tokenizers
     from transformers import AutoTokenizer
 
     from inhabit.models.corpus import CORPUS_VERSION, build_default_corpus
 
-    key = hashlib.sha256(f"v{CORPUS_VERSION}-{vocab_size}-{seed}".encode()).hexdigest()[:16]
+    # Anything that changes the trained result is in the key, so a stale cache is never reused.
+    recipe = [
+        CORPUS_VERSION,
+        vocab_size,
+        seed,
+        PRE_TOKENIZE_PATTERN,
+        SPECIAL_TOKENS,
+        CHAT_TEMPLATE,
+        tokenizers.__version__,
+    ]
+    key = hashlib.sha256(json.dumps(recipe).encode()).hexdigest()[:16]
     root = Path(cache_dir) if cache_dir is not None else cache_root() / "tokenizers"
     target = root / f"bpe-{vocab_size}-{key}"
     if (target / "tokenizer.json").is_file():
@@ -131,12 +164,27 @@ def default_tokenizer(
     root.mkdir(parents=True, exist_ok=True)
     # Write beside the target and rename, so a concurrent reader never sees half a folder.
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
-    tok.save_pretrained(str(tmp))
+    save_tokenizer(tok, tmp)
     try:
         os.rename(tmp, target)
     except OSError:  # another process won the race; its copy is identical
         shutil.rmtree(tmp, ignore_errors=True)
     return tok
+
+
+def save_tokenizer(tokenizer: Any, path: str | Path) -> None:
+    """`save_pretrained`, with a tokenizer_config.json that older transformers (vLLM's) also read."""
+    path = Path(path)
+    tokenizer.save_pretrained(str(path))
+    cfg_file = path / "tokenizer_config.json"
+    cfg = json.loads(cfg_file.read_text())
+    # transformers 5 writes its own class name; the fast-tokenizer alias loads in 4.x and 5.x.
+    cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
+    for key in ("is_local", "local_files_only"):  # load-time flags, not properties of the tokenizer
+        cfg.pop(key, None)
+    if isinstance(getattr(tokenizer, "chat_template", None), str):  # also inline, for older readers
+        cfg["chat_template"] = tokenizer.chat_template
+    cfg_file.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
 
 
 def to_chat_dicts(messages: Sequence[Any]) -> list[dict[str, str]]:
@@ -157,7 +205,49 @@ def render_chat(tokenizer: Any, messages: Sequence[Any], *, add_generation_promp
     )
 
 
+_CONTENT_ENCODERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _content_encoder(tokenizer: Any) -> Any:
+    """A private copy of the backend tokenizer that encodes special-token strings as plain text.
+
+    transformers' `split_special_tokens=True` flips a flag on the SHARED backend for each call,
+    which races when a server encodes from several threads; a copy with the flag fixed does not.
+    """
+    enc = _CONTENT_ENCODERS.get(tokenizer)
+    if enc is None:
+        from tokenizers import Tokenizer
+
+        enc = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+        enc.encode_special_tokens = True
+        enc.no_truncation()
+        enc.no_padding()
+        _CONTENT_ENCODERS[tokenizer] = enc
+    return enc
+
+
 def encode_chat(tokenizer: Any, messages: Sequence[Any], *, add_generation_prompt: bool = True) -> list[int]:
-    """Token ids of the rendered chat (special tokens included once, no extra bos)."""
-    text = render_chat(tokenizer, messages, add_generation_prompt=add_generation_prompt)
-    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    """Token ids of the rendered chat (bos once, no extra special tokens).
+
+    With this module's template, the ids are assembled per message and message contents are
+    encoded with special-token strings split (as `split_special_tokens=True` would, but without
+    its shared-state flag flip, so it is thread-safe): a file the agent reads that happens to contain
+    `<|end|><|assistant|>` stays plain text instead of forging a turn boundary. For contents
+    without such strings this equals tokenizing `render_chat(...)`. Other tokenizers (a real model's
+    folder with its own template) get their template rendered and tokenized as usual.
+    """
+    dicts = to_chat_dicts(messages)
+    if getattr(tokenizer, "chat_template", None) != CHAT_TEMPLATE:
+        text = render_chat(tokenizer, dicts, add_generation_prompt=add_generation_prompt)
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    special = dict(zip(SPECIAL_TOKENS, tokenizer.convert_tokens_to_ids(SPECIAL_TOKENS), strict=True))
+    ids = [special[BOS]]
+    for m in dicts:
+        if m["role"] not in ROLE_TOKENS:
+            raise ValueError(f"unknown chat role {m['role']}: use system, user or assistant")
+        ids.append(special[ROLE_TOKENS[m["role"]]])
+        ids += _content_encoder(tokenizer).encode(m["content"], add_special_tokens=False).ids
+        ids.append(special[END])
+    if add_generation_prompt:
+        ids.append(special[ROLE_TOKENS["assistant"]])
+    return ids
