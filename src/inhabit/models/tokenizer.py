@@ -1,0 +1,196 @@
+"""The project's own tokenizer for tiny models: a byte-level BPE plus a chat template.
+
+Trained with the `tokenizers` library on text this project synthesizes (`corpus.py`: Python code
+and harness transcripts with tool calls), so no tokenizer is ever downloaded. Byte-level means
+every string round-trips exactly (`decode(encode(s)) == s`), code and tool calls included.
+
+Special tokens (ids 0-6, in this order):
+
+    <|endoftext|>  end of a document (also a second stop id in generation_config.json)
+    <|bos|>        bos_token: starts every rendered chat
+    <|pad|>        pad_token
+    <|system|> <|user|> <|assistant|>   role markers: open a message
+    <|end|>        eos_token: closes a message (generation stops on it)
+
+Chat format (the Jinja template in `tokenizer.chat_template`, written to the model folder):
+
+    <|bos|><|system|>{system}<|end|><|user|>{user}<|end|><|assistant|>{assistant}<|end|>...
+
+with `<|assistant|>` appended when `add_generation_prompt=True`. Nothing (no newline) sits
+between a closing `<|end|>` and the next role marker, and contents are bounded by special tokens
+on both sides; so a prompt rendered with the generation prompt, followed by the tokens the model
+generated up to `<|end|>`, is token-for-token a prefix of the next turn's rendering (the usual
+caveat: text re-encoded from decoded tokens may pick different BPE merges). Message contents are
+free text: tool calls are DESIGN.md's XML-like tags and observations are whatever the harness puts
+in a user message; both are ordinary BPE text the tokenizer was trained on.
+
+    tok = default_tokenizer()                       # trained once (seconds), then cached
+    text = render_chat(tok, messages)               # harness `Message`s or role/content dicts
+    ids = encode_chat(tok, messages)                # token ids of that text, bos included once
+
+(transformers 5's own `tok.apply_chat_template(dicts, add_generation_prompt=True)` works too, but
+returns a `BatchEncoding` when tokenizing and rejects dataclass messages, hence these helpers.)
+
+`default_tokenizer()` caches under `$INHABIT_CACHE_DIR` or `$XDG_CACHE_HOME/inhabit` (default
+`~/.cache/inhabit`), keyed by the corpus version, vocabulary size and seed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerFast
+
+ENDOFTEXT, BOS, PAD, END = "<|endoftext|>", "<|bos|>", "<|pad|>", "<|end|>"
+ROLE_TOKENS = {"system": "<|system|>", "user": "<|user|>", "assistant": "<|assistant|>"}
+SPECIAL_TOKENS = [ENDOFTEXT, BOS, PAD, *ROLE_TOKENS.values(), END]
+
+CHAT_TEMPLATE = (
+    "{{- bos_token -}}"
+    "{%- for message in messages -%}"
+    "{%- if message['role'] not in ['system', 'user', 'assistant'] -%}"
+    "{{- raise_exception('unknown chat role ' ~ message['role'] ~ ': use system, user or assistant') -}}"
+    "{%- endif -%}"
+    "{{- '<|' ~ message['role'] ~ '|>' ~ message['content'] ~ '<|end|>' -}}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|assistant|>' -}}{%- endif -%}"
+)
+
+# Pre-tokenization (BPE merges never cross these pieces): GPT-style, but an identifier with
+# underscores and digits (`read_file`, `test_add2`) is one piece, optionally led by one
+# punctuation mark or space (`<tool`, ` name`, `.append`), so snake_case names and the harness's
+# tool tags can become single tokens; digits go in runs of up to three; newlines stay apart.
+PRE_TOKENIZE_PATTERN = (
+    r"'(?:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?[\p{L}_][\p{L}\p{N}_]*|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+DEFAULT_VOCAB_SIZE = 4096
+MODEL_MAX_LENGTH = 1 << 20  # the model config bounds the context, not the tokenizer
+
+
+def train_tokenizer(
+    texts: Iterable[str], vocab_size: int = DEFAULT_VOCAB_SIZE, *, min_frequency: int = 2
+) -> PreTrainedTokenizerFast:
+    """Train a byte-level BPE on `texts`; `len(result) == vocab_size` when the text allows it."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    if vocab_size < 256 + len(SPECIAL_TOKENS):
+        raise ValueError(f"vocab_size must be at least {256 + len(SPECIAL_TOKENS)} (bytes + special tokens)")
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(PRE_TOKENIZE_PATTERN), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    return wrap_tokenizer(tok)
+
+
+def wrap_tokenizer(tok: Any) -> PreTrainedTokenizerFast:
+    """A transformers tokenizer around a trained `tokenizers.Tokenizer`, with our specials and template."""
+    from transformers import PreTrainedTokenizerFast
+
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=BOS,
+        eos_token=END,
+        pad_token=PAD,
+        additional_special_tokens=[ENDOFTEXT, *ROLE_TOKENS.values()],
+        model_max_length=MODEL_MAX_LENGTH,
+        clean_up_tokenization_spaces=False,
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def cache_root() -> Path:
+    """Where inhabit caches things it can rebuild (tokenizers)."""
+    if env := os.environ.get("INHABIT_CACHE_DIR"):
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "inhabit"
+
+
+def default_tokenizer(
+    *, vocab_size: int = DEFAULT_VOCAB_SIZE, seed: int = 0, cache_dir: str | Path | None = None
+) -> PreTrainedTokenizerFast:
+    """The tokenizer trained on `build_default_corpus(seed=seed)`, cached after the first call."""
+    from transformers import AutoTokenizer
+
+    from inhabit.models.corpus import CORPUS_VERSION, build_default_corpus
+
+    key = hashlib.sha256(f"v{CORPUS_VERSION}-{vocab_size}-{seed}".encode()).hexdigest()[:16]
+    root = Path(cache_dir) if cache_dir is not None else cache_root() / "tokenizers"
+    target = root / f"bpe-{vocab_size}-{key}"
+    if (target / "tokenizer.json").is_file():
+        try:
+            return AutoTokenizer.from_pretrained(str(target), local_files_only=True)
+        except (OSError, ValueError):
+            shutil.rmtree(target, ignore_errors=True)  # a damaged cache entry: rebuild it
+    tok = train_tokenizer(build_default_corpus(seed=seed), vocab_size)
+    root.mkdir(parents=True, exist_ok=True)
+    # Write beside the target and rename, so a concurrent reader never sees half a folder.
+    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
+    save_tokenizer(tok, tmp)
+    try:
+        os.rename(tmp, target)
+    except OSError:  # another process won the race; its copy is identical
+        shutil.rmtree(tmp, ignore_errors=True)
+    return tok
+
+
+def save_tokenizer(tokenizer: Any, path: str | Path) -> None:
+    """`save_pretrained`, with a tokenizer_config.json that older transformers (vLLM's) also read."""
+    path = Path(path)
+    tokenizer.save_pretrained(str(path))
+    cfg_file = path / "tokenizer_config.json"
+    cfg = json.loads(cfg_file.read_text())
+    # transformers 5 writes its own class name; the fast-tokenizer alias loads in 4.x and 5.x.
+    cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
+    for key in ("is_local", "local_files_only"):  # load-time flags, not properties of the tokenizer
+        cfg.pop(key, None)
+    if isinstance(getattr(tokenizer, "chat_template", None), str):  # also inline, for older readers
+        cfg["chat_template"] = tokenizer.chat_template
+    cfg_file.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+
+
+def to_chat_dicts(messages: Sequence[Any]) -> list[dict[str, str]]:
+    """`{"role", "content"}` dicts from harness `Message`s, dicts, or anything with those attributes."""
+    out = []
+    for m in messages:
+        if isinstance(m, Mapping):
+            out.append({"role": str(m["role"]), "content": str(m["content"])})
+        else:
+            out.append({"role": str(m.role), "content": str(m.content)})
+    return out
+
+
+def render_chat(tokenizer: Any, messages: Sequence[Any], *, add_generation_prompt: bool = True) -> str:
+    """The chat as text, exactly as the model sees it."""
+    return tokenizer.apply_chat_template(
+        to_chat_dicts(messages), add_generation_prompt=add_generation_prompt, tokenize=False
+    )
+
+
+def encode_chat(tokenizer: Any, messages: Sequence[Any], *, add_generation_prompt: bool = True) -> list[int]:
+    """Token ids of the rendered chat (special tokens included once, no extra bos)."""
+    text = render_chat(tokenizer, messages, add_generation_prompt=add_generation_prompt)
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
