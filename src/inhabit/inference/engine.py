@@ -58,6 +58,11 @@ class Completion:
     """For MoE models: [token][layer][k] expert ids chosen when the token was computed."""
     prompt_token_ids: list[int] | None = None
     error: str | None = None
+    prompt_routed_experts: list[list[list[int]]] | None = None
+    """For MoE models: [position][layer][k] routes of prompt positions 0..P-2. Completion token i's
+    routes (above) are those of input position P-1+i, the forward that produced its logits, so
+    prompt_routed_experts + routed_experts covers positions 0..N-2 of prompt+completion: all a
+    full-sequence replay needs (the last position's logits are never used)."""
 
 
 class InferenceEngine(abc.ABC):

@@ -1,0 +1,71 @@
+"""Configuration of the embedded engine (`EngineConfig`) and of the server (`ServeConfig`)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from inhabit.config import Config
+
+
+class EngineConfig(Config):
+    """How the embedded engine batches, caches and reports."""
+
+    max_batch_size: int = Field(64, ge=1, le=4096, description="Requests decoded together in one step.")
+    max_queue: int = Field(
+        1024,
+        ge=1,
+        le=1_000_000,
+        description="Requests waiting or running at once; more raise EngineOverloaded.",
+    )
+    max_model_len: int | None = Field(
+        None, ge=2, description="Longest prompt+completion; default: the model's max_position_embeddings."
+    )
+    prefill_token_budget: int = Field(
+        4096, ge=16, description="Most prompt tokens (padded) prefilled in one forward; bigger batches split."
+    )
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32", description="Weights and KV cache dtype (fp32 is fastest on CPUs without AVX512-BF16)."
+    )
+    device: str = Field("cpu", description="torch device of the model and the KV cache.")
+    logprobs_mode: Literal["tempered", "raw"] = Field(
+        "tempered",
+        description=(
+            "tempered: log_softmax(logits / temperature), the distribution sampled from before top-p "
+            "truncation (what an RL trainer recomputes when it divides by the same temperature); "
+            "raw: log_softmax(logits) whatever the temperature. Greedy (temperature 0) reports raw."
+        ),
+    )
+    kv_after_swap: Literal["recompute", "keep"] = Field(
+        "recompute",
+        description=(
+            "After load_weights, recompute the KV cache of requests in flight with the new weights "
+            "(tokens after the swap are exactly what the new weights give for that prefix), or keep "
+            "the stale cache (cheaper; post-swap tokens attend to keys the old weights computed)."
+        ),
+    )
+    stop_at_eos: bool = Field(True, description="Stop at the model's end-of-sequence token ids.")
+    capture_routing: bool = Field(True, description="Record routed expert ids per token for MoE models.")
+    seed: int | None = Field(
+        None, description="Seed of the generator used by requests without their own seed."
+    )
+    num_threads: int | None = Field(
+        None, ge=1, le=512, description="torch intra-op threads for the decode worker (default: torch's)."
+    )
+
+
+class ServeConfig(Config):
+    """`inhabit serve`: where to listen and who may load weights."""
+
+    model: str = Field(..., description="Hugging Face model folder to serve.")
+    host: str = Field("127.0.0.1", description="Bind address (loopback by default).")
+    port: int = Field(8000, ge=0, le=65535, description="TCP port (0: any free port).")
+    api_key: str | None = Field(
+        None, description="Bearer token required on every endpoint when set; always on /v1/load_weights."
+    )
+    served_model_name: str | None = Field(None, description="Model id in /v1/models (default: folder name).")
+    max_upload_bytes: int = Field(
+        8 * 1024**3, ge=1, description="Largest safetensors upload accepted by /v1/load_weights."
+    )
+    engine: EngineConfig = Field(default_factory=EngineConfig)

@@ -1,0 +1,535 @@
+"""The embedded engine: continuous batching of a transformers model in this process, on CPU by default.
+
+One decode worker (a dedicated thread) owns the model and runs the step loop; `generate` and
+`stream` only enqueue requests and await futures, so torch never blocks the event loop and any
+number of coroutines (or event loops) can share one engine. Each loop iteration:
+
+1. applies pending weight swaps (so a swap lands between steps, never inside one),
+2. admits waiting requests up to `max_batch_size` and prefills their prompts (left-padded,
+   in batches capped by `prefill_token_budget`), sampling each one's first token,
+3. runs one decode step over every running request (one token each; see kv_cache.py),
+4. retires finished requests (their slots go to others) and resolves their futures.
+
+Per sampled token the engine records its logprob (see sampling.py for which distribution), the
+policy version of the weights whose forward produced its logits, and for MoE models the expert
+ids every layer routed that forward's input position to (the position that produced the token:
+completion token i's routes are those of input position len(prompt)+i-1; the prompt's other
+positions are in `Completion.prompt_routed_experts`). Concatenating the two gives the routes of
+positions 0..N-2 of prompt+completion, which is what a full-sequence forward needs to replay
+(the last position's logits are never used).
+
+KV cache after a swap (`EngineConfig.kv_after_swap`): "recompute" (default) re-prefills every
+running request's prefix with the new weights before the next step, so every token sampled after
+the swap is exactly what a full forward of the new weights gives for its prefix; "keep" reuses
+the stale cache (cheaper, like in-flight updates elsewhere; the recorded logprob is still the
+true sampling probability). Routes of prompt positions stay those of the first prefill.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from inhabit.inference.config import EngineConfig
+from inhabit.inference.engine import Completion, GenerationRequest, InferenceEngine
+from inhabit.inference.errors import EngineClosed, EngineOverloaded, InvalidRequest
+from inhabit.inference.kv_cache import SlotKVCache, prefill_mask
+from inhabit.inference.sampling import RowSampling, make_generator, sample_tokens
+from inhabit.inference.stops import StopChecker, completion_text
+from inhabit.inference.weights_io import copy_into, read_state_dict, to_model_layout
+
+log = logging.getLogger(__name__)
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """One sampled token, as `EmbeddedEngine.stream` yields it before the final Completion."""
+
+    request_id: str
+    token_id: int
+    logprob: float
+    version: int
+    routed_experts: list[list[int]] | None = None
+
+
+@dataclass
+class _Seq:
+    """A request in flight (owned by the worker thread once admitted)."""
+
+    req: GenerationRequest
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future
+    on_event: Callable[[TokenEvent], None] | None
+    generator: torch.Generator
+    stop_ids: frozenset[int]
+    stops: StopChecker | None
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+    routes: list[list[list[int]]] = field(default_factory=list)
+    prompt_routes: list[list[list[int]]] | None = None
+    cancelled: bool = False
+    finish: str | None = None
+
+
+@dataclass
+class _Swap:
+    state: dict[str, torch.Tensor]
+    version: int
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future
+
+
+class EmbeddedEngine(InferenceEngine):
+    """Continuous-batching engine over a transformers causal LM (see module docstring)."""
+
+    def __init__(
+        self, model: Any, tokenizer: Any = None, config: EngineConfig | None = None, version: int = 0
+    ) -> None:
+        self.config = config or EngineConfig()
+        self.tokenizer = tokenizer
+        self.model = model.to(device=self.config.device, dtype=_DTYPES[self.config.dtype]).eval()
+        mc = model.config.get_text_config(decoder=True)
+        self.max_model_len = self.config.max_model_len or int(getattr(mc, "max_position_embeddings", 4096))
+        head_dim = getattr(mc, "head_dim", None) or mc.hidden_size // mc.num_attention_heads
+        self._kv = SlotKVCache(
+            num_layers=mc.num_hidden_layers,
+            num_kv_heads=mc.num_key_value_heads,
+            head_dim=head_dim,
+            max_slots=self.config.max_batch_size,
+            max_len=self.max_model_len,
+            dtype=_DTYPES[self.config.dtype],
+            device=self.config.device,
+        )
+        self.vocab_size = int(mc.vocab_size)
+        self.eos_ids = _eos_ids(model) or frozenset(
+            [tokenizer.eos_token_id] if tokenizer is not None and tokenizer.eos_token_id is not None else []
+        )
+        self._version = version
+        self._fallback_gen = torch.Generator().manual_seed(
+            self.config.seed if self.config.seed is not None else int(time.time_ns() % 2**62)
+        )
+        self._capture = _make_capture(model) if self.config.capture_routing else None
+        self.is_moe = self._capture is not None
+        self._lock = threading.Condition()
+        self._waiting: collections.deque[_Seq] = collections.deque()
+        self._running: list[_Seq] = []
+        self._swaps: list[_Swap] = []
+        self._in_flight = 0
+        self._closing = False
+        self._dead: BaseException | None = None
+        self.last_swap_seconds: float | None = None
+        self.steps = 0
+        self._thread = threading.Thread(target=self._worker, name="inhabit-decode", daemon=True)
+        self._thread.start()
+
+    # ---------------------------------------------------------------- construction
+
+    @classmethod
+    def from_path(
+        cls, path: str | Path, config: EngineConfig | None = None, version: int = 0
+    ) -> EmbeddedEngine:
+        """Load a local Hugging Face folder (model + tokenizer) and start an engine on it."""
+        from inhabit.models.loading import load_model
+
+        config = config or EngineConfig()
+        model, tokenizer = load_model(path, dtype=config.dtype, device=config.device)
+        return cls(model, tokenizer, config, version=version)
+
+    # ---------------------------------------------------------------- public API
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    @property
+    def num_running(self) -> int:
+        return len(self._running)
+
+    async def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+        seqs = self._submit(requests, None)
+        try:
+            return list(await asyncio.gather(*(s.future for s in seqs)))
+        except asyncio.CancelledError:
+            for s in seqs:
+                s.cancelled = True
+            raise
+
+    async def stream(self, request: GenerationRequest) -> AsyncIterator[TokenEvent | Completion]:
+        """Yield a TokenEvent per sampled token, then the final Completion."""
+        queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+        (seq,) = self._submit([request], lambda ev: loop.call_soon_threadsafe(queue.put_nowait, ev))
+        try:
+            while True:
+                get = asyncio.ensure_future(queue.get())
+                done, _ = await asyncio.wait({get, seq.future}, return_when=asyncio.FIRST_COMPLETED)
+                if get in done:
+                    yield get.result()
+                    continue
+                get.cancel()
+                while not queue.empty():  # tokens that raced the final result
+                    yield queue.get_nowait()
+                yield seq.future.result()
+                return
+        finally:
+            if not seq.future.done():
+                seq.cancelled = True
+
+    async def load_weights(self, weights: Mapping[str, torch.Tensor] | str | Path, version: int) -> None:
+        """Swap weights between decode steps; returns once the new weights are in use."""
+        if isinstance(weights, str | Path):
+            state = await asyncio.to_thread(read_state_dict, weights)
+        else:
+            state = dict(weights)
+        state = await asyncio.to_thread(to_model_layout, self.model, state)
+        loop = asyncio.get_running_loop()
+        swap = _Swap(state, int(version), loop, loop.create_future())
+        with self._lock:
+            self._check_alive()
+            self._swaps.append(swap)
+            self._lock.notify()
+        await swap.future
+
+    async def close(self) -> None:
+        with self._lock:
+            self._closing = True
+            self._lock.notify()
+        await asyncio.to_thread(self._thread.join, 30)
+
+    def stats(self) -> dict[str, Any]:
+        """Counters for /metrics-style reporting."""
+        return {
+            "version": self._version,
+            "running": len(self._running),
+            "waiting": len(self._waiting),
+            "steps": self.steps,
+            "last_swap_seconds": self.last_swap_seconds,
+        }
+
+    # ---------------------------------------------------------------- submission
+
+    def _submit(
+        self, requests: Sequence[GenerationRequest], on_event: Callable[[TokenEvent], None] | None
+    ) -> list[_Seq]:
+        """Validate and enqueue all of `requests`, or none of them (typed error)."""
+        loop = asyncio.get_running_loop()
+        seqs = []
+        for req in requests:
+            self._validate(req)
+            sp = req.sampling
+            stop_ids = frozenset(sp.stop_token_ids) | (
+                self.eos_ids if self.config.stop_at_eos else frozenset()
+            )
+            if not req.request_id:
+                req = GenerationRequest(req.prompt_token_ids, req.sampling, request_id=uuid.uuid4().hex)
+            seqs.append(
+                _Seq(
+                    req=req,
+                    loop=loop,
+                    future=loop.create_future(),
+                    on_event=on_event,
+                    generator=make_generator(sp.seed, self._fallback_gen),
+                    stop_ids=stop_ids,
+                    stops=StopChecker(self.tokenizer, sp.stop) if sp.stop else None,
+                )
+            )
+        with self._lock:
+            self._check_alive()
+            if self._in_flight + len(seqs) > self.config.max_queue:
+                raise EngineOverloaded(
+                    f"{self._in_flight} requests are in flight and {len(seqs)} more were asked "
+                    f"(max_queue={self.config.max_queue}); retry later or raise max_queue"
+                )
+            self._in_flight += len(seqs)
+            self._waiting.extend(seqs)
+            self._lock.notify()
+        return seqs
+
+    def _validate(self, req: GenerationRequest) -> None:
+        sp, n = req.sampling, len(req.prompt_token_ids)
+        if n == 0:
+            raise InvalidRequest("the prompt is empty: give at least one token")
+        if n >= self.max_model_len:
+            raise InvalidRequest(
+                f"the prompt has {n} tokens but the context is {self.max_model_len}; shorten it"
+            )
+        if any(not 0 <= t < self.vocab_size for t in req.prompt_token_ids):
+            raise InvalidRequest(f"prompt token ids must lie in [0, {self.vocab_size})")
+        if sp.max_tokens < 1:
+            raise InvalidRequest("max_tokens must be at least 1")
+        if sp.temperature < 0 or not 0 < sp.top_p <= 1:
+            raise InvalidRequest("temperature must be >= 0 and top_p in (0, 1]")
+        if sp.stop and self.tokenizer is None:
+            raise InvalidRequest("stop strings need a tokenizer; this engine was built without one")
+
+    def _check_alive(self) -> None:
+        if self._closing:
+            raise EngineClosed("the engine is closed")
+        if self._dead is not None:
+            raise EngineClosed(f"the engine's decode worker died: {self._dead!r}")
+
+    # ---------------------------------------------------------------- worker thread
+
+    def _worker(self) -> None:
+        if self.config.num_threads:
+            torch.set_num_threads(self.config.num_threads)
+        try:
+            with torch.inference_mode(), self._capture or contextlib.nullcontext():
+                while self._iteration():
+                    pass
+        except BaseException as e:  # the worker must never die silently
+            log.exception("decode worker died")
+            self._dead = e
+        finally:
+            self._fail_all(EngineClosed("the engine closed before this request finished"))
+
+    def _iteration(self) -> bool:
+        with self._lock:
+            while not (self._waiting or self._running or self._swaps or self._closing):
+                self._lock.wait()
+            if self._closing:
+                return False
+            swaps, self._swaps = self._swaps, []
+            room = self.config.max_batch_size - len(self._running)
+            admitted = [self._waiting.popleft() for _ in range(min(room, len(self._waiting)))]
+        for swap in swaps:
+            self._apply_swap(swap)
+        self._retire([i for i, s in enumerate(self._running) if s.cancelled], "abort")
+        admitted = [s for s in admitted if not self._cancelled_before_start(s)]
+        try:
+            if admitted:
+                self._admit(admitted)
+            if self._running:
+                self._decode_step()
+        except Exception as e:  # a bad batch fails its requests, not the engine
+            log.exception("engine step failed")
+            for s in admitted:
+                if s not in self._running and not s.future.done():
+                    self._resolve(s, "error", error=repr(e))
+            self._retire(list(range(len(self._running))), "error", error=repr(e))
+        return True
+
+    def _cancelled_before_start(self, s: _Seq) -> bool:
+        if s.cancelled:
+            self._resolve(s, "abort")
+        return s.cancelled
+
+    # ---------------------------------------------------------------- model calls
+
+    def _prefill(self, sequences: list[list[int]]) -> list[tuple[torch.Tensor, list, Any]]:
+        """Forward left-padded prompts; per sequence (last logits, per-layer KV, routes (L,T,k))."""
+        results: list[tuple[torch.Tensor, list, Any]] = []
+        order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
+        chunks: list[list[int]] = [[]]
+        for i in order:
+            longest = len(sequences[i])
+            if chunks[-1] and (len(chunks[-1]) + 1) * longest > self.config.prefill_token_budget:
+                chunks.append([])
+            chunks[-1].append(i)
+        by_index: dict[int, tuple[torch.Tensor, list, Any]] = {}
+        for chunk in chunks:
+            for i, r in zip(chunk, self._prefill_batch([sequences[i] for i in chunk]), strict=True):
+                by_index[i] = r
+        results = [by_index[i] for i in range(len(sequences))]
+        return results
+
+    def _prefill_batch(self, seqs: list[list[int]]) -> list[tuple[torch.Tensor, list, Any]]:
+        from transformers import DynamicCache
+
+        dev = self.config.device
+        total = max(len(s) for s in seqs)
+        pads = [total - len(s) for s in seqs]
+        ids = torch.tensor([[0] * p + s for p, s in zip(pads, seqs, strict=True)], device=dev)
+        pos = (torch.arange(total)[None, :] - torch.tensor(pads)[:, None]).clamp(min=0).to(dev)
+        mask = prefill_mask(pads, total, _DTYPES[self.config.dtype], dev)
+        cache = DynamicCache(config=self.model.config)
+        out = self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=pos,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        routes = self._take_routes()  # (L, b, T, k) or None
+        res = []
+        for b, p in enumerate(pads):
+            kv = [(layer.keys[b, :, p:], layer.values[b, :, p:]) for layer in cache.layers]
+            res.append((out.logits[b, -1], kv, None if routes is None else routes[:, b, p:]))
+        return res
+
+    def _take_routes(self) -> torch.Tensor | None:
+        if self._capture is None:
+            return None
+        calls = self._capture.clear()
+        return calls[-1] if calls else None
+
+    def _admit(self, seqs: list[_Seq]) -> None:
+        results = self._prefill([s.req.prompt_token_ids for s in seqs])
+        base = len(self._running)
+        for j, (s, (_, kv, routes)) in enumerate(zip(seqs, results, strict=True)):
+            self._kv.write_prefix(base + j, kv)
+            if routes is not None:
+                s.prompt_routes = routes[:, :-1].permute(1, 0, 2).tolist()
+        self._running.extend(seqs)
+        logits = torch.stack([r[0] for r in results])
+        last_routes = [None if r[2] is None else r[2][:, -1] for r in results]
+        self._sample_and_record(list(range(base, base + len(seqs))), logits, last_routes)
+
+    def _decode_step(self) -> None:
+        n = len(self._running)
+        dev = self.config.device
+        ids = torch.tensor([[s.tokens[-1]] for s in self._running], device=dev)
+        cache = self._kv.decode_cache(n)
+        out = self.model(
+            input_ids=ids,
+            attention_mask=cache.attention_mask(_DTYPES[self.config.dtype], dev),
+            position_ids=cache.positions[:, None].to(dev),
+            past_key_values=cache,
+            use_cache=True,
+        )
+        self._kv.commit_decode(n)
+        self.steps += 1
+        routes = self._take_routes()  # (L, n, 1, k)
+        per_row = [None if routes is None else routes[:, i, 0] for i in range(n)]
+        self._sample_and_record(list(range(n)), out.logits[:, -1], per_row)
+
+    def _sample_and_record(self, rows: list[int], logits: torch.Tensor, routes: list) -> None:
+        seqs = [self._running[i] for i in rows]
+        params = [RowSampling(s.req.sampling.temperature, s.req.sampling.top_p, s.generator) for s in seqs]
+        tokens, logps = sample_tokens(logits, params, self.config.logprobs_mode)
+        finished: list[tuple[int, str]] = []
+        for row, s, tok, lp, rt in zip(rows, seqs, tokens.tolist(), logps.tolist(), routes, strict=True):
+            s.tokens.append(tok)
+            s.logprobs.append(lp)
+            s.versions.append(self._version)
+            route = rt.tolist() if rt is not None else None
+            if route is not None:
+                s.routes.append(route)
+            if s.on_event is not None:
+                s.on_event(TokenEvent(s.req.request_id, tok, lp, self._version, route))
+            reason = self._finish_reason(s)
+            if reason:
+                finished.append((row, reason))
+        for row, reason in sorted(finished, reverse=True):
+            self._retire([row], reason)
+
+    def _finish_reason(self, s: _Seq) -> str | None:
+        if s.tokens[-1] in s.stop_ids:
+            return "stop"
+        if s.stops is not None and s.stops.hit(s.tokens):
+            return "stop"
+        if len(s.tokens) >= s.req.sampling.max_tokens:
+            return "length"
+        if len(s.req.prompt_token_ids) + len(s.tokens) >= self.max_model_len:
+            return "length"
+        return None
+
+    # ---------------------------------------------------------------- swaps
+
+    def _apply_swap(self, swap: _Swap) -> None:
+        t0 = time.perf_counter()
+        try:
+            copy_into(self.model, swap.state)
+            self._version = swap.version
+            if self.config.kv_after_swap == "recompute" and self._running:
+                prefixes = [s.req.prompt_token_ids + s.tokens[:-1] for s in self._running]
+                for i, (_, kv, _) in enumerate(self._prefill(prefixes)):
+                    self._kv.write_prefix(i, kv)
+                self._take_routes()
+        except Exception as e:
+            log.exception("weight swap failed")
+            swap.loop.call_soon_threadsafe(_set_exception, swap.future, e)
+            return
+        self.last_swap_seconds = time.perf_counter() - t0
+        swap.loop.call_soon_threadsafe(_set_result, swap.future, None)
+
+    # ---------------------------------------------------------------- completion
+
+    def _retire(self, rows: list[int], reason: str, error: str | None = None) -> None:
+        """Remove running rows (any order), keeping the running rows in slots 0..n-1."""
+        for row in sorted(rows, reverse=True):
+            s = self._running[row]
+            last = len(self._running) - 1
+            if row != last:
+                self._kv.move(last, row)
+                self._running[row] = self._running[last]
+            self._running.pop()
+            self._kv.lengths[last] = 0
+            self._resolve(s, reason, error)
+
+    def _resolve(self, s: _Seq, reason: str, error: str | None = None) -> None:
+        text, cut = "", False
+        try:
+            text, cut = completion_text(self.tokenizer, s.tokens, s.req.sampling.stop)
+        except Exception as e:  # a tokenizer failure must not lose the tokens
+            error = error or f"detokenization failed: {e!r}"
+        completion = Completion(
+            request_id=s.req.request_id,
+            token_ids=list(s.tokens),
+            logprobs=list(s.logprobs),
+            versions=list(s.versions),
+            finish_reason="stop" if cut and reason == "length" else reason,  # type: ignore[arg-type]
+            text=text,
+            routed_experts=list(s.routes) if s.routes else None,
+            prompt_token_ids=list(s.req.prompt_token_ids),
+            error=error,
+            prompt_routed_experts=s.prompt_routes,
+        )
+        with self._lock:
+            self._in_flight -= 1
+        s.loop.call_soon_threadsafe(_set_result, s.future, completion)
+
+    def _fail_all(self, err: Exception) -> None:
+        with self._lock:
+            pending = list(self._waiting) + list(self._running)
+            self._waiting.clear()
+            swaps, self._swaps = self._swaps, []
+        self._running = []
+        for s in pending:
+            with contextlib.suppress(RuntimeError):  # its loop may already be closed
+                s.loop.call_soon_threadsafe(_set_exception, s.future, err)
+        for w in swaps:
+            with contextlib.suppress(RuntimeError):
+                w.loop.call_soon_threadsafe(_set_exception, w.future, err)
+
+
+def _set_result(fut: asyncio.Future, value: Any) -> None:
+    if not fut.done():
+        fut.set_result(value)
+
+
+def _set_exception(fut: asyncio.Future, exc: BaseException) -> None:
+    if not fut.done():
+        fut.set_exception(exc)
+
+
+def _eos_ids(model: Any) -> frozenset[int]:
+    ids: set[int] = set()
+    for cfg in (getattr(model, "generation_config", None), model.config):
+        eos = getattr(cfg, "eos_token_id", None) if cfg is not None else None
+        if isinstance(eos, int):
+            ids.add(eos)
+        elif isinstance(eos, list | tuple):
+            ids.update(int(e) for e in eos)
+    return frozenset(ids)
+
+
+def _make_capture(model: Any) -> Any:
+    from inhabit.models.routing import RoutingCapture, is_moe
+
+    return RoutingCapture(model) if is_moe(model) else None

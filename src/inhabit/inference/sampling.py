@@ -1,0 +1,97 @@
+"""Token sampling for a batch of rows, each with its own temperature, top-p and random generator.
+
+Reproducibility: each row draws exactly one uniform number per token from its own
+`torch.Generator` (seeded from the request's `seed`) and picks the token by inverse CDF, so a
+seeded request samples the same tokens whatever else shares its batch, provided its logits are
+the same. (On CPU, a matmul over a different batch size can change the last bits of the logits,
+which can flip a draw that lies exactly on a boundary; same batch shape, same tokens.)
+
+Logprobs: `logprobs_mode="tempered"` reports log_softmax(logits / T) of the sampled token, the
+distribution the engine sampled from before top-p truncation. That is what an RL trainer
+recomputes when it scales its logits by the same temperature; with top_p < 1 the truncated
+distribution differs (the kept tokens' probabilities are renormalized), which we do not fold in
+because trainers do not either. `raw` reports log_softmax(logits), whatever T. Greedy rows
+(T = 0) always report raw.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class RowSampling:
+    """Sampling settings of one row of the batch."""
+
+    temperature: float
+    top_p: float
+    generator: torch.Generator
+
+
+def sample_tokens(
+    logits: torch.Tensor, rows: Sequence[RowSampling], logprobs_mode: str = "tempered"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pick one token per row of `logits` [B, V]; return (token ids [B], their logprobs [B])."""
+    assert logits.dim() == 2 and logits.shape[0] == len(rows)
+    logits = logits.float()
+    temps = torch.tensor([r.temperature for r in rows], dtype=torch.float32, device=logits.device)
+    greedy = temps <= 0
+    safe_t = torch.where(greedy, torch.ones_like(temps), temps)
+    scaled = logits / safe_t[:, None]
+    logp_scaled = torch.log_softmax(scaled, dim=-1)
+
+    # One uniform per sampled row, from that row's own generator (greedy rows draw nothing, so a
+    # greedy request never shifts another's stream).
+    u = torch.zeros(len(rows), dtype=torch.float64)
+    for i, r in enumerate(rows):
+        if r.temperature > 0:
+            u[i] = torch.rand((), generator=r.generator, dtype=torch.float64)
+    probs = logp_scaled.double().exp()
+    top_ps = [r.top_p for r in rows]
+    if any(p < 1.0 for p in top_ps):
+        tokens = _sample_top_p(probs, torch.tensor(top_ps, dtype=torch.float64), u)
+    else:
+        tokens = _inverse_cdf(probs, u)
+    tokens = torch.where(greedy, logits.argmax(dim=-1), tokens)
+
+    if logprobs_mode == "raw":
+        logp = torch.log_softmax(logits, dim=-1)
+    else:
+        logp = torch.where(greedy[:, None], torch.log_softmax(logits, dim=-1), logp_scaled)
+    chosen = logp.gather(1, tokens[:, None]).squeeze(1)
+    return tokens, chosen
+
+
+def _inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    cdf = probs.cumsum(dim=-1)
+    # Scale by the row total so rounding in the cumsum can never leave u past the end.
+    idx = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True).squeeze(1)
+    idx = idx.clamp_(max=probs.shape[-1] - 1)
+    # Never land on a zero-probability token (possible only through rounding at a boundary).
+    bad = probs.gather(1, idx[:, None]).squeeze(1) <= 0
+    if bool(bad.any()):
+        idx = torch.where(bad, probs.argmax(dim=-1), idx)
+    return idx
+
+
+def _sample_top_p(probs: torch.Tensor, top_p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    sorted_p, order = probs.sort(dim=-1, descending=True)
+    before = sorted_p.cumsum(dim=-1) - sorted_p
+    # Keep the smallest prefix whose mass reaches top_p (always at least the top token).
+    keep = before < top_p[:, None]
+    keep[:, 0] = True
+    sorted_p = sorted_p * keep
+    pick = _inverse_cdf(sorted_p, u)
+    return order.gather(1, pick[:, None]).squeeze(1)
+
+
+def make_generator(seed: int | None, fallback: torch.Generator) -> torch.Generator:
+    """A generator for one request: seeded if asked, else seeded from the engine's own stream."""
+    g = torch.Generator(device="cpu")
+    if seed is None:
+        seed = int(torch.randint(0, 2**62, (), generator=fallback))
+    g.manual_seed(int(seed))
+    return g
