@@ -11,6 +11,7 @@ declared corrupt.
 from __future__ import annotations
 
 import os
+import threading
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -48,6 +49,14 @@ class FetchStats:
         self.cached_shards += other.cached_shards
         self.retried_shards += other.retried_shards
 
+    def minus(self, other: FetchStats) -> FetchStats:
+        return FetchStats(
+            self.fetched_shards - other.fetched_shards,
+            self.fetched_bytes - other.fetched_bytes,
+            self.cached_shards - other.cached_shards,
+            self.retried_shards - other.retried_shards,
+        )
+
 
 class ShardFetcher:
     """Fetches the shards of a version from a store, through an optional cache directory."""
@@ -59,6 +68,14 @@ class ShardFetcher:
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         self.workers = workers
         self.retries = retries
+        self.totals = FetchStats()
+        """Everything fetched so far, failed fetches included (updated as shards arrive)."""
+        self._lock = threading.Lock()
+
+    def _count(self, **delta: int) -> None:
+        with self._lock:
+            for key, value in delta.items():
+                setattr(self.totals, key, getattr(self.totals, key) + value)
 
     def _cache_path(self, version: int, file: str) -> Path | None:
         return None if self.cache_dir is None else self.cache_dir / f"v{version:012d}" / file
@@ -89,6 +106,7 @@ class ShardFetcher:
             data = path.read_bytes()
             if len(data) == shard.size and shard_checksum(data) == shard.checksum:
                 stats.cached_shards += 1
+                self._count(cached_shards=1)
                 return data, stats
             log.warning("cached shard %s is corrupt; fetching it again", path)
             path.unlink(missing_ok=True)
@@ -96,11 +114,13 @@ class ShardFetcher:
             data = self.store.read_shard(version, shard.file)
             stats.fetched_shards += 1
             stats.fetched_bytes += len(data)
+            self._count(fetched_shards=1, fetched_bytes=len(data))
             if len(data) == shard.size and shard_checksum(data) == shard.checksum:
                 if path is not None:
                     _write_atomic(path, data)
                 return data, stats
             stats.retried_shards += 1
+            self._count(retried_shards=1)
             log.warning(
                 "shard %s of version %d failed its checksum (attempt %d of %d)",
                 shard.file,

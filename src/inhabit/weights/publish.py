@@ -25,8 +25,8 @@ from inhabit.config import Config
 from inhabit.errors import WeightsError
 from inhabit.log import get_logger
 from inhabit.weights import codec
-from inhabit.weights.codec import CodecConfig
 from inhabit.weights.bits import DTYPES, array_to_bits, tensor_to_bits
+from inhabit.weights.codec import CodecConfig
 from inhabit.weights.manifest import Manifest, ShardEntry, TensorEntry, shard_checksum, tensor_checksum_hex
 from inhabit.weights.store import Store
 

@@ -23,6 +23,8 @@ in-place update safe.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -36,7 +38,7 @@ from inhabit.log import get_logger
 from inhabit.weights import codec
 from inhabit.weights.bits import bits_to_tensor
 from inhabit.weights.fetch import CorruptShard, FetchStats, ShardFetcher
-from inhabit.weights.manifest import Manifest, TensorEntry
+from inhabit.weights.manifest import Manifest, ShardEntry, TensorEntry
 from inhabit.weights.store import Store, VersionNotFound
 
 if TYPE_CHECKING:
@@ -102,6 +104,10 @@ class Subscriber:
         self.state: dict[str, Held] = {}
         self.bad_versions: set[int] = set()
         self._lease_warned = False
+        self.on_manifest: Callable[[Manifest], None] | None = None
+        """Called with each manifest about to be fetched (progress bars)."""
+        self.on_shard: Callable[[ShardEntry], None] | None = None
+        """Called from a download thread after each shard is fetched and verified."""
 
     # ------------------------------------------------------------------ views
 
@@ -123,6 +129,7 @@ class Subscriber:
         if target is None or target == self.version:
             return result
         self._lease(target)
+        before = dataclasses.replace(self.fetcher.totals)
         try:
             try:
                 self._replay(self._plan(target), result)
@@ -140,6 +147,7 @@ class Subscriber:
             result.error = str(e)
             log.warning("could not reach version %s (holding %s): %s", target, self.version, e)
         result.version = self.version
+        result.stats = self.fetcher.totals.minus(before)
         if self.version is not None:
             self._lease(self.version)
             self.fetcher.prune({self.version})
@@ -175,8 +183,9 @@ class Subscriber:
                     f"version {manifest.version} is corrupt in the store; waiting for the next full snapshot",
                     manifest.version,
                 )
-            shards, stats = self.fetcher.fetch(manifest)
-            result.stats.add(stats)
+            if self.on_manifest is not None:
+                self.on_manifest(manifest)
+            shards, _ = self.fetcher.fetch(manifest, self.on_shard)
             changed = self._apply(manifest, shards)
             result.replayed.append(manifest.version)
             if changed is None:
@@ -224,7 +233,7 @@ class Subscriber:
     def _lease(self, version: int) -> None:
         try:
             self.store.lease(self.config.name, version, self.config.lease_ttl_s)
-        except (OSError, NotImplementedError, PermissionError) as e:
+        except Exception as e:  # best effort: a read-only store (http) cannot take leases
             if not self._lease_warned:
                 log.warning(
                     "cannot write leases to %s (%s); gc will not know this subscriber", self.store.url, e
