@@ -42,7 +42,7 @@ def assert_same_weights(got: dict[str, torch.Tensor], state: dict) -> None:
 
 @pytest.fixture(scope="session")
 def versions() -> list[dict]:
-    return train_versions(12)
+    return train_versions(8)
 
 
 @pytest.fixture(params=["local", "memory"])
