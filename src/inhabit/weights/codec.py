@@ -133,12 +133,11 @@ def decode(
 
     if kind == "sparse":
         assert base is not None
-        pos, old, new_vals = sparse.decode_changes(b, base, info)
         out = base if inplace else base.copy()
-        out[pos] = new_vals
+        undo = sparse.apply(b, out, info)
         if checksum(out) != b.checksum:
             if inplace:
-                out[pos] = old
+                sparse.revert(out, undo)
             _fail(kind, b, base)
         return given if inplace else out
     if kind == "same":

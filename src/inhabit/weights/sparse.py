@@ -107,49 +107,78 @@ def encode(
     return meta, streams
 
 
-def decode_changes(
-    b: blob.Blob, base: np.ndarray, info: DtypeInfo
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(positions, old values there, new values there) from a parsed sparse blob."""
+CHUNK = 1 << 16
+"""Changes decoded per block: the temporaries of one block stay in cache, which is what makes
+decoding fast; a whole-tensor pass per numpy op would stream every temporary through memory."""
+
+
+def apply(b: blob.Blob, target: np.ndarray, info: DtypeInfo) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Write the changes of a parsed sparse blob into `target` in place.
+
+    Returns (positions, old values) per block, which is what undoing the update takes. Raises
+    CorruptBlob (leaving `target` as it was) if the streams are inconsistent.
+    """
     blob.require(len(b.meta) >= _META.size, "sparse meta is truncated")
     k, n_buckets = _META.unpack_from(b.meta, 0)
     blob.require(len(b.meta) == _META.size + 2 * (n_buckets - 1), "sparse meta has the wrong length")
     blob.require(len(b.streams) == n_buckets + 3, "sparse blob has the wrong number of streams")
+    blob.require(n_buckets == 1 or info.mantissa_bits is not None, "bucketed values on an integer dtype")
     thresholds = list(struct.unpack_from(f"<{n_buckets - 1}H", b.meta, _META.size))
-
     g8 = np.frombuffer(b.streams[0], dtype=np.uint8)
-    blob.require(g8.size == k, "sparse gap stream has the wrong length")
-    gaps = g8.astype(np.int64)
-    esc = np.flatnonzero(g8 == ESCAPE)
     gap_over = np.frombuffer(b.streams[1], dtype="<u8")
-    blob.require(gap_over.size == esc.size, "sparse gap escapes do not match")
-    gaps[esc] = gap_over
-    pos = np.cumsum(gaps) - 1
-    # Gaps are >= 1 when intact, so positions only grow: checking the ends bounds them all (a
-    # corrupt escape can wrap negative; the checksum catches any other corruption).
-    blob.require(k == 0 or (int(pos[0]) >= 0 and int(pos[-1]) < base.size), "sparse positions out of range")
-    try:
-        old = base[pos]
-    except IndexError:
-        raise blob.CorruptBlob("sparse positions out of range") from None
-
-    if n_buckets > 1:
-        blob.require(info.mantissa_bits is not None, "bucketed values on an integer dtype")
-        ids = _bucket_ids(old, thresholds, info)
-        d8 = np.empty(k, dtype=np.uint8)
-        for bucket in range(n_buckets):
-            # flatnonzero + integer indexing: boolean-mask assignment with a random mask is
-            # several times slower (branchy) in numpy.
-            where = np.flatnonzero(ids == bucket)
-            part = np.frombuffer(b.streams[2 + bucket], dtype=np.uint8)
-            blob.require(part.size == where.size, "sparse value bucket has the wrong length")
-            d8[where] = part
-    else:
-        d8 = np.frombuffer(b.streams[2], dtype=np.uint8)
-        blob.require(d8.size == k, "sparse value stream has the wrong length")
-    z = d8.astype(info.uint)
-    esc = np.flatnonzero(d8 == ESCAPE)
+    parts = [np.frombuffer(s, dtype=np.uint8) for s in b.streams[2 : 2 + n_buckets]]
     value_over = np.frombuffer(b.streams[-1], dtype=info.uint)
-    blob.require(value_over.size == esc.size, "sparse value escapes do not match")
-    z[esc] = value_over
-    return pos, old, old + unzigzag(z, info)
+    blob.require(g8.size == k and sum(p.size for p in parts) == k, "sparse streams have the wrong length")
+
+    one, zero = info.uint.type(1), info.uint.type(0)
+    undo: list[tuple[np.ndarray, np.ndarray]] = []
+    used_gap = used_value = 0
+    used_part = [0] * n_buckets
+    last = -1
+    try:
+        for c0 in range(0, k, CHUNK):
+            gaps = g8[c0 : c0 + CHUNK].astype(np.int64)
+            esc = np.flatnonzero(gaps == ESCAPE)
+            if esc.size:
+                gaps[esc] = gap_over[used_gap : used_gap + esc.size]
+                used_gap += esc.size
+            pos = np.cumsum(gaps)
+            pos += last
+            # Intact gaps are >= 1, so positions only grow and checking the ends bounds them all;
+            # a corrupt escape can wrap negative (caught here) and anything else by the checksum.
+            blob.require(int(pos[0]) > last and int(pos[-1]) < target.size, "sparse positions out of range")
+            last = int(pos[-1])
+            old = target[pos]
+            if n_buckets > 1:
+                ids = _bucket_ids(old, thresholds, info)
+                d8 = np.empty(pos.size, dtype=np.uint8)
+                for bucket in range(n_buckets):
+                    # flatnonzero + integer indexing: boolean-mask assignment with a random mask
+                    # is several times slower (branchy) in numpy.
+                    where = np.flatnonzero(ids == bucket)
+                    u = used_part[bucket]
+                    blob.require(u + where.size <= parts[bucket].size, "sparse value bucket is short")
+                    d8[where] = parts[bucket][u : u + where.size]
+                    used_part[bucket] = u + where.size
+            else:
+                d8 = parts[0][c0 : c0 + CHUNK]
+            z = d8.astype(info.uint)
+            esc = np.flatnonzero(d8 == ESCAPE)
+            if esc.size:
+                z[esc] = value_over[used_value : used_value + esc.size]
+                used_value += esc.size
+            blob.require(z.size == pos.size, "sparse value escapes are short")
+            # new = old + unzigzag(z), in wrapping unsigned arithmetic.
+            target[pos] = old + ((z >> one) ^ (zero - (z & one)))
+            undo.append((pos, old))
+        blob.require(used_gap == gap_over.size and used_value == value_over.size, "sparse escapes do not match")
+    except blob.CorruptBlob:
+        revert(target, undo)
+        raise
+    return undo
+
+
+def revert(target: np.ndarray, undo: list[tuple[np.ndarray, np.ndarray]]) -> None:
+    """Undo `apply`: put the old values back."""
+    for pos, old in reversed(undo):
+        target[pos] = old
