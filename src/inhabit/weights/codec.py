@@ -41,13 +41,13 @@ class CodecConfig(Config):
         9, ge=1, le=22, description="zstd level for sparse value bytes (small, so a high level is cheap)."
     )
     buckets: int = Field(
-        4, ge=1, le=16, description="Split sparse values into this many groups by old exponent."
+        2, ge=1, le=16, description="Split sparse values into this many groups by old exponent."
     )
     sparse_below: float = Field(
-        0.25, ge=0.0, le=1.0, description="Changed fraction under which only the sparse encoding is tried."
+        0.4, ge=0.0, le=1.0, description="Changed fraction under which only the sparse encoding is tried."
     )
     dense_above: float = Field(
-        0.6, ge=0.0, le=1.0, description="Changed fraction over which only dense encodings are tried."
+        0.7, ge=0.0, le=1.0, description="Changed fraction over which only dense encodings are tried."
     )
 
 

@@ -1,23 +1,25 @@
 """Sparse delta encoding: where the bit patterns changed, and by how much.
 
 Between two optimizer steps at RL learning rates only a few percent of bf16 weights change, and
-a changed weight almost always moves by one or two ulps. Raw XOR + zstd spends ~19 bits per
-changed element on that; this encoding spends ~8-10:
+a changed weight almost always moves by one or two ulps. XOR of bit patterns + zstd spends ~19
+bits per changed element on that; this encoding spends ~8-10:
 
-- positions as gaps between changed indices, one byte each (255 escapes to a side stream of
-  uint64 gaps). Gaps of a random sparse mask are geometric, so zstd's Huffman stage gets close
-  to their entropy;
-- values as the difference of the bit patterns, new - old in wrapping unsigned arithmetic,
-  zigzag-mapped to small unsigned integers (+1 -> 2, -1 -> 1, ...). For two floats of the same
-  sign the bit-pattern difference is the distance in ulps, so it is small, and wrapping
-  arithmetic makes it exact for everything else (sign flips, NaN, inf). One byte each, 255
-  escapes to a side stream at full width;
+- positions as gaps between changed indices, one byte each. Gaps of a random sparse mask are
+  geometric, so zstd's Huffman stage gets close to their entropy. Gaps over 255 are escaped: a
+  side stream holds (index, gap) pairs, so the decoder patches them in without testing every gap;
+- values as the difference of the bit patterns, new - old in wrapping integer arithmetic, one
+  signed byte each (escaped like gaps when outside -127..127). For two floats of the same sign
+  the bit-pattern difference is the distance in ulps, so it is small, and wrapping arithmetic
+  makes it exact for everything else (sign flips, NaN, inf, -0.0). Huffman coding does not care
+  which byte stands for -1, so two's complement costs nothing against zigzag and decodes in one
+  widening cast;
 - the value bytes split into buckets by the *old* exponent, each its own zstd frame with its own
   Huffman table: small weights move by more ulps than large ones, and the decoder knows the old
   exponent, so the split costs nothing to transmit but a few thresholds.
 
-All steps are vectorized numpy over the changed elements only; the decoder touches the base
-tensor only at the changed positions, so applying a delta in place costs O(changes).
+All steps are vectorized numpy over the changed elements only, in blocks that stay in cache; the
+decoder touches the base tensor only at the changed positions, so applying a delta in place
+costs O(changes) plus the checksum pass.
 """
 
 from __future__ import annotations
@@ -29,10 +31,13 @@ import numpy as np
 from inhabit.weights import blob
 from inhabit.weights.bits import DtypeInfo, exponent_key
 
-ESCAPE = 255
+VALUE_ESCAPE = -128
 _META = struct.Struct("<QB")  # k (changed elements), number of value buckets; then u16 thresholds
 MIN_BUCKET_ELEMENTS = 16384
 """Below this many changes per bucket, the frame and table overhead outweighs the gain."""
+CHUNK = 1 << 16
+"""Changes decoded per block: the temporaries of one block stay in cache, which is what makes
+decoding fast; a whole-tensor pass per numpy op would stream every temporary through memory."""
 
 
 def zigzag(diff: np.ndarray, info: DtypeInfo) -> np.ndarray:
@@ -45,6 +50,20 @@ def unzigzag(z: np.ndarray, info: DtypeInfo) -> np.ndarray:
     """The inverse of `zigzag`, as a wrapping unsigned difference."""
     one = info.uint.type(1)
     return (z >> one) ^ (info.uint.type(0) - (z & one))
+
+
+def _escapes(index: np.ndarray, values: np.ndarray) -> bytes:
+    """Side stream of (u64 index, u64 value) pairs."""
+    pairs = np.empty((index.size, 2), dtype="<u8")
+    pairs[:, 0] = index
+    pairs[:, 1] = values
+    return pairs.tobytes()
+
+
+def _read_escapes(data: bytes) -> tuple[np.ndarray, np.ndarray]:
+    blob.require(len(data) % 16 == 0, "sparse escape stream is torn")
+    pairs = np.frombuffer(data, dtype="<u8").reshape(-1, 2)
+    return pairs[:, 0].astype(np.int64), pairs[:, 1]
 
 
 def _thresholds(key: np.ndarray, buckets: int, info: DtypeInfo) -> list[int]:
@@ -81,12 +100,14 @@ def encode(
     """Encode the changes at `pos` (sorted indices where new != base): (meta, streams)."""
     k = pos.size
     gaps = np.diff(pos, prepend=-1)
-    g8 = np.minimum(gaps, ESCAPE).astype(np.uint8)
-    gap_over = gaps[np.flatnonzero(g8 == ESCAPE)].astype("<u8")
+    big = np.flatnonzero(gaps > 255)
+    g8 = gaps.astype(np.uint8)
+    g8[big] = 0  # a gap is never 0, so 0 marks "see the escape stream"
     old = base[pos]
-    z = zigzag(new[pos] - old, info)
-    d8 = np.minimum(z, ESCAPE).astype(np.uint8)
-    value_over = z[np.flatnonzero(d8 == ESCAPE)]
+    diff = (new[pos] - old).view(info.sint)
+    wide = np.flatnonzero((diff < -127) | (diff > 127))
+    d8 = diff.astype(np.int8)
+    d8[wide] = VALUE_ESCAPE
 
     key = exponent_key(old, info)
     thresholds: list[int] = []
@@ -94,7 +115,10 @@ def encode(
         thresholds = _thresholds(key, min(buckets, k // MIN_BUCKET_ELEMENTS), info)
     gap_ctx = blob.cctx(gap_level, min_match=7)
     value_ctx = blob.cctx(value_level, min_match=7)
-    streams = [blob.compress_stream(g8, gap_ctx), blob.compress_stream(gap_over, gap_ctx)]
+    streams = [
+        blob.compress_stream(g8, gap_ctx),
+        blob.compress_stream(_escapes(big, gaps[big]), gap_ctx),
+    ]
     if thresholds:
         ids = _bucket_ids(old, thresholds, info)
         streams += [
@@ -102,14 +126,9 @@ def encode(
         ]
     else:
         streams.append(blob.compress_stream(d8, value_ctx))
-    streams.append(blob.compress_stream(value_over, gap_ctx))
+    streams.append(blob.compress_stream(_escapes(wide, diff[wide].view(info.uint)), gap_ctx))
     meta = _META.pack(k, len(thresholds) + 1) + struct.pack(f"<{len(thresholds)}H", *thresholds)
     return meta, streams
-
-
-CHUNK = 1 << 16
-"""Changes decoded per block: the temporaries of one block stay in cache, which is what makes
-decoding fast; a whole-tensor pass per numpy op would stream every temporary through memory."""
 
 
 def apply(b: blob.Blob, target: np.ndarray, info: DtypeInfo) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -125,33 +144,31 @@ def apply(b: blob.Blob, target: np.ndarray, info: DtypeInfo) -> list[tuple[np.nd
     blob.require(n_buckets == 1 or info.mantissa_bits is not None, "bucketed values on an integer dtype")
     thresholds = list(struct.unpack_from(f"<{n_buckets - 1}H", b.meta, _META.size))
     g8 = np.frombuffer(b.streams[0], dtype=np.uint8)
-    gap_over = np.frombuffer(b.streams[1], dtype="<u8")
-    parts = [np.frombuffer(s, dtype=np.uint8) for s in b.streams[2 : 2 + n_buckets]]
-    value_over = np.frombuffer(b.streams[-1], dtype=info.uint)
+    gap_idx, gap_val = _read_escapes(b.streams[1])
+    parts = [np.frombuffer(s, dtype=np.int8) for s in b.streams[2 : 2 + n_buckets]]
+    val_idx, val_val = _read_escapes(b.streams[-1])
     blob.require(g8.size == k and sum(p.size for p in parts) == k, "sparse streams have the wrong length")
 
-    one, zero = info.uint.type(1), info.uint.type(0)
     undo: list[tuple[np.ndarray, np.ndarray]] = []
-    used_gap = used_value = 0
     used_part = [0] * n_buckets
     last = -1
     try:
         for c0 in range(0, k, CHUNK):
-            gaps = g8[c0 : c0 + CHUNK].astype(np.int64)
-            esc = np.flatnonzero(gaps == ESCAPE)
-            if esc.size:
-                gaps[esc] = gap_over[used_gap : used_gap + esc.size]
-                used_gap += esc.size
+            c1 = min(k, c0 + CHUNK)
+            gaps = g8[c0:c1].astype(np.int64)
+            lo, hi = np.searchsorted(gap_idx, (c0, c1))
+            if hi > lo:
+                gaps[gap_idx[lo:hi] - c0] = gap_val[lo:hi]
+            gaps[0] += last
             pos = np.cumsum(gaps)
-            pos += last
             # Intact gaps are >= 1, so positions only grow and checking the ends bounds them all;
-            # a corrupt escape can wrap negative (caught here) and anything else by the checksum.
+            # corrupt escapes are caught here or by IndexError, anything else by the checksum.
             blob.require(int(pos[0]) > last and int(pos[-1]) < target.size, "sparse positions out of range")
             last = int(pos[-1])
             old = target[pos]
             if n_buckets > 1:
                 ids = _bucket_ids(old, thresholds, info)
-                d8 = np.empty(pos.size, dtype=np.uint8)
+                d8 = np.empty(pos.size, dtype=np.int8)
                 for bucket in range(n_buckets):
                     # flatnonzero + integer indexing: boolean-mask assignment with a random mask
                     # is several times slower (branchy) in numpy.
@@ -161,17 +178,16 @@ def apply(b: blob.Blob, target: np.ndarray, info: DtypeInfo) -> list[tuple[np.nd
                     d8[where] = parts[bucket][u : u + where.size]
                     used_part[bucket] = u + where.size
             else:
-                d8 = parts[0][c0 : c0 + CHUNK]
-            z = d8.astype(info.uint)
-            esc = np.flatnonzero(d8 == ESCAPE)
-            if esc.size:
-                z[esc] = value_over[used_value : used_value + esc.size]
-                used_value += esc.size
-            blob.require(z.size == pos.size, "sparse value escapes are short")
-            # new = old + unzigzag(z), in wrapping unsigned arithmetic.
-            target[pos] = old + ((z >> one) ^ (zero - (z & one)))
+                d8 = parts[0][c0:c1]
+            diff = d8.astype(info.sint)  # sign-extends: -1 stays -1 at full width
+            lo, hi = np.searchsorted(val_idx, (c0, c1))
+            if hi > lo:
+                diff[val_idx[lo:hi] - c0] = val_val[lo:hi].astype(info.uint).view(info.sint)
+            target[pos] = old + diff.view(info.uint)  # wrapping add: exact for any bit pattern
             undo.append((pos, old))
-        blob.require(used_gap == gap_over.size and used_value == value_over.size, "sparse escapes do not match")
+    except IndexError:
+        revert(target, undo)
+        raise blob.CorruptBlob("sparse positions or escapes out of range") from None
     except blob.CorruptBlob:
         revert(target, undo)
         raise
