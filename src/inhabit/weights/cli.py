@@ -74,7 +74,14 @@ def pull(
 
         sub.on_manifest = on_manifest
         sub.on_shard = lambda shard: progress.advance(task, shard.size)
-        result = sub.sync(version)
+        try:
+            result = sub.sync(version)
+        except WeightsError:
+            raise
+        except Exception as e:  # network errors: what is fetched stays in the cache
+            raise WeightsError(
+                f"download interrupted ({type(e).__name__}: {e}); run the same command again to resume"
+            ) from e
     if not result.reached:
         raise WeightsError(f"could not reconstruct version {result.target}: {result.error}")
     state = {k: v.contiguous() for k, v in sub.state_dict().items()}

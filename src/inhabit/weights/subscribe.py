@@ -257,7 +257,16 @@ class Subscriber:
         polls = 0
         while (stop is None or not stop.is_set()) and (max_polls is None or polls < max_polls):
             polls += 1
-            result = await asyncio.to_thread(self.sync)
+            try:
+                result: SyncResult | None = await asyncio.to_thread(self.sync)
+            except Exception as e:  # a dropped connection, a store that is down: try again later
+                log.warning(
+                    "weight sync failed (%s: %s); retrying in %.1f s",
+                    type(e).__name__,
+                    e,
+                    self.config.poll_interval_s,
+                )
+                result = None
             if self.version is not None and self.version != engine.version:
                 await self.push(engine, result)
             if stop is not None:
