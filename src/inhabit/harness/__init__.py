@@ -1,1 +1,11 @@
-"""inhabit.harness: see ../shared/DESIGN.md, section "The parts and how data flows"."""
+"""inhabit.harness: the agent loop, the same for `inhabit agent` and for RL rollouts.
+
+Entry points (import them from their modules; this package imports nothing heavy):
+- `loop.run_episode(policy, sandbox, instruction, config=...) -> types.Trajectory`
+- `rollout.run_rollout(task, policy, provider, config=...)`: sandbox + episode + grading
+- `parse.parse_tool_calls` / `parse.render_call`: the tool-call format
+- `tools.TOOLS`: the ten tools; `execute.execute_calls`: one turn's calls, concurrently
+- policies: `policy.Policy`, `replay.ReplayPolicy`, `openai_policy.OpenAIPolicy`
+- `config.HarnessConfig`; `agent` and `cli`: the `inhabit agent` / `inhabit replay` commands
+See ../shared/DESIGN.md ("Tools", "Actions file", "Trajectory record") and docs/harness.md.
+"""

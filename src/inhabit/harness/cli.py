@@ -1,9 +1,246 @@
-"""Commands that the harness part adds to `inhabit` (heavy imports stay inside command bodies)."""
+"""Commands that the harness part adds to `inhabit`: `agent` and `replay`.
+
+Heavy imports (openai, sentence-transformers, grading) stay inside the command bodies. Machine-
+readable output (`replay --json`) goes to stdout alone; logs and warnings go to stderr.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
 import typer
+
+_BACKENDS = ("auto", "bwrap", "process")
+
+
+def _provider(backend: str) -> Any:
+    from inhabit.errors import ConfigError
+    from inhabit.sandbox import SandboxConfig, create_provider
+
+    if backend not in _BACKENDS:
+        raise ConfigError(f"--sandbox must be one of {', '.join(_BACKENDS)}, not {backend!r}")
+    return create_provider(SandboxConfig(backend=backend))  # type: ignore[arg-type]
+
+
+def _harness_config(path: Path | None, overrides: list[str]) -> Any:
+    from inhabit.config import load_config
+    from inhabit.harness.config import HarnessConfig
+
+    return load_config(HarnessConfig, path, overrides)
+
+
+def replay_report(traj: Any) -> dict[str, Any]:
+    """The one JSON object `inhabit replay --json` prints."""
+    return {
+        "task_id": traj.task_id,
+        "reward": traj.reward if traj.reward is not None else 0.0,
+        "flags": list(traj.flags),
+        "status": traj.status,
+        "error": traj.error,
+        "transcript": [
+            {
+                "turn": c.turn,
+                "tool": c.tool,
+                "args": c.args,
+                "observation": c.observation,
+                "error": c.error,
+            }
+            for c in traj.tool_calls
+        ],
+        "final_message": traj.final_message,
+        "grading": traj.grading,
+        "timings": traj.timings,
+    }
+
+
+async def _replay(task_dir: Path, actions: Path, backend: str, cfg: Any) -> Any:
+    from inhabit.harness.replay import ReplayPolicy
+    from inhabit.harness.rollout import run_rollout
+    from inhabit.tasks.task import load_task
+
+    task = load_task(task_dir)
+    policy = ReplayPolicy.from_file(actions)
+    # Every turn of the file runs, plus the closing finish, whatever the default turn limit.
+    cfg = cfg.model_copy(update={"max_turns": max(cfg.max_turns, policy.num_turns + 1)})
+    provider = _provider(backend)
+    try:
+        return await run_rollout(task, policy, provider, config=cfg)
+    finally:
+        await provider.close()
+
+
+def _print_replay(report: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title=f"replay of {report['task_id']}", show_lines=True)
+    for col in ("turn", "tool", "args", "observation"):
+        table.add_column(col, overflow="fold")
+    for c in report["transcript"]:
+        args = ", ".join(f"{k}={str(v)[:80]!r}" for k, v in c["args"].items())
+        obs = "\n".join(c["observation"].splitlines()[:8])
+        style = "red" if c["error"] else None
+        table.add_row(str(c["turn"] + 1), str(c["tool"]), escape(args), escape(obs), style=style)
+    console.print(table)
+    colour = "green" if report["reward"] >= 1 else "red"
+    console.print(f"status: {report['status']}" + (f" ({report['error']})" if report["error"] else ""))
+    console.print(f"reward: [{colour}]{report['reward']}[/{colour}]")
+    console.print(f"flags: {', '.join(report['flags']) or 'none'}")
+    outcomes = report["grading"].get("outcomes", {})
+    for node, outcome in outcomes.items():
+        console.print(f"  {node}: {outcome}")
+
+
+async def _agent(
+    repo: Path,
+    model: str,
+    instruction: str,
+    *,
+    yes: bool,
+    model_name: str | None,
+    api_key: str | None,
+    backend: str,
+    cfg: Any,
+    context_window: int,
+) -> Path:
+    from rich.console import Console
+    from rich.syntax import Syntax
+
+    from inhabit.harness.agent import (
+        ConsoleObserver,
+        apply_changes,
+        make_policy,
+        render_diff,
+        save_session,
+        workspace_changes,
+    )
+    from inhabit.harness.loop import run_episode
+
+    console = Console()
+    policy = make_policy(model, model_name=model_name, api_key=api_key, context_window=context_window)
+    provider = _provider(backend)
+    try:
+        sandbox = await provider.create(repo)
+        try:
+            traj = await run_episode(
+                policy,
+                sandbox,
+                instruction,
+                config=cfg,
+                task_id=f"agent:{repo.name}",
+                observer=ConsoleObserver(console),
+            )
+            changes = await workspace_changes(repo, sandbox)
+        finally:
+            await sandbox.close()
+    finally:
+        await provider.close()
+        await policy.close()
+    console.rule(f"episode {traj.status}" + (f": {traj.error}" if traj.error else ""))
+    if traj.final_message:
+        console.print(traj.final_message)
+    if not changes:
+        console.print("no changes to the repository.")
+        decision = "no_changes"
+    else:
+        console.print(Syntax(render_diff(changes), "diff", theme="ansi_dark", word_wrap=True))
+        summary = ", ".join(f"{c.kind} {c.path}" for c in changes)
+        if yes or _confirm(f"Apply these changes to {repo}? ({summary})"):
+            apply_changes(repo, changes)
+            decision = "accepted"
+            console.print(f"[green]applied {len(changes)} change(s) to {repo}[/green]")
+        else:
+            decision = "rejected"
+            console.print("[yellow]changes discarded; the repository is untouched[/yellow]")
+    path = save_session(repo, traj, changes, decision, model=model)
+    console.print(f"session saved to {path}")
+    return path
+
+
+def _confirm(question: str) -> bool:
+    try:
+        return typer.confirm(question, default=False)
+    except typer.Abort:  # no answer (closed stdin, Ctrl-C): keep the repository as it is
+        return False
 
 
 def register(app: typer.Typer) -> None:
     """Add this part's commands to the root app."""
+
+    @app.command()
+    def replay(
+        task: Path = typer.Option(..., "--task", help="Task directory (task.toml, workspace/, hidden/)."),
+        actions: Path = typer.Option(..., "--actions", help='JSON list of turns of {"tool", "args"} calls.'),
+        json_out: bool = typer.Option(False, "--json", help="Print one JSON object instead of a report."),
+        sandbox: str = typer.Option("auto", "--sandbox", help="Sandbox backend: auto, bwrap or process."),
+        config: Path | None = typer.Option(None, "--config", help="TOML file of HarnessConfig fields."),
+        overrides: list[str] = typer.Argument(None, help="HarnessConfig overrides, e.g. max_turns=10."),
+    ) -> None:
+        """Run an actions file through the real harness and sandbox, grade it, and report."""
+        cfg = _harness_config(config, overrides or [])
+        traj = asyncio.run(_replay(task, actions, sandbox, cfg))
+        report = replay_report(traj)
+        if json_out:
+            typer.echo(json.dumps(report))
+        else:
+            _print_replay(report)
+
+    @app.command()
+    def agent(
+        repo: Path = typer.Option(
+            Path("."), "--repo", help="Repository to work on (it is copied into a sandbox)."
+        ),
+        model: str | None = typer.Option(
+            None,
+            "--model",
+            envvar="INHABIT_MODEL",
+            help="OpenAI-compatible endpoint URL (http://host:port/v1) or a local model folder.",
+        ),
+        task: str | None = typer.Option(None, "--task", help="What to do; asked for when not given."),
+        yes: bool = typer.Option(False, "--yes", "-y", help="Apply the final diff without asking."),
+        model_name: str | None = typer.Option(
+            None, "--model-name", help="Model id at the endpoint (default: the first it serves)."
+        ),
+        api_key: str | None = typer.Option(
+            None, "--api-key", envvar="OPENAI_API_KEY", help="Endpoint API key."
+        ),
+        sandbox: str = typer.Option("auto", "--sandbox", help="Sandbox backend: auto, bwrap or process."),
+        context_window: int = typer.Option(
+            32_768, "--context-window", min=512, help="Tokens the endpoint's model attends to."
+        ),
+        config: Path | None = typer.Option(None, "--config", help="TOML file of HarnessConfig fields."),
+        overrides: list[str] = typer.Argument(None, help="HarnessConfig overrides, e.g. max_turns=10."),
+    ) -> None:
+        """Run the agent on a sandboxed copy of a repository; apply its diff only if you accept it."""
+        from inhabit.errors import HarnessError
+
+        repo = repo.resolve()
+        if not repo.is_dir():
+            raise HarnessError(f"--repo {repo} is not a directory")
+        if model is None:
+            raise HarnessError(
+                "pass --model URL_OR_PATH (or set INHABIT_MODEL), e.g. --model http://127.0.0.1:8000/v1"
+            )
+        if not task:
+            if yes:
+                raise HarnessError("--yes needs --task TEXT (there is nobody to ask for the task)")
+            task = typer.prompt("Task")
+        cfg = _harness_config(config, overrides or [])
+        asyncio.run(
+            _agent(
+                repo,
+                model,
+                task,
+                yes=yes,
+                model_name=model_name,
+                api_key=api_key,
+                backend=sandbox,
+                cfg=cfg,
+                context_window=context_window,
+            )
+        )

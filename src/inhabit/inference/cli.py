@@ -7,3 +7,33 @@ import typer
 
 def register(app: typer.Typer) -> None:
     """Add this part's commands to the root app."""
+
+    @app.command()
+    def serve(
+        model: str = typer.Option(..., "--model", help="Hugging Face model folder to serve."),
+        host: str = typer.Option("127.0.0.1", "--host", help="Bind address (loopback by default)."),
+        port: int = typer.Option(8000, "--port", help="TCP port."),
+        api_key: str = typer.Option(
+            None, "--api-key", envvar="INHABIT_API_KEY", help="Bearer token; enables /v1/load_weights."
+        ),
+        served_model_name: str = typer.Option(
+            None, "--served-model-name", help="Model id (default: folder name)."
+        ),
+        config: str = typer.Option(None, "--config", help="TOML file with a ServeConfig (overrides follow)."),
+        override: list[str] = typer.Option(
+            [], "--set", help="Dotted override, e.g. engine.max_batch_size=32 (repeatable)."
+        ),
+    ) -> None:
+        """Serve a model with an OpenAI-compatible API plus the fields RL needs."""
+        from inhabit.config import apply_overrides, read_toml, validate_config
+        from inhabit.inference.config import ServeConfig
+        from inhabit.inference.server import serve as run
+
+        data = read_toml(config) if config else {}
+        data |= {"model": model, "host": host, "port": port}
+        if api_key is not None:
+            data["api_key"] = api_key
+        if served_model_name is not None:
+            data["served_model_name"] = served_model_name
+        cfg = validate_config(ServeConfig, apply_overrides(data, override), source=config or "serve options")
+        run(cfg)

@@ -81,6 +81,7 @@ class _Seq:
     versions: list[int] = field(default_factory=list)
     routes: list[list[list[int]]] = field(default_factory=list)
     prompt_routes: list[list[list[int]]] | None = None
+    top: list[dict[int, float]] = field(default_factory=list)
     cancelled: bool = False
     finish: str | None = None
 
@@ -273,6 +274,8 @@ class EmbeddedEngine(InferenceEngine):
             raise InvalidRequest("max_tokens must be at least 1")
         if sp.temperature < 0 or not 0 < sp.top_p <= 1:
             raise InvalidRequest("temperature must be >= 0 and top_p in (0, 1]")
+        if not 0 <= sp.top_logprobs <= 20:
+            raise InvalidRequest("top_logprobs must lie in [0, 20]")
         if sp.stop and self.tokenizer is None:
             raise InvalidRequest("stop strings need a tokenizer; this engine was built without one")
 
@@ -411,11 +414,17 @@ class EmbeddedEngine(InferenceEngine):
     def _sample_and_record(self, rows: list[int], logits: torch.Tensor, routes: list) -> None:
         seqs = [self._running[i] for i in rows]
         params = [RowSampling(s.req.sampling.temperature, s.req.sampling.top_p, s.generator) for s in seqs]
-        tokens, logps = sample_tokens(logits, params, self.config.logprobs_mode)
+        top_k = max(s.req.sampling.top_logprobs for s in seqs)
+        tokens, logps, top = sample_tokens(logits, params, self.config.logprobs_mode, top_k)
         finished: list[tuple[int, str]] = []
-        for row, s, tok, lp, rt in zip(rows, seqs, tokens.tolist(), logps.tolist(), routes, strict=True):
+        for j, (row, s, tok, lp, rt) in enumerate(
+            zip(rows, seqs, tokens.tolist(), logps.tolist(), routes, strict=True)
+        ):
             s.tokens.append(tok)
             s.logprobs.append(lp)
+            if s.req.sampling.top_logprobs and top is not None:
+                k = s.req.sampling.top_logprobs
+                s.top.append(dict(zip(top[1][j, :k].tolist(), top[0][j, :k].tolist(), strict=True)))
             s.versions.append(self._version)
             route = rt.tolist() if rt is not None else None
             if route is not None:
@@ -488,6 +497,7 @@ class EmbeddedEngine(InferenceEngine):
             routed_experts=list(s.routes) if s.routes else None,
             prompt_token_ids=list(s.req.prompt_token_ids),
             error=error,
+            top_logprobs=list(s.top) if s.req.sampling.top_logprobs else None,
             prompt_routed_experts=s.prompt_routes,
         )
         with self._lock:

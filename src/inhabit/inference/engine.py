@@ -31,6 +31,8 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     stop_token_ids: tuple[int, ...] = ()
     seed: int | None = None
+    top_logprobs: int = 0
+    """Also report this many most likely tokens (id -> logprob) at each step (OpenAI top_logprobs)."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,8 @@ class Completion:
     """For MoE models: [token][layer][k] expert ids chosen when the token was computed."""
     prompt_token_ids: list[int] | None = None
     error: str | None = None
+    top_logprobs: list[dict[int, float]] | None = None
+    """Per token, the `SamplingParams.top_logprobs` most likely token ids and their logprobs."""
     prompt_routed_experts: list[list[list[int]]] | None = None
     """For MoE models: [position][layer][k] routes of prompt positions 0..P-2. Completion token i's
     routes (above) are those of input position P-1+i, the forward that produced its logits, so

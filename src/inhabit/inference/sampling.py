@@ -32,9 +32,13 @@ class RowSampling:
 
 
 def sample_tokens(
-    logits: torch.Tensor, rows: Sequence[RowSampling], logprobs_mode: str = "tempered"
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pick one token per row of `logits` [B, V]; return (token ids [B], their logprobs [B])."""
+    logits: torch.Tensor, rows: Sequence[RowSampling], logprobs_mode: str = "tempered", top_k: int = 0
+) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
+    """Pick one token per row of `logits` [B, V].
+
+    Returns (token ids [B], their logprobs [B], and when top_k > 0 the (logprobs, ids) [B, top_k]
+    of each row's most likely tokens under the same reported distribution).
+    """
     assert logits.dim() == 2 and logits.shape[0] == len(rows)
     logits = logits.float()
     temps = torch.tensor([r.temperature for r in rows], dtype=torch.float32, device=logits.device)
@@ -62,7 +66,8 @@ def sample_tokens(
     else:
         logp = torch.where(greedy[:, None], torch.log_softmax(logits, dim=-1), logp_scaled)
     chosen = logp.gather(1, tokens[:, None]).squeeze(1)
-    return tokens, chosen
+    top = torch.topk(logp, min(top_k, logp.shape[-1]), dim=-1) if top_k > 0 else None
+    return tokens, chosen, (None if top is None else (top.values, top.indices))
 
 
 def _inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:

@@ -96,11 +96,11 @@ def presets() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from inhabit.models.tiny import PRESETS, build_tiny_model, count_parameters
+    from inhabit.models.tiny import PRESETS, count_spec_parameters
 
     table = Table("preset", "arch", "layers x hidden", "experts", "total", "active")
     for name, spec in PRESETS.items():
-        counts = count_parameters(build_tiny_model(spec))
+        counts = count_spec_parameters(spec)
         experts = f"{spec.num_experts} top-{spec.num_experts_per_tok}" if spec.arch == "moe" else "-"
         table.add_row(
             name,

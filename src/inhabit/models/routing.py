@@ -39,6 +39,12 @@ trainers: rollout and trainer agree on WHICH experts, the trainer owns HOW MUCH)
 
 Captures and replays nest in any order; the router's original forward comes back when the last
 one on a router exits.
+
+Activation checkpointing (`model.activation_checkpointing_enable()`) re-runs each layer's forward
+during backward. Those re-runs are recognized (they happen inside the autograd engine) and repeat
+the forced ids of the original call instead of consuming new ones, and captures ignore them. So
+with checkpointing, call `loss.backward()` INSIDE the `with RoutingReplay(...)` block; leaving the
+block before backward would let the re-runs route freely, which `__exit__` refuses with an error.
 """
 
 from __future__ import annotations
@@ -81,6 +87,11 @@ def is_moe(model: nn.Module) -> bool:
     return bool(moe_layers(model))
 
 
+# Routers whose math `_routed_forward` reproduces under replay (softmax, top-k, renormalize).
+# Capture works on any top-k router since it runs the router's own forward.
+REPLAYABLE_ROUTERS = frozenset({"Qwen3MoeTopKRouter"})
+
+
 class _State:
     """Per-router hook state: the recorders and at most one forcer currently attached."""
 
@@ -91,6 +102,7 @@ class _State:
         self.recorders: list[tuple[RoutingCapture, int]] = []
         self.forcer: tuple[RoutingReplay, int] | None = None
         self.pending_shape: tuple[int, int] | None = None
+        self.block_hook: Any = None
 
 
 _ATTR = "_inhabit_routing_state"
@@ -110,7 +122,8 @@ def _attach(block: nn.Module) -> _State:
             (hidden.shape[0], hidden.shape[1]) if hidden.dim() == 3 else (1, hidden.shape[0])
         )
 
-    state.block_hook = block.register_forward_pre_hook(pre_hook, with_kwargs=True)  # type: ignore[attr-defined]
+    # The router sees tokens flattened; its block still sees (batch, seq, hidden).
+    state.block_hook = block.register_forward_pre_hook(pre_hook, with_kwargs=True)
     router.forward = lambda hidden_states: _routed_forward(state, hidden_states)  # instance attribute only
     return state
 
@@ -119,7 +132,7 @@ def _detach_if_idle(state: _State) -> None:
     if state.recorders or state.forcer is not None:
         return
     router = state.router
-    state.block_hook.remove()  # type: ignore[attr-defined]
+    state.block_hook.remove()
     if state.had_own_forward:
         router.forward = state.saved_forward
     else:
@@ -145,16 +158,35 @@ def _routed_forward(state: _State, hidden_states: torch.Tensor):
         probs = torch.softmax(logits, dim=-1, dtype=torch.float)
         top_value, top_index = torch.topk(probs, router.top_k, dim=-1)
         replay, layer = state.forcer
-        forced = replay._take(layer, batch, seq).to(top_index.device)
+        if _in_backward():  # activation-checkpoint recomputation: repeat the forward's decision
+            forced = replay._recall(layer, hidden)
+        else:
+            forced = replay._take(layer, batch, seq).to(top_index.device)
+            if torch.is_grad_enabled():
+                replay._remember(layer, hidden, forced)
         free = (forced < 0).any(dim=-1, keepdim=True)
         top_index = torch.where(free, top_index, forced.clamp(min=0))
         top_value = probs.gather(-1, top_index)
         if getattr(router, "norm_topk_prob", False):
             top_value = top_value / top_value.sum(dim=-1, keepdim=True)
         top_value = top_value.to(logits.dtype)
-    for capture, layer in state.recorders:
-        capture._record(layer, top_index.detach().reshape(batch, seq, -1))
+    if not _in_backward():  # a checkpoint's recomputation is not a new forward call
+        for capture, layer in state.recorders:
+            capture._record(layer, top_index.detach().reshape(batch, seq, -1))
     return logits, top_value, top_index
+
+
+def _in_backward() -> bool:
+    # Activation checkpointing re-runs layer forwards inside backward; torch.utils.checkpoint
+    # itself uses this call to tell the two apart.
+    return torch._C._current_graph_task_id() != -1
+
+
+def _fingerprint(hidden: torch.Tensor) -> tuple:
+    # Recomputation is bitwise deterministic on the same device, so shape plus an fp64 sum tells
+    # calls apart when several forwards precede one backward (gradient accumulation).
+    h = hidden.detach()
+    return (tuple(h.shape), float(h.sum(dtype=torch.float64)))
 
 
 class RoutingCapture:
@@ -238,6 +270,11 @@ class RoutingReplay:
                 f"expert ids must be (layers, tokens, k) or (layers, batch, seq, k); got shape {tuple(ids.shape)}"
             )
         gate = self.blocks[0].gate
+        if type(gate).__name__ not in REPLAYABLE_ROUTERS:
+            raise RoutingError(
+                f"replay is implemented for {', '.join(sorted(REPLAYABLE_ROUTERS))}, not {type(gate).__name__} "
+                "(capture works for it)"
+            )
         if ids.shape[0] != len(self.blocks) or ids.shape[-1] != gate.top_k:
             raise RoutingError(
                 f"expert ids have shape {tuple(ids.shape)} but the model has {len(self.blocks)} MoE layers "
@@ -249,6 +286,10 @@ class RoutingReplay:
             )
         self.expert_ids = ids
         self._cursor = [0] * len(self.blocks)
+        self._model = model
+        # Forced ids of each grad-enabled call, for activation-checkpoint recomputation.
+        self._memo: list[list[tuple[tuple, torch.Tensor]]] = [[] for _ in self.blocks]
+        self._recalled = False
 
     def _take(self, layer: int, batch: int, seq: int) -> torch.Tensor:
         start = self._cursor[layer]
@@ -271,22 +312,51 @@ class RoutingReplay:
         self._cursor[layer] = start + seq
         return ids[:, start : start + seq].reshape(batch * seq, -1)
 
+    def _remember(self, layer: int, hidden: torch.Tensor, forced: torch.Tensor) -> None:
+        self._memo[layer].append((_fingerprint(hidden), forced))
+
+    def _recall(self, layer: int, hidden: torch.Tensor) -> torch.Tensor:
+        self._recalled = True
+        key = _fingerprint(hidden)
+        memo = self._memo[layer]
+        for k, forced in reversed(memo):
+            if k == key:
+                return forced
+        for k, forced in reversed(memo):  # not bitwise equal (e.g. nondeterministic GPU kernels)
+            if k[0] == key[0]:
+                return forced
+        raise RoutingError(
+            f"MoE layer {layer} was recomputed in backward (activation checkpointing) but no forward "
+            "under this replay routed tokens of that shape"
+        )
+
     @property
     def consumed(self) -> int:
         """Tokens (or positions, for 4-D ids) consumed so far by the first MoE layer."""
         return self._cursor[0]
 
     def __enter__(self) -> RoutingReplay:
+        if any(getattr(getattr(b.gate, _ATTR, None), "forcer", None) is not None for b in self.blocks):
+            raise RoutingError("a RoutingReplay is already active on this model; they do not nest")
         for layer, block in enumerate(self.blocks):
-            state = _attach(block)
-            if state.forcer is not None:
-                raise RoutingError("a RoutingReplay is already active on this model; they do not nest")
-            state.forcer = (self, layer)
+            _attach(block).forcer = (self, layer)
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, *exc: object) -> None:
         for block in self.blocks:
             state: _State | None = getattr(block.gate, _ATTR, None)
             if state is not None and state.forcer is not None and state.forcer[0] is self:
                 state.forcer = None
                 _detach_if_idle(state)
+        checkpointing = self._model.training and (
+            getattr(self._model, "is_activation_checkpointing", None)  # transformers >= 5.2x
+            if hasattr(type(self._model), "is_activation_checkpointing")
+            else getattr(self._model, "is_gradient_checkpointing", False)
+        )
+        if exc_type is None and checkpointing and any(self._memo) and not self._recalled:
+            # Backward after this block would recompute layers with FREE routing: wrong gradients.
+            raise RoutingError(
+                "gradient checkpointing is on, so backward re-runs the routers: call loss.backward() "
+                "inside the `with RoutingReplay(...)` block"
+            )
+        self._memo = [[] for _ in self.blocks]

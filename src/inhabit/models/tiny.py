@@ -49,6 +49,12 @@ class TinyModelSpec(Config):
     norm_topk_prob: bool = Field(True, description="Renormalize the top-k router weights to sum to 1.")
     tie_word_embeddings: bool = Field(True, description="Share input embedding and LM head.")
     rope_theta: float = Field(10000.0, gt=0, description="RoPE base.")
+    initializer_range: float = Field(
+        0.02,
+        gt=0,
+        le=1.0,
+        description="Std of the random init (larger gives peakier, more trained-like logits).",
+    )
 
     @model_validator(mode="after")
     def _check_shapes(self) -> TinyModelSpec:
@@ -134,6 +140,7 @@ def hf_config(spec: TinyModelSpec):
         tie_word_embeddings=spec.tie_word_embeddings,
         rope_parameters={"rope_type": "default", "rope_theta": spec.rope_theta},
         use_sliding_window=False,
+        initializer_range=spec.initializer_range,
         dtype="float32",
     )
     if spec.arch == "dense":
@@ -208,6 +215,17 @@ def count_parameters(model: PreTrainedModel) -> ParameterCount:
                 inactive += p.numel() // n_exp * (n_exp - k)
     embedding = model.get_input_embeddings().weight.numel()
     return ParameterCount(total=total, active=total - inactive, embedding=embedding)
+
+
+def count_spec_parameters(spec_or_preset: TinyModelSpec | str) -> ParameterCount:
+    """`count_parameters` of the model a spec would build, without allocating or initializing it."""
+    import torch
+    from transformers import Qwen3ForCausalLM, Qwen3MoeForCausalLM
+
+    spec = resolve_spec(spec_or_preset)
+    cls = Qwen3ForCausalLM if spec.arch == "dense" else Qwen3MoeForCausalLM
+    with torch.device("meta"):  # shapes only
+        return count_parameters(cls(hf_config(spec)))
 
 
 def _human(n: int) -> str:

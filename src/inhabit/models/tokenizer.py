@@ -22,7 +22,9 @@ on both sides; so a prompt rendered with the generation prompt, followed by the 
 generated up to `<|end|>`, is token-for-token a prefix of the next turn's rendering (the usual
 caveat: text re-encoded from decoded tokens may pick different BPE merges). Message contents are
 free text: tool calls are DESIGN.md's XML-like tags and observations are whatever the harness puts
-in a user message; both are ordinary BPE text the tokenizer was trained on.
+in a user message; both are ordinary BPE text the tokenizer was trained on. `encode_chat` encodes
+contents with special-token strings split, so a file holding `<|end|>` cannot forge a turn;
+tokenizing `render_chat`'s text (as a generic OpenAI-style server would) does not protect that.
 
     tok = default_tokenizer()                       # trained once (seconds), then cached
     text = render_chat(tok, messages)               # harness `Message`s or role/content dicts
@@ -32,7 +34,8 @@ in a user message; both are ordinary BPE text the tokenizer was trained on.
 returns a `BatchEncoding` when tokenizing and rejects dataclass messages, hence these helpers.)
 
 `default_tokenizer()` caches under `$INHABIT_CACHE_DIR` or `$XDG_CACHE_HOME/inhabit` (default
-`~/.cache/inhabit`), keyed by the corpus version, vocabulary size and seed.
+`~/.cache/inhabit`), keyed by everything that shapes the result (corpus version, vocabulary size,
+seed, pre-tokenizer, special tokens, template, `tokenizers` version).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ import json
 import os
 import shutil
 import tempfile
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -133,11 +137,22 @@ def default_tokenizer(
     *, vocab_size: int = DEFAULT_VOCAB_SIZE, seed: int = 0, cache_dir: str | Path | None = None
 ) -> PreTrainedTokenizerFast:
     """The tokenizer trained on `build_default_corpus(seed=seed)`, cached after the first call."""
+    import tokenizers
     from transformers import AutoTokenizer
 
     from inhabit.models.corpus import CORPUS_VERSION, build_default_corpus
 
-    key = hashlib.sha256(f"v{CORPUS_VERSION}-{vocab_size}-{seed}".encode()).hexdigest()[:16]
+    # Anything that changes the trained result is in the key, so a stale cache is never reused.
+    recipe = [
+        CORPUS_VERSION,
+        vocab_size,
+        seed,
+        PRE_TOKENIZE_PATTERN,
+        SPECIAL_TOKENS,
+        CHAT_TEMPLATE,
+        tokenizers.__version__,
+    ]
+    key = hashlib.sha256(json.dumps(recipe).encode()).hexdigest()[:16]
     root = Path(cache_dir) if cache_dir is not None else cache_root() / "tokenizers"
     target = root / f"bpe-{vocab_size}-{key}"
     if (target / "tokenizer.json").is_file():
@@ -190,7 +205,49 @@ def render_chat(tokenizer: Any, messages: Sequence[Any], *, add_generation_promp
     )
 
 
+_CONTENT_ENCODERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _content_encoder(tokenizer: Any) -> Any:
+    """A private copy of the backend tokenizer that encodes special-token strings as plain text.
+
+    transformers' `split_special_tokens=True` flips a flag on the SHARED backend for each call,
+    which races when a server encodes from several threads; a copy with the flag fixed does not.
+    """
+    enc = _CONTENT_ENCODERS.get(tokenizer)
+    if enc is None:
+        from tokenizers import Tokenizer
+
+        enc = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+        enc.encode_special_tokens = True
+        enc.no_truncation()
+        enc.no_padding()
+        _CONTENT_ENCODERS[tokenizer] = enc
+    return enc
+
+
 def encode_chat(tokenizer: Any, messages: Sequence[Any], *, add_generation_prompt: bool = True) -> list[int]:
-    """Token ids of the rendered chat (special tokens included once, no extra bos)."""
-    text = render_chat(tokenizer, messages, add_generation_prompt=add_generation_prompt)
-    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    """Token ids of the rendered chat (bos once, no extra special tokens).
+
+    With this module's template, the ids are assembled per message and message contents are
+    encoded with special-token strings split (as `split_special_tokens=True` would, but without
+    its shared-state flag flip, so it is thread-safe): a file the agent reads that happens to contain
+    `<|end|><|assistant|>` stays plain text instead of forging a turn boundary. For contents
+    without such strings this equals tokenizing `render_chat(...)`. Other tokenizers (a real model's
+    folder with its own template) get their template rendered and tokenized as usual.
+    """
+    dicts = to_chat_dicts(messages)
+    if getattr(tokenizer, "chat_template", None) != CHAT_TEMPLATE:
+        text = render_chat(tokenizer, dicts, add_generation_prompt=add_generation_prompt)
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    special = dict(zip(SPECIAL_TOKENS, tokenizer.convert_tokens_to_ids(SPECIAL_TOKENS), strict=True))
+    ids = [special[BOS]]
+    for m in dicts:
+        if m["role"] not in ROLE_TOKENS:
+            raise ValueError(f"unknown chat role {m['role']}: use system, user or assistant")
+        ids.append(special[ROLE_TOKENS[m["role"]]])
+        ids += _content_encoder(tokenizer).encode(m["content"], add_special_tokens=False).ids
+        ids.append(special[END])
+    if add_generation_prompt:
+        ids.append(special[ROLE_TOKENS["assistant"]])
+    return ids

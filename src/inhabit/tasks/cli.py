@@ -1,9 +1,89 @@
-"""Commands that the tasks part adds to `inhabit` (heavy imports stay inside command bodies)."""
+"""Commands that the tasks part adds to `inhabit`: `inhabit task check DIR [--json]`.
+
+Heavy imports stay inside command bodies so `inhabit --help` stays fast.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
+
+task_app = typer.Typer(
+    help="Task directories: validate them (format 1, see DESIGN.md).", no_args_is_help=True
+)
+
+
+@task_app.command("check")
+def check(
+    task_dir: Path = typer.Argument(..., help="Task directory (holding task.toml, workspace/, hidden/)."),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON object instead of a report."),
+    backend: str = typer.Option("auto", "--backend", help="Sandbox backend: auto, bwrap or process."),
+) -> None:
+    """Validate a task: its format, that fail_to_pass tests fail before and pass with
+    reference.patch (when present), and that pass_to_pass tests pass. Exit code 1 when invalid."""
+    import asyncio
+    import json
+
+    from inhabit.sandbox import SandboxConfig, create_provider
+    from inhabit.tasks.check import check_task
+
+    async def run():
+        provider = create_provider(SandboxConfig(backend=backend))  # type: ignore[arg-type]
+        try:
+            return await check_task(task_dir, provider)
+        finally:
+            await provider.close()
+
+    report = asyncio.run(run())
+    if json_out:
+        typer.echo(json.dumps(report.to_dict(), indent=2))
+    else:
+        _print_report(report)
+    raise typer.Exit(0 if report.valid else 1)
+
+
+def _print_report(report) -> None:  # type: ignore[no-untyped-def]
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    title = f"task {report.task_id or '?'} ({report.path})"
+    if report.tests:
+        table = Table(title=title)
+        table.add_column("test", overflow="fold")
+        for col in ("kind", "before", "with reference.patch", "ok"):
+            table.add_column(col)
+        colors = {
+            "passed": "green",
+            "failed": "red",
+            "error": "red",
+            "skipped": "yellow",
+            "missing": "yellow",
+        }
+        for t in report.tests:
+            after = "-" if t.after is None else f"[{colors.get(t.after, 'white')}]{t.after}[/]"
+            table.add_row(
+                t.node_id,
+                t.kind,
+                f"[{colors.get(t.before, 'white')}]{t.before}[/]",
+                after,
+                "[green]yes[/]" if t.ok else "[red]NO[/]",
+            )
+        console.print(table)
+    else:
+        console.print(f"[bold]{title}[/]")
+    for label, part in (("before", report.before), ("with reference.patch", report.after)):
+        if part:
+            flags = ", ".join(part["flags"]) or "none"
+            console.print(f"{label}: reward {part['reward']:g}, {part['summary']}; flags: {flags}")
+    for note in report.notes:
+        console.print(f"[yellow]note:[/] {note}")
+    for problem in report.problems:
+        console.print(f"[red]problem:[/] {problem}")
+    console.print("[bold green]VALID[/]" if report.valid else "[bold red]INVALID[/]")
 
 
 def register(app: typer.Typer) -> None:
     """Add this part's commands to the root app."""
+    app.add_typer(task_app, name="task")

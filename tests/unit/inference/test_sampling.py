@@ -17,7 +17,7 @@ def test_draws_follow_the_distribution():
     probs = torch.tensor([0.1, 0.6, 0.3])
     logits = probs.log()[None].repeat(4000, 1)
     rows = [_row(seed=i) for i in range(4000)]
-    tokens, logps = sample_tokens(logits, rows)
+    tokens, logps, _ = sample_tokens(logits, rows)
     freq = torch.bincount(tokens, minlength=3).double() / 4000
     assert torch.allclose(freq, probs.double(), atol=0.03)
     assert torch.allclose(logps, probs.log()[tokens], atol=1e-6)
@@ -25,18 +25,22 @@ def test_draws_follow_the_distribution():
 
 def test_greedy_top_p_and_temperature_logprobs():
     logits = torch.tensor([[0.0, 2.0, 1.0]] * 3)
-    tokens, logps = sample_tokens(logits, [_row(t=0.0), _row(p=0.01, seed=5), _row(t=0.5, seed=1)])
+    tokens, logps, top = sample_tokens(
+        logits, [_row(t=0.0), _row(p=0.01, seed=5), _row(t=0.5, seed=1)], top_k=2
+    )
     assert tokens[:2].tolist() == [1, 1]
     raw = torch.log_softmax(logits[0], -1)
     assert math.isclose(logps[0].item(), raw[1].item(), rel_tol=1e-6)  # greedy: raw
     tempered = torch.log_softmax(logits[2] / 0.5, -1)
     assert math.isclose(logps[2].item(), tempered[tokens[2]].item(), rel_tol=1e-6)
-    _, raw_mode = sample_tokens(logits[2:], [_row(t=0.5, seed=1)], logprobs_mode="raw")
+    assert top is not None and top[1][2].tolist() == [1, 2]
+    assert torch.allclose(top[0][2], tempered[[1, 2]])
+    _, raw_mode, _ = sample_tokens(logits[2:], [_row(t=0.5, seed=1)], logprobs_mode="raw")
     assert math.isclose(raw_mode[0].item(), raw[tokens[2]].item(), rel_tol=1e-6)
 
 
 def test_same_seed_same_token_whatever_the_neighbours():
     logits = torch.randn(1, 50, generator=torch.Generator().manual_seed(0))
-    alone, _ = sample_tokens(logits, [_row(seed=42)])
-    crowd, _ = sample_tokens(logits.repeat(3, 1), [_row(seed=1), _row(t=0.0), _row(seed=42)])
+    alone, _, _ = sample_tokens(logits, [_row(seed=42)])
+    crowd, _, _ = sample_tokens(logits.repeat(3, 1), [_row(seed=1), _row(t=0.0), _row(seed=42)])
     assert alone[0] == crowd[2]

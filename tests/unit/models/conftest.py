@@ -14,8 +14,15 @@ import pytest
 
 
 @pytest.fixture(scope="session")
-def tokenizer_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("tokenizer-cache")
+def inhabit_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A temp stand-in for `$INHABIT_CACHE_DIR` (set it with monkeypatch for CLI tests)."""
+    return tmp_path_factory.mktemp("inhabit-cache")
+
+
+@pytest.fixture(scope="session")
+def tokenizer_cache_dir(inhabit_cache_dir: Path) -> Path:
+    """Where `default_tokenizer()` caches when `$INHABIT_CACHE_DIR` is `inhabit_cache_dir`."""
+    return inhabit_cache_dir / "tokenizers"
 
 
 @pytest.fixture(scope="session")

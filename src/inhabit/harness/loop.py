@@ -1,0 +1,227 @@
+"""The agent loop: render, ask the policy, run the calls, append observations, summarize, repeat.
+
+One episode = one task in one sandbox. The context is [system prompt, task, (assistant turn,
+observations)*]. Before every turn the loop counts the context's tokens with the policy's own
+counter; when the next turn could push it past the budget (`context_budget`, default the policy's
+window) the loop asks the policy to summarize with `prompts.SUMMARY_PROMPT`, closes the current
+segment (summary request and answer included: the summary is a trained generation too), and
+restarts the context as [system prompt, task + summary].
+
+The episode ends on finish, `max_turns`, `max_total_tokens`, or a context that cannot be
+compacted. Whatever goes wrong (a policy that fails, a sandbox that dies) ends the episode with a
+status and an error on the trajectory: a failed rollout is data, not an exception. The loop knows
+nothing of training or of `inhabit agent`; `observer` lets a caller watch turns as they happen.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from inhabit.errors import SandboxError
+from inhabit.harness.config import HarnessConfig
+from inhabit.harness.execute import execute_calls
+from inhabit.harness.policy import Message, Policy, PolicyTurn
+from inhabit.harness.prompts import (
+    NO_CALL_TEXT,
+    SUMMARY_PROMPT,
+    render_observation,
+    system_prompt,
+    task_prompt,
+)
+from inhabit.harness.tools import ToolContext
+from inhabit.log import get_logger
+from inhabit.sandbox.base import Sandbox
+from inhabit.types import MessageRecord, Segment, Status, ToolCallRecord, Trajectory, TurnRecord
+
+log = get_logger(__name__)
+
+
+class EpisodeObserver:
+    """Hooks called as the episode runs (no-ops by default); `inhabit agent` streams through them."""
+
+    def on_turn(self, turn: int, text: str) -> None: ...
+
+    def on_call(self, record: ToolCallRecord) -> None: ...
+
+    def on_summary(self, summary: str) -> None: ...
+
+
+class _PolicyFailed(Exception):
+    pass
+
+
+def _turn_record(turn: PolicyTurn, kind: str, duration_s: float) -> TurnRecord:
+    return TurnRecord(
+        kind=kind,  # type: ignore[arg-type]
+        text=turn.text,
+        finish_reason=turn.finish_reason,
+        prompt_token_ids=turn.prompt_token_ids,
+        completion_token_ids=turn.completion_token_ids,
+        logprobs=turn.logprobs,
+        routed_experts=turn.routed_experts,
+        versions=turn.versions,
+        prompt_tokens=turn.prompt_tokens,
+        completion_tokens=turn.completion_tokens,
+        duration_s=round(duration_s, 6),
+    )
+
+
+def _records(messages: Sequence[Message]) -> list[MessageRecord]:
+    return [MessageRecord(role=m.role, content=m.content) for m in messages]
+
+
+class _Episode:
+    def __init__(self, policy: Policy, ctx: ToolContext, instruction: str, observer: EpisodeObserver) -> None:
+        self.policy = policy
+        self.ctx = ctx
+        self.cfg = ctx.config
+        self.instruction = instruction
+        self.observer = observer
+        self.system = system_prompt()
+        self.window = policy.context_window
+        self.budget = min(self.cfg.context_budget or self.window, self.window)
+        self.messages = self._fresh(None)
+        self.segments: list[Segment] = []
+        self.turns: list[TurnRecord] = []
+        self.calls: list[ToolCallRecord] = []
+        self.summaries: list[str] = []
+        self.generated = 0
+        self.action_turns = 0
+        self.final_message: str | None = None
+        self.policy_s = 0.0
+        self.tools_s = 0.0
+
+    def _fresh(self, summary: str | None) -> list[Message]:
+        return [Message("system", self.system), Message("user", task_prompt(self.instruction, summary))]
+
+    async def _generate(self, messages: Sequence[Message], max_tokens: int, kind: str) -> PolicyTurn:
+        t0 = time.monotonic()
+        try:
+            turn = await self.policy.next_turn(messages, max_tokens=max_tokens)
+        except Exception as e:
+            raise _PolicyFailed(f"{type(e).__name__}: {e}") from e
+        finally:
+            self.policy_s += time.monotonic() - t0
+        self.turns.append(_turn_record(turn, kind, time.monotonic() - t0))
+        self.generated += turn.completion_tokens or self.policy.count_tokens(
+            [Message("assistant", turn.text)]
+        )
+        return turn
+
+    async def run(self) -> tuple[Status, str | None]:
+        cfg = self.cfg
+        while True:
+            if self.action_turns >= cfg.max_turns:
+                return "turn_limit", None
+            if self.generated >= cfg.max_total_tokens:
+                return "token_budget", None
+            used = self.policy.count_tokens(self.messages)
+            if used + cfg.max_turn_tokens > self.budget:
+                if not any(t.kind == "action" for t in self.turns):
+                    return "context_overflow", (
+                        f"the fresh context (system prompt, task and summary: {used} tokens) plus one turn "
+                        f"({cfg.max_turn_tokens}) does not fit the budget of {self.budget} tokens"
+                    )
+                if len(self.summaries) >= cfg.max_summaries:
+                    return "context_overflow", f"max_summaries ({cfg.max_summaries}) reached"
+                await self._summarize()
+                continue
+            room = min(cfg.max_turn_tokens, self.window - used, cfg.max_total_tokens - self.generated)
+            turn = await self._generate(self.messages, max(room, 1), "action")
+            self.messages.append(Message("assistant", turn.text))
+            self.observer.on_turn(self.action_turns, turn.text)
+            t0 = time.monotonic()
+            outcome = await execute_calls(
+                turn.text, self.ctx, segment=len(self.segments), turn=self.action_turns
+            )
+            self.tools_s += time.monotonic() - t0
+            self.action_turns += 1
+            for record in outcome.records:
+                self.calls.append(record)
+                self.observer.on_call(record)
+            if outcome.finish_message is not None:
+                self.final_message = outcome.finish_message
+                return "finished", None
+            if outcome.records:
+                text = "\n".join(
+                    render_observation(r.index + 1, r.tool, r.observation, r.error) for r in outcome.records
+                )
+            else:
+                text = NO_CALL_TEXT
+            self.messages.append(Message("user", text))
+
+    async def _summarize(self) -> None:
+        request = [*self.messages, Message("user", SUMMARY_PROMPT)]
+        # The summary must fit the window itself: drop the oldest (turn, observations) pairs if not.
+        room = self.window - self.cfg.summary_max_tokens
+        while self.policy.count_tokens(request) > room and len(request) > 4:
+            del request[2:4]
+        max_tokens = max(
+            16, min(self.cfg.summary_max_tokens, self.window - self.policy.count_tokens(request))
+        )
+        turn = await self._generate(request, max_tokens, "summary")
+        summary = turn.text.strip() or "(the summary was empty)"
+        self.segments.append(
+            Segment(
+                index=len(self.segments),
+                messages=_records([*request, Message("assistant", turn.text)]),
+                turns=self.turns,
+                summary=summary,
+            )
+        )
+        self.summaries.append(summary)
+        self.observer.on_summary(summary)
+        self.turns = []
+        self.messages = self._fresh(summary)
+
+    def close_segment(self) -> None:
+        if self.turns or not self.segments:
+            self.segments.append(
+                Segment(index=len(self.segments), messages=_records(self.messages), turns=self.turns)
+            )
+            self.turns = []
+
+
+async def run_episode(
+    policy: Policy,
+    sandbox: Sandbox,
+    instruction: str,
+    *,
+    config: HarnessConfig | None = None,
+    task_id: str = "",
+    test_command: str | None = None,
+    observer: EpisodeObserver | None = None,
+) -> Trajectory:
+    """Run one episode to its end and return its trajectory (reward unset: grading is separate)."""
+    cfg = config or HarnessConfig()
+    ctx = ToolContext(sandbox=sandbox, config=cfg, test_command=test_command or cfg.test_command)
+    episode = _Episode(policy, ctx, instruction, observer or EpisodeObserver())
+    t0 = time.monotonic()
+    error: str | None
+    try:
+        status, error = await episode.run()
+    except _PolicyFailed as e:
+        status, error = "policy_error", str(e)
+    except SandboxError as e:
+        status, error = "sandbox_error", f"{type(e).__name__}: {e}"
+    except Exception as e:
+        log.exception("episode failed")
+        status, error = "error", f"{type(e).__name__}: {e}"
+    episode.close_segment()
+    return Trajectory(
+        task_id=task_id,
+        instruction=instruction,
+        status=status,
+        error=error,
+        segments=episode.segments,
+        tool_calls=episode.calls,
+        summaries=episode.summaries,
+        final_message=episode.final_message,
+        timings={
+            "episode_s": round(time.monotonic() - t0, 6),
+            "policy_s": round(episode.policy_s, 6),
+            "tools_s": round(episode.tools_s, 6),
+        },
+        policy=type(policy).__name__,
+    )

@@ -1,0 +1,147 @@
+"""`OpenAIPolicy`: any OpenAI-compatible chat-completions endpoint (vLLM, SGLang, inhabit's server).
+
+Retries: connection errors, timeouts, 429 and 5xx are retried with exponential backoff and
+jitter up to `max_retries`; other errors (400, 401, 404) fail at once. The policy raises
+`InferenceError` after the last try, which the loop records as a `policy_error` rollout.
+
+Tokens: `count_tokens` is an estimate (characters / a ratio), calibrated from the server's
+`usage.prompt_tokens` whenever it returns one; exact counts need a local tokenizer (LocalPolicy).
+Token ids, logprobs, routed experts and versions are captured when the server returns them:
+standard `logprobs` content, plus the fields `prompt_token_ids`, `token_ids`, `routed_experts` and
+`versions` if present on the choice or the response (vLLM and inhabit's server extensions).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Sequence
+from typing import Any
+
+from inhabit.errors import InferenceError
+from inhabit.harness.policy import Message, Policy, PolicyTurn
+from inhabit.log import get_logger
+
+log = get_logger(__name__)
+
+_PER_MESSAGE_OVERHEAD = 4
+
+
+class OpenAIPolicy(Policy):
+    """Chat completions over HTTP with retries, timeouts and best-effort token facts."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str | None = None,
+        *,
+        api_key: str | None = None,
+        context_window: int = 32_768,
+        temperature: float = 0.0,
+        timeout_s: float = 120.0,
+        max_retries: int = 4,
+        backoff_s: float = 0.5,
+        logprobs: bool = False,
+    ) -> None:
+        import openai
+
+        self.base_url = base_url
+        self.model = model
+        self.context_window = context_window
+        self.temperature = temperature
+        self.max_retries = max_retries
+        self.backoff_s = backoff_s
+        self.logprobs = logprobs
+        self.chars_per_token = 3.5  # conservative until the server's usage calibrates it
+        self._client = openai.AsyncOpenAI(
+            base_url=base_url, api_key=api_key or "not-needed", timeout=timeout_s, max_retries=0
+        )
+
+    async def _resolve_model(self) -> str:
+        if self.model is None:
+            models = await self._call(lambda: self._client.models.list())
+            ids = [m.id for m in models.data]
+            if not ids:
+                raise InferenceError(f"{self.base_url} serves no models; pass a model name")
+            self.model = ids[0]
+        return self.model
+
+    async def _call(self, make: Any) -> Any:
+        import openai
+
+        retryable = (
+            openai.APIConnectionError,
+            openai.APITimeoutError,
+            openai.RateLimitError,
+            openai.InternalServerError,
+        )
+        for attempt in range(self.max_retries + 1):
+            try:
+                return await make()
+            except retryable as e:
+                if attempt == self.max_retries:
+                    raise InferenceError(
+                        f"{self.base_url}: {type(e).__name__} after {attempt + 1} tries: {e}"
+                    ) from e
+                delay = self.backoff_s * 2**attempt * (0.5 + random.random())
+                log.warning("endpoint %s: %s; retrying in %.1fs", self.base_url, type(e).__name__, delay)
+                await asyncio.sleep(delay)
+            except openai.APIError as e:
+                raise InferenceError(f"{self.base_url}: {type(e).__name__}: {e}") from e
+        raise AssertionError("unreachable")
+
+    async def next_turn(
+        self, messages: Sequence[Message], *, max_tokens: int, stop: Sequence[str] = ()
+    ) -> PolicyTurn:
+        model = await self._resolve_model()
+        kwargs: dict[str, Any] = {
+            "model": model,
+            "messages": [{"role": m.role, "content": m.content} for m in messages],
+            "max_tokens": max_tokens,
+            "temperature": self.temperature,
+        }
+        if stop:
+            kwargs["stop"] = list(stop)
+        if self.logprobs:
+            kwargs["logprobs"] = True
+        response = await self._call(lambda: self._client.chat.completions.create(**kwargs))
+        if not response.choices:
+            raise InferenceError(f"{self.base_url} returned no choices")
+        choice = response.choices[0]
+        text = choice.message.content or ""
+        usage = response.usage
+        if usage is not None and usage.prompt_tokens:
+            chars = self._chars(messages)
+            self.chars_per_token = max(1.0, chars / usage.prompt_tokens)
+        logprobs = None
+        if choice.logprobs is not None and choice.logprobs.content:
+            logprobs = [t.logprob for t in choice.logprobs.content]
+        return PolicyTurn(
+            text=text,
+            finish_reason=choice.finish_reason or "stop",
+            prompt_token_ids=_extra(response, choice, "prompt_token_ids"),
+            completion_token_ids=_extra(response, choice, "token_ids"),
+            logprobs=logprobs,
+            routed_experts=_extra(response, choice, "routed_experts"),
+            versions=_extra(response, choice, "versions"),
+            prompt_tokens=usage.prompt_tokens if usage else None,
+            completion_tokens=usage.completion_tokens if usage else None,
+        )
+
+    @staticmethod
+    def _chars(messages: Sequence[Message]) -> int:
+        return sum(len(m.content) for m in messages)
+
+    def count_tokens(self, messages: Sequence[Message]) -> int:
+        return int(self._chars(messages) / self.chars_per_token) + _PER_MESSAGE_OVERHEAD * len(messages)
+
+    async def close(self) -> None:
+        await self._client.close()
+
+
+def _extra(response: Any, choice: Any, name: str) -> Any:
+    for obj in (choice, response):
+        extra = getattr(obj, "model_extra", None) or {}
+        if extra.get(name) is not None:
+            return extra[name]
+    return None

@@ -1,0 +1,103 @@
+"""`ReplayPolicy`: plays an actions file (DESIGN.md, "Actions file") in place of a model.
+
+The file is JSON: a list of turns, each a list of `{"tool": NAME, "args": {...}}`. Each turn is
+rendered as tool-call text (`parse.render_call`), so the real parser, argument checks, tools and
+sandbox all run exactly as they do for a model. Argument values are rendered as text: strings as
+they are, numbers as decimals, booleans as true/false, lists and objects as JSON. After the last
+turn the policy calls finish. Summary requests are answered with a fixed line.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from inhabit.errors import HarnessError
+from inhabit.harness.parse import render_call
+from inhabit.harness.policy import Message, Policy, PolicyTurn
+from inhabit.harness.prompts import SUMMARY_PROMPT
+
+FINISH_TEXT = render_call("finish", {"message": "replay finished"})
+
+
+class ActionsFileError(HarnessError):
+    """An actions file is not a JSON list of turns of {"tool", "args"} objects."""
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return str(value)
+    return json.dumps(value)
+
+
+def parse_actions(data: Any, source: str = "actions") -> list[list[tuple[str, dict[str, Any]]]]:
+    """Validate the actions structure; ActionsFileError names the first bad place."""
+    if not isinstance(data, list):
+        raise ActionsFileError(f"{source}: expected a JSON list of turns, got {type(data).__name__}")
+    turns = []
+    for t, turn in enumerate(data):
+        if not isinstance(turn, list):
+            raise ActionsFileError(f"{source}: turn {t} must be a list of calls, got {type(turn).__name__}")
+        calls = []
+        for c, call in enumerate(turn):
+            where = f"{source}: turn {t}, call {c}"
+            if not isinstance(call, dict) or not isinstance(call.get("tool"), str):
+                raise ActionsFileError(f'{where}: expected {{"tool": NAME, "args": {{...}}}}')
+            args = call.get("args", {})
+            if not isinstance(args, dict) or set(call) - {"tool", "args"}:
+                raise ActionsFileError(f'{where}: only "tool" and an "args" object are allowed')
+            calls.append((call["tool"], args))
+        turns.append(calls)
+    return turns
+
+
+def render_turn(calls: Sequence[tuple[str, dict[str, Any]]]) -> str:
+    try:
+        return "\n".join(render_call(name, {k: _text(v) for k, v in args.items()}) for name, args in calls)
+    except ValueError as e:
+        raise ActionsFileError(f"cannot render call: {e}") from e
+
+
+class ReplayPolicy(Policy):
+    """Answers each turn with the next turn of an actions file."""
+
+    context_window = 1_000_000
+
+    def __init__(self, turns: list[list[tuple[str, dict[str, Any]]]]) -> None:
+        self._texts = [render_turn(t) for t in turns]
+        self._next = 0
+
+    @property
+    def num_turns(self) -> int:
+        return len(self._texts)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> ReplayPolicy:
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError as e:
+            raise ActionsFileError(f"actions file {path} does not exist") from e
+        except json.JSONDecodeError as e:
+            raise ActionsFileError(f"actions file {path} is not valid JSON: {e}") from e
+        return cls(parse_actions(data, str(path)))
+
+    async def next_turn(
+        self, messages: Sequence[Message], *, max_tokens: int, stop: Sequence[str] = ()
+    ) -> PolicyTurn:
+        if messages and messages[-1].content == SUMMARY_PROMPT:
+            return PolicyTurn(text="(replay: no summary)")
+        if self._next >= len(self._texts):
+            return PolicyTurn(text=FINISH_TEXT)
+        text = self._texts[self._next]
+        self._next += 1
+        return PolicyTurn(text=text)
+
+    def count_tokens(self, messages: Sequence[Message]) -> int:
+        return sum(len(m.content) // 4 + 4 for m in messages)

@@ -1,0 +1,82 @@
+"""One rollout of a task: sandbox from the task's workspace, the episode, grading, the record.
+
+This is what both `inhabit replay` and the orchestrator call. Grading runs on the final sandbox
+before it closes (`inhabit.rewards.grading.grade` copies it into a fresh sandbox). Every failure
+(no sandbox, a policy that dies, grading that cannot run) lands on the returned trajectory as a
+status and an error: a failed rollout is data, never an exception.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from inhabit.harness.config import HarnessConfig
+from inhabit.harness.loop import EpisodeObserver, run_episode
+from inhabit.harness.policy import Policy
+from inhabit.log import get_logger
+from inhabit.sandbox.base import SandboxProvider
+from inhabit.types import Trajectory
+
+log = get_logger(__name__)
+
+
+async def run_rollout(
+    task: Any,
+    policy: Policy,
+    provider: SandboxProvider,
+    *,
+    config: HarnessConfig | None = None,
+    grading_config: Any = None,
+    observer: EpisodeObserver | None = None,
+    grade_episode: bool = True,
+) -> Trajectory:
+    """Run `policy` on `task` (an `inhabit.tasks.task.Task`) and grade the result."""
+    from inhabit.rewards.grading import grade
+
+    cfg = config or HarnessConfig()
+    t0 = time.monotonic()
+    test_command = task.grading.command if task.grading is not None else None
+    try:
+        sandbox = await provider.create(task.workspace_dir)
+    except Exception as e:
+        log.warning("task %s: no sandbox: %s", task.id, e)
+        return Trajectory(
+            task_id=task.id,
+            instruction=task.instruction,
+            status="sandbox_error",
+            error=f"{type(e).__name__}: {e}",
+            policy=type(policy).__name__,
+            timings={"rollout_s": round(time.monotonic() - t0, 6)},
+        )
+    try:
+        traj = await run_episode(
+            policy,
+            sandbox,
+            task.instruction,
+            config=cfg,
+            task_id=task.id,
+            test_command=test_command,
+            observer=observer,
+        )
+        update: dict[str, Any] = {}
+        if grade_episode and task.grading is not None and traj.status != "sandbox_error":
+            g0 = time.monotonic()
+            try:
+                result = await grade(task, sandbox, provider, config=grading_config)
+            except Exception as e:
+                update = {"status": "grading_error", "error": f"{type(e).__name__}: {e}", "reward": 0.0}
+            else:
+                update = {
+                    "reward": float(result.reward),
+                    "reward_parts": {"tests": float(result.reward)},
+                    "flags": list(result.flags),
+                    "grading": {"status": result.status, "outcomes": dict(result.outcomes), **result.details},
+                }
+                if result.status == "error":
+                    update |= {"status": "grading_error", "error": str(result.details.get("error", ""))}
+            update["timings"] = {**traj.timings, "grading_s": round(time.monotonic() - g0, 6)}
+        traj = traj.model_copy(update=update)
+    finally:
+        await sandbox.close()
+    return traj.model_copy(update={"timings": {**traj.timings, "rollout_s": round(time.monotonic() - t0, 6)}})

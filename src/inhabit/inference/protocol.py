@@ -1,0 +1,193 @@
+"""Wire types of the OpenAI-compatible server, and the RL extension fields it adds.
+
+Requests follow OpenAI's chat and (legacy) completions APIs. Unknown fields are ignored (clients
+send many); fields we cannot honour (penalties, logit_bias, echo, tools) are refused with a 400
+when set to a non-default value, never silently dropped.
+
+Extensions on every choice (named as vLLM names them, so one client reads both servers):
+- `token_ids`: completion token ids; `prompt_token_ids`: the prompt as the model saw it,
+- `routed_experts`: base64 of a `.npy` int array (N-1, layers, k) for MoE models, the experts
+  each position 0..N-2 of prompt+completion was routed to (vLLM's layout: the last sampled token
+  was never fed to the model, so it has none),
+- `policy_versions`: the policy version that produced each completion token (ours only).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from inhabit.inference.engine import Completion, SamplingParams
+
+
+class _Lenient(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class ChatMessage(_Lenient):
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+class StreamOptions(_Lenient):
+    include_usage: bool = False
+
+
+class _Common(_Lenient):
+    model: str
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float = Field(1.0, ge=0.0, le=2.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    n: int = Field(1, ge=1, le=64)
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: dict[str, float] | None = None
+    # vLLM-style extensions.
+    stop_token_ids: list[int] | None = None
+    return_token_ids: bool = True
+    skip_special_tokens: bool = True
+
+    def unsupported(self) -> str | None:
+        if self.presence_penalty or self.frequency_penalty:
+            return "presence_penalty/frequency_penalty are not supported"
+        if self.logit_bias:
+            return "logit_bias is not supported"
+        if self.stream and self.n != 1:
+            return "streaming supports n=1 only"
+        return None
+
+    def stops(self) -> tuple[str, ...]:
+        if self.stop is None:
+            return ()
+        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+
+
+class ChatRequest(_Common):
+    messages: list[ChatMessage] = Field(..., min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+    tools: list[Any] | None = None
+
+    def unsupported(self) -> str | None:
+        if self.tools:
+            return "tools are not supported: the harness renders tool calls as text"
+        return super().unsupported()
+
+    def sampling(self, default_max: int, index: int = 0) -> SamplingParams:
+        return _sampling(
+            self, self.max_completion_tokens or self.max_tokens or default_max, self.top_logprobs or 0, index
+        )
+
+
+class CompletionRequest(_Common):
+    prompt: str | list[int] | list[str] | list[list[int]]
+    logprobs: int | None = Field(None, ge=0, le=20)
+    echo: bool = False
+    return_tokens_as_token_ids: bool = False
+    max_tokens: int | None = Field(16, ge=1)
+
+    def unsupported(self) -> str | None:
+        if self.echo:
+            return "echo is not supported"
+        return super().unsupported()
+
+    def sampling(self, default_max: int, index: int = 0) -> SamplingParams:
+        return _sampling(self, self.max_tokens or default_max, self.logprobs or 0, index)
+
+
+class LoadWeightsRequest(_Lenient):
+    path: str = Field(..., description="A model folder or .safetensors file on the server's machine.")
+    version: int = Field(..., ge=0)
+
+
+def _sampling(req: _Common, max_tokens: int, top_logprobs: int, index: int) -> SamplingParams:
+    return SamplingParams(
+        temperature=req.temperature,
+        top_p=req.top_p,
+        max_tokens=max_tokens,
+        stop=req.stops(),
+        stop_token_ids=tuple(req.stop_token_ids or ()),
+        seed=None if req.seed is None else req.seed + index,
+        top_logprobs=top_logprobs,
+    )
+
+
+def error_body(message: str, type_: str, param: str | None = None, code: str | None = None) -> dict:
+    """OpenAI's error object."""
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+# ------------------------------------------------------------------ routed experts on the wire
+
+
+def encode_routes(c: Completion) -> str | None:
+    """vLLM's routed_experts: base64 .npy of (N-1, layers, k) for positions 0..N-2."""
+    if not c.routed_experts or c.prompt_routed_experts is None:
+        return None
+    arr = np.asarray(list(c.prompt_routed_experts) + list(c.routed_experts), dtype=np.int32)
+    buf = io.BytesIO()
+    np.save(buf, arr, allow_pickle=False)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def decode_routes(data: str | None, prompt_len: int) -> tuple[list | None, list | None]:
+    """(prompt_routed_experts, routed_experts) from vLLM-style base64 .npy (N-1, layers, k)."""
+    if not data:
+        return None, None
+    arr = np.load(io.BytesIO(base64.b64decode(data)), allow_pickle=False).astype(np.int64)
+    split = max(prompt_len - 1, 0)
+    return arr[:split].tolist(), arr[split:].tolist()
+
+
+# ------------------------------------------------------------------ logprobs on the wire
+
+
+def token_strings(tokenizer: Any, ids: list[int], as_ids: bool = False) -> list[str]:
+    """Each token as text, or as vLLM's "token_id:N" form (exact even for partial UTF-8 bytes)."""
+    if as_ids or tokenizer is None:
+        return [f"token_id:{i}" for i in ids]
+    return [tokenizer.decode([i]) for i in ids]
+
+
+def chat_logprobs(
+    tokenizer: Any, ids: list[int], lps: list[float], top: list[dict[int, float]] | None
+) -> dict:
+    """OpenAI chat `logprobs`: {"content": [{token, logprob, bytes, top_logprobs}]}."""
+    content = []
+    for j, (tok, lp) in enumerate(zip(token_strings(tokenizer, ids), lps, strict=True)):
+        alts = []
+        if top is not None:
+            for tid, tlp in top[j].items():
+                s = token_strings(tokenizer, [tid])[0]
+                alts.append({"token": s, "logprob": tlp, "bytes": list(s.encode())})
+        content.append({"token": tok, "logprob": lp, "bytes": list(tok.encode()), "top_logprobs": alts})
+    return {"content": content}
+
+
+def completion_logprobs(
+    tokenizer: Any,
+    ids: list[int],
+    lps: list[float],
+    top: list[dict[int, float]] | None,
+    offset: int = 0,
+    as_ids: bool = False,
+) -> dict:
+    """OpenAI completions `logprobs`: tokens, token_logprobs, top_logprobs, text_offset."""
+    toks = token_strings(tokenizer, ids, as_ids)
+    offsets, pos = [], offset
+    for t in toks:
+        offsets.append(pos)
+        pos += len(t)
+    tops = None
+    if top is not None:
+        tops = [{token_strings(tokenizer, [tid], as_ids)[0]: tlp for tid, tlp in d.items()} for d in top]
+    return {"tokens": toks, "token_logprobs": list(lps), "top_logprobs": tops, "text_offset": offsets}

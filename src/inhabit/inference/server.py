@@ -1,0 +1,498 @@
+"""`inhabit serve`: an OpenAI-compatible HTTP server over an `EmbeddedEngine`, with RL extensions.
+
+Endpoints: `GET /v1/models`, `POST /v1/chat/completions` (streaming with SSE), `POST
+/v1/completions` (streaming too), `POST /v1/load_weights` (bearer token required: a JSON
+`{"path", "version"}` naming a folder on this machine, or a raw safetensors body with
+`?version=N`), `GET /health`, `GET /v1/engine/stats`. The extension fields are described in
+protocol.py. When the server has an API key every /v1 endpoint requires it; without one the
+weight endpoint is disabled (403), since a weight load replaces the policy.
+
+Errors are OpenAI error objects (`{"error": {"message", "type", "param", "code"}}`): 400 for bad
+requests, 401/403 for auth, 404 for unknown models or routes, 413 for oversized uploads, 429 when
+the engine's queue is full, 503 once it is closed.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+from fastapi import Depends, FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from inhabit.errors import InhabitError
+from inhabit.inference.embedded import EmbeddedEngine, TokenEvent
+from inhabit.inference.engine import Completion, GenerationRequest
+from inhabit.inference.errors import (
+    EngineClosed,
+    EngineOverloaded,
+    InvalidRequest,
+    WeightLoadError,
+)
+from inhabit.inference.protocol import (
+    ChatRequest,
+    CompletionRequest,
+    LoadWeightsRequest,
+    chat_logprobs,
+    completion_logprobs,
+    encode_routes,
+    error_body,
+)
+from inhabit.inference.stops import safe_prefix
+
+log = logging.getLogger(__name__)
+
+
+class ApiError(Exception):
+    """An error answered as an OpenAI error object with `status`."""
+
+    def __init__(self, status: int, message: str, type_: str = "invalid_request_error", **kw: Any) -> None:
+        super().__init__(message)
+        self.status, self.message, self.type, self.extra = status, message, type_, kw
+
+
+def create_app(
+    engine: EmbeddedEngine,
+    tokenizer: Any,
+    *,
+    model_name: str,
+    api_key: str | None = None,
+    max_upload_bytes: int = 8 * 1024**3,
+) -> FastAPI:
+    """The FastAPI app serving `engine` (the caller owns the engine's lifetime)."""
+    app = FastAPI(title="inhabit inference server")
+    app.state.engine = engine
+    _install_error_handlers(app)
+
+    def auth(request: Request) -> None:
+        if api_key is None:
+            return
+        given = request.headers.get("authorization", "")
+        if not hmac.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
+            raise ApiError(
+                401, "missing or wrong API key (Authorization: Bearer ...)", "authentication_error"
+            )
+
+    def check_model(name: str) -> None:
+        if name != model_name:
+            raise ApiError(
+                404,
+                f"model {name!r} does not exist; this server serves {model_name!r}",
+                code="model_not_found",
+                param="model",
+            )
+
+    def budget(prompt_len: int, asked: int | None) -> int:
+        room = engine.max_model_len - prompt_len
+        if room < 1:
+            raise ApiError(
+                400,
+                f"the prompt has {prompt_len} tokens; the context is {engine.max_model_len}",
+                param="messages",
+                code="context_length_exceeded",
+            )
+        return min(asked, room) if asked else room
+
+    @app.get("/health")
+    async def health() -> dict:
+        return {"status": "ok", "version": engine.version}
+
+    @app.get("/v1/models", dependencies=[Depends(auth)])
+    async def models() -> dict:
+        card = {
+            "id": model_name,
+            "object": "model",
+            "created": int(time.time()),
+            "owned_by": "inhabit",
+            "max_model_len": engine.max_model_len,
+            "policy_version": engine.version,
+        }
+        return {"object": "list", "data": [card]}
+
+    @app.get("/v1/engine/stats", dependencies=[Depends(auth)])
+    async def stats() -> dict:
+        return engine.stats()
+
+    @app.post("/v1/chat/completions", dependencies=[Depends(auth)])
+    async def chat(req: ChatRequest) -> Any:
+        from inhabit.models.tokenizer import encode_chat
+
+        check_model(req.model)
+        if msg := req.unsupported():
+            raise ApiError(400, msg)
+        prompt = encode_chat(tokenizer, req.messages)
+        max_tokens = budget(len(prompt), req.max_completion_tokens or req.max_tokens)
+        gens = [
+            GenerationRequest(prompt, _with_max(req.sampling(max_tokens, i), max_tokens))
+            for i in range(req.n)
+        ]
+        rid = f"chatcmpl-{uuid.uuid4().hex}"
+        if req.stream:
+            fmt = _ChatChunks(rid, model_name, tokenizer, req)
+            return _sse(engine, gens[0], fmt, tokenizer, req.stops())
+        outs = _checked(await engine.generate(gens))
+        choices = []
+        for i, c in enumerate(outs):
+            choice = {
+                "index": i,
+                "message": {"role": "assistant", "content": c.text},
+                "logprobs": chat_logprobs(tokenizer, c.token_ids, c.logprobs, c.top_logprobs)
+                if req.logprobs
+                else None,
+                "finish_reason": c.finish_reason,
+            }
+            choices.append(choice | _extensions(c))
+        return {
+            "id": rid,
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model_name,
+            "choices": choices,
+            "usage": _usage(prompt, outs),
+            "prompt_token_ids": prompt,
+        }
+
+    @app.post("/v1/completions", dependencies=[Depends(auth)])
+    async def completions(req: CompletionRequest) -> Any:
+        check_model(req.model)
+        if msg := req.unsupported():
+            raise ApiError(400, msg)
+        prompts = _prompts(tokenizer, req.prompt)
+        if req.stream and len(prompts) != 1:
+            raise ApiError(400, "streaming supports one prompt at a time", param="prompt")
+        gens = []
+        for p in prompts:
+            max_tokens = budget(len(p), req.max_tokens)
+            gens += [
+                GenerationRequest(p, _with_max(req.sampling(max_tokens, i), max_tokens)) for i in range(req.n)
+            ]
+        rid = f"cmpl-{uuid.uuid4().hex}"
+        if req.stream:
+            return _sse(
+                engine, gens[0], _CompletionChunks(rid, model_name, tokenizer, req), tokenizer, req.stops()
+            )
+        outs = _checked(await engine.generate(gens))
+        choices = []
+        for i, c in enumerate(outs):
+            lp = None
+            if req.logprobs is not None:
+                lp = completion_logprobs(
+                    tokenizer,
+                    c.token_ids,
+                    c.logprobs,
+                    c.top_logprobs if req.logprobs else None,
+                    as_ids=req.return_tokens_as_token_ids,
+                )
+            choice = {"index": i, "text": c.text, "logprobs": lp, "finish_reason": c.finish_reason}
+            choices.append(choice | _extensions(c) | {"prompt_token_ids": c.prompt_token_ids})
+        usage = {
+            "prompt_tokens": sum(len(c.prompt_token_ids or []) for c in outs),
+            "completion_tokens": sum(len(c.token_ids) for c in outs),
+        }
+        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        return {
+            "id": rid,
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": model_name,
+            "choices": choices,
+            "usage": usage,
+        }
+
+    @app.post("/v1/load_weights")
+    async def load_weights(request: Request, version: int | None = Query(None, ge=0)) -> dict:
+        if api_key is None:
+            raise ApiError(
+                403, "weight loading is disabled: start the server with --api-key", "permission_error"
+            )
+        auth(request)
+        t0 = time.perf_counter()
+        ctype = request.headers.get("content-type", "")
+        if ctype.startswith("application/json"):
+            body = LoadWeightsRequest.model_validate(await request.json())
+            if not Path(body.path).exists():
+                raise ApiError(400, f"weights path {body.path} does not exist on the server", param="path")
+            await engine.load_weights(body.path, body.version)
+        else:
+            if version is None:
+                raise ApiError(400, "a safetensors upload needs ?version=N", param="version")
+            data = await _read_limited(request, max_upload_bytes)
+            from safetensors.torch import load as load_safetensors
+
+            try:
+                state = load_safetensors(data)
+            except Exception as e:  # safetensors raises its own error types
+                raise ApiError(400, f"the body is not a safetensors file: {e}") from e
+            await engine.load_weights(state, version)
+        return {"version": engine.version, "seconds": time.perf_counter() - t0}
+
+    return app
+
+
+def _with_max(sp, max_tokens: int):
+    from dataclasses import replace
+
+    return replace(sp, max_tokens=max_tokens)
+
+
+def _prompts(tokenizer: Any, prompt: Any) -> list[list[int]]:
+    if isinstance(prompt, str):
+        prompt = [prompt]
+    if prompt and all(isinstance(t, int) for t in prompt):
+        return [list(prompt)]
+    out = []
+    for p in prompt:
+        if isinstance(p, str):
+            out.append(list(tokenizer(p, add_special_tokens=False)["input_ids"]))
+        else:
+            out.append(list(p))
+    if not out or any(not p for p in out):
+        raise ApiError(400, "the prompt is empty", param="prompt")
+    return out
+
+
+def _checked(outs: list[Completion]) -> list[Completion]:
+    for c in outs:
+        if c.finish_reason == "error":
+            raise ApiError(500, f"generation failed: {c.error}", "server_error")
+    return outs
+
+
+def _extensions(c: Completion) -> dict:
+    return {
+        "token_ids": c.token_ids,
+        "routed_experts": encode_routes(c),
+        "policy_versions": c.versions,
+    }
+
+
+def _usage(prompt: list[int], outs: list[Completion]) -> dict:
+    done = sum(len(c.token_ids) for c in outs)
+    return {"prompt_tokens": len(prompt), "completion_tokens": done, "total_tokens": len(prompt) + done}
+
+
+async def _read_limited(request: Request, limit: int) -> bytes:
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ApiError(413, f"upload larger than {limit} bytes", code="payload_too_large")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+# ------------------------------------------------------------------ streaming
+
+
+class _ChatChunks:
+    def __init__(self, rid: str, model: str, tokenizer: Any, req: ChatRequest) -> None:
+        self.rid, self.model, self.tokenizer, self.req = rid, model, tokenizer, req
+        self.created = int(time.time())
+
+    def chunk(self, delta: dict, events: list[TokenEvent], finish: str | None, extra: dict) -> dict:
+        lp = None
+        if self.req.logprobs and events:
+            lp = chat_logprobs(
+                self.tokenizer, [e.token_id for e in events], [e.logprob for e in events], None
+            )
+        choice = {"index": 0, "delta": delta, "logprobs": lp, "finish_reason": finish}
+        choice |= {"token_ids": [e.token_id for e in events], "policy_versions": [e.version for e in events]}
+        return {
+            "id": self.rid,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": [choice | extra],
+        }
+
+    def first(self, prompt: list[int]) -> dict:
+        first = self.chunk({"role": "assistant", "content": ""}, [], None, {})
+        first["prompt_token_ids"] = prompt
+        return first
+
+    def text(self, text: str, events: list[TokenEvent], finish: str | None, extra: dict) -> dict:
+        return self.chunk({"content": text} if text or finish is None else {}, events, finish, extra)
+
+    def usage(self, c: Completion) -> dict | None:
+        if not (self.req.stream_options and self.req.stream_options.include_usage):
+            return None
+        body = self.chunk({}, [], None, {})
+        body["choices"] = []
+        body["usage"] = _usage(c.prompt_token_ids or [], [c])
+        return body
+
+
+class _CompletionChunks(_ChatChunks):
+    def chunk(self, delta: dict, events: list[TokenEvent], finish: str | None, extra: dict) -> dict:
+        lp = None
+        if self.req.logprobs is not None and events:
+            lp = completion_logprobs(
+                self.tokenizer, [e.token_id for e in events], [e.logprob for e in events], None
+            )
+        choice = {"index": 0, "text": delta.get("content", ""), "logprobs": lp, "finish_reason": finish}
+        choice |= {"token_ids": [e.token_id for e in events], "policy_versions": [e.version for e in events]}
+        return {
+            "id": self.rid,
+            "object": "text_completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [choice | extra],
+        }
+
+    def first(self, prompt: list[int]) -> dict | None:
+        return None
+
+
+def _sse(engine: EmbeddedEngine, gen: GenerationRequest, fmt: Any, tokenizer: Any, stops: tuple[str, ...]):
+    async def events() -> AsyncIterator[str]:
+        ids: list[int] = []
+        sent = ""
+        pending: list[TokenEvent] = []
+        try:
+            first = fmt.first(gen.prompt_token_ids)
+            if first is not None:
+                yield _data(first)
+            async for ev in engine.stream(gen):
+                if isinstance(ev, TokenEvent):
+                    ids.append(ev.token_id)
+                    pending.append(ev)
+                    text = tokenizer.decode(ids, skip_special_tokens=True)
+                    cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
+                    safe = safe_prefix(text[:cut] if cut >= 0 else text, stops, finished=False)
+                    if len(safe) > len(sent) and safe.startswith(sent):
+                        yield _data(fmt.text(safe[len(sent) :], pending, None, {}))
+                        sent, pending = safe, []
+                    continue
+                c: Completion = ev
+                if c.finish_reason == "error":
+                    yield _data(error_body(f"generation failed: {c.error}", "server_error"))
+                    break
+                rest = c.text[len(sent) :] if c.text.startswith(sent) else ""
+                yield _data(fmt.text(rest, pending, c.finish_reason, {"routed_experts": encode_routes(c)}))
+                if (usage := fmt.usage(c)) is not None:
+                    yield _data(usage)
+        except InhabitError as e:
+            yield _data(error_body(str(e), "server_error"))
+        yield "data: [DONE]\n\n"
+
+    return StreamingResponse(events(), media_type="text/event-stream")
+
+
+def _data(obj: dict) -> str:
+    return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n"
+
+
+# ------------------------------------------------------------------ errors
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    def respond(status: int, message: str, type_: str, param=None, code=None) -> JSONResponse:
+        return JSONResponse(error_body(message, type_, param, code), status_code=status)
+
+    @app.exception_handler(ApiError)
+    async def _api(_: Request, e: ApiError) -> JSONResponse:
+        return respond(e.status, e.message, e.type, e.extra.get("param"), e.extra.get("code"))
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, e: RequestValidationError) -> JSONResponse:
+        first = e.errors()[0] if e.errors() else {}
+        loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+        msg = "; ".join(
+            f"{'.'.join(str(p) for p in err.get('loc', ()) if p != 'body')}: {err.get('msg')}"
+            for err in e.errors()
+        )
+        return respond(400, msg or "invalid request", "invalid_request_error", ".".join(loc) or None)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, e: StarletteHTTPException) -> JSONResponse:
+        return respond(e.status_code, str(e.detail), "invalid_request_error")
+
+    handlers: list[tuple[type[Exception], int, str]] = [
+        (InvalidRequest, 400, "invalid_request_error"),
+        (WeightLoadError, 400, "invalid_request_error"),
+        (EngineOverloaded, 429, "rate_limit_error"),
+        (EngineClosed, 503, "server_error"),
+        (InhabitError, 500, "server_error"),
+    ]
+    for cls, status, type_ in handlers:
+        app.add_exception_handler(cls, _handler(respond, status, type_))
+
+
+def _handler(respond: Callable[..., JSONResponse], status: int, type_: str):
+    async def handle(_: Request, e: Exception) -> JSONResponse:
+        return respond(status, str(e), type_)
+
+    return handle
+
+
+def serve(config: Any) -> None:
+    """Load the model folder and run the server until interrupted (`inhabit serve`)."""
+    import contextlib
+
+    import uvicorn
+
+    engine = EmbeddedEngine.from_path(config.model, config.engine)
+    name = config.served_model_name or Path(config.model).resolve().name
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        yield
+        await engine.close()
+
+    app = create_app(
+        engine,
+        engine.tokenizer,
+        model_name=name,
+        api_key=config.api_key,
+        max_upload_bytes=config.max_upload_bytes,
+    )
+    app.router.lifespan_context = lifespan
+    log.info("serving %s as %r on http://%s:%d/v1", config.model, name, config.host, config.port)
+    uvicorn.run(app, host=config.host, port=config.port, log_level="warning")
+
+
+class BackgroundServer:
+    """Runs an app with uvicorn in a thread on a loopback socket (tests, benchmarks, notebooks).
+
+    with BackgroundServer(app) as srv:
+        client = openai.OpenAI(base_url=srv.url + "/v1", api_key="k")
+    """
+
+    def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> None:
+        import socket
+        import threading
+
+        import uvicorn
+
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind((host, port))
+        self.host, self.port = self._sock.getsockname()[:2]
+        self.url = f"http://{self.host}:{self.port}"
+        config = uvicorn.Config(app, log_level="warning", lifespan="off")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True
+        )
+
+    def __enter__(self) -> BackgroundServer:
+        self._thread.start()
+        deadline = time.monotonic() + 30
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError("the server did not start within 30 s")
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.should_exit = True
+        self._thread.join(10)
+        self._sock.close()

@@ -1,0 +1,259 @@
+"""Grade an agent's final workspace (DESIGN.md, "Task directory (format 1)").
+
+    result = await grade(task, final_sandbox, provider)
+    result.reward, result.flags, result.outcomes
+
+Steps, all in a FRESH sandbox so nothing the agent left running or planted in its sandbox's temp
+dir takes part:
+  1. snapshot the final sandbox and create the graded copy from that snapshot (or, when the
+     provider cannot, copy the files through the sandbox API);
+  2. `hacks.neutralize`: restore every original test file, revert test infrastructure, remove
+     start-up hooks, plugins, shadowing modules, planted bytecode and forged reports (flags);
+  3. lay hidden/ over the copy;
+  4. run the task's command with inhabit's controls appended: `-p no:cacheprovider`,
+     `--rootdir=. --confcutdir=.`, `-c` pinned to the original configuration (or an empty one
+     outside the workspace when the task has none), `--continue-on-collection-errors`, the
+     required test files as arguments (so files the agent added are never collected), a cleaned
+     environment, and a sealed JUnit XML report at a fresh path outside the workspace
+     (`inhabit.tasks.testrun`);
+  5. check that no test, conftest or pytest configuration file changed on disk during the run;
+  6. reward 1 when every fail_to_pass and pass_to_pass test passed and no fatal flag was raised,
+     else 0. Tests that are missing, skipped, or in a file that failed to collect count as failed.
+
+The flags and what each protects against are listed in `inhabit.rewards.hacks`. A failure of the
+grading machinery itself (a sandbox that cannot be created) is data: status "error", reward 0.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+
+from inhabit.config import Config
+from inhabit.errors import GradingError, InhabitError
+from inhabit.log import get_logger
+from inhabit.rewards import hacks
+from inhabit.rewards.infra import is_test_path, pytest_section, root_pytest_config
+from inhabit.sandbox.base import Sandbox, SandboxLimits, SandboxProvider
+from inhabit.tasks.task import Task, node_id_file
+from inhabit.tasks.testrun import TestRunResult, run_tests
+
+__all__ = ["GradeResult", "GradingConfig", "grade"]
+
+log = get_logger(__name__)
+
+
+class GradingConfig(Config):
+    """How grading decides what is a test and which flags void the reward."""
+
+    test_dirs: list[str] = Field(
+        ["tests", "test"], description="Directory names whose files are all restored as tests."
+    )
+    test_file_globs: list[str] = Field(
+        ["test_*.py", "*_test.py", "conftest.py"], description="File-name globs restored as tests anywhere."
+    )
+    fatal_flags: list[str] = Field(
+        [
+            hacks.REPORT_TAMPERED,
+            hacks.TESTS_CHANGED_DURING_RUN,
+            hacks.CODE_USES_PYTEST,
+            hacks.CODE_ALWAYS_EQUAL,
+        ],
+        description="Flags that force reward 0 even when the required tests passed.",
+    )
+    scan_code: bool = Field(True, description="Scan the agent's changed non-test code for hack patterns.")
+    limits: SandboxLimits | None = Field(
+        None, description="Limits of the grading sandbox (provider default)."
+    )
+
+
+@dataclass(frozen=True)
+class GradeResult:
+    """The grade of one final workspace. `outcomes` covers the required tests only
+    (passed/failed/error/skipped/missing); `details` holds the run's summary and what was reverted."""
+
+    reward: float
+    passed: bool
+    flags: list[str]
+    outcomes: dict[str, str]
+    status: Literal["graded", "error"]
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class _HostFiles(Mapping[str, bytes]):
+    """Files of a host directory, keyed by '/'-separated relative path, read on first access."""
+
+    def __init__(self, top: Path | None, paths: list[str]):
+        self._top = top
+        self._paths = paths
+        self._set = set(paths)
+        self._cache: dict[str, bytes] = {}
+
+    def __getitem__(self, key: str) -> bytes:
+        if key not in self._cache:
+            if self._top is None or key not in self._set:
+                raise KeyError(key)
+            p = self._top / key
+            self._cache[key] = os.readlink(p).encode() if p.is_symlink() else p.read_bytes()
+        return self._cache[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._paths)
+
+    def __len__(self) -> int:
+        return len(self._paths)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._set
+
+
+async def _fresh_copy(final: Sandbox, provider: SandboxProvider, limits: SandboxLimits | None) -> Sandbox:
+    try:
+        snapshot_id = await final.snapshot()
+        return await provider.create(snapshot_id, limits=limits)
+    except InhabitError as e:
+        log.info("grading: snapshot route failed (%s); copying files instead", e)
+    with tempfile.TemporaryDirectory(prefix="inhabit-grade-") as tmp:
+        for entry in await final.list_files(".", recursive=True):
+            if entry.kind != "file":
+                continue
+            dst = Path(tmp) / entry.path
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            dst.write_bytes(await final.read_file(entry.path))
+        return await provider.create(tmp, limits=limits)
+
+
+def _config_args(original: Mapping[str, bytes], hidden: Mapping[str, bytes]) -> tuple[list[str], bool]:
+    """Pin pytest's configuration to the task's own: (-c args, whether to use the empty ini)."""
+    roots = {p: (hidden[p] if p in hidden else original[p]) for p in (*original, *hidden) if "/" not in p}
+    name = root_pytest_config({p: roots[p] for p in roots if p.endswith((".ini", ".toml", ".cfg"))})
+    if name:
+        return ["-c", name], False
+    for files in (original, hidden):
+        for p in files:
+            if p.endswith((".ini", ".toml", ".cfg")) and pytest_section(p, files[p]) is not None:
+                return [], False  # configuration in a subdirectory: let pytest find it
+    return [], True
+
+
+def _required_outcomes(run: TestRunResult, required: tuple[str, ...]) -> tuple[dict[str, str], list[str]]:
+    outcomes: dict[str, str] = {}
+    flags: list[str] = []
+    for node_id in required:
+        outcome = run.outcomes.get(node_id)
+        if outcome is None:
+            if node_id_file(node_id) in run.collection_errors:
+                outcome = "error"
+                flags.append(hacks.COLLECTION_ERROR)
+            else:
+                outcome = "missing"
+                if run.integrity == "ok":
+                    flags.append(hacks.TESTS_MISSING)
+        elif outcome == "skipped":
+            flags.append(hacks.TESTS_SKIPPED)
+        outcomes[node_id] = outcome
+    if run.timed_out:
+        flags.append(hacks.TIMEOUT)
+    elif (
+        run.integrity == "missing"
+        or run.internal_error
+        or run.interrupted
+        or (run.exit_code in (2, 3) and not run.collection_errors)
+    ):
+        flags.append(hacks.EARLY_EXIT)
+    if run.integrity == "tampered":
+        flags.append(hacks.REPORT_TAMPERED)
+    return outcomes, flags
+
+
+async def grade(
+    task: Task,
+    final_sandbox: Sandbox,
+    provider: SandboxProvider,
+    *,
+    config: GradingConfig | None = None,
+) -> GradeResult:
+    """Grade `final_sandbox`'s workspace against `task` in a fresh sandbox from `provider`."""
+    if task.grading is None:
+        raise GradingError(f"task {task.id} has no [grading] table in task.toml: add command and test ids")
+    config = config or GradingConfig()
+    spec = task.grading
+    original = _HostFiles(task.workspace_dir, task.workspace_files())
+    hidden = {p: (task.hidden_dir / p).read_bytes() for p in task.hidden_files()} if task.hidden_dir else {}
+
+    fresh: Sandbox | None = None
+    try:
+        fresh = await _fresh_copy(final_sandbox, provider, config.limits)
+        neut = await hacks.neutralize(
+            fresh,
+            original,
+            hidden,
+            test_files=spec.test_files,
+            test_dirs=config.test_dirs,
+            file_globs=config.test_file_globs,
+        )
+        for path, data in hidden.items():
+            await fresh.delete_file(path)
+            await fresh.write_file(path, data)
+        cfg_args, empty_ini = _config_args(original, hidden)
+        extra = ["-p", "no:cacheprovider", "--rootdir=.", "--confcutdir=.", "--continue-on-collection-errors"]
+        protected = hacks.protected_files(
+            original,
+            hidden,
+            lambda p: is_test_path(
+                p, test_dirs=config.test_dirs, file_globs=config.test_file_globs, extra_files=spec.test_files
+            ),
+        )
+        run = await run_tests(
+            fresh,
+            spec.command,
+            selector=list(spec.test_files),
+            timeout_s=spec.timeout_s,
+            extra_args=[*extra, *cfg_args],
+            empty_ini=empty_ini,
+        )
+        rewritten = await hacks.changed_during_run(fresh, protected, hidden)
+    except (InhabitError, OSError) as e:
+        log.warning("grading task %s failed: %s", task.id, e)
+        return GradeResult(0.0, False, [], {}, "error", {"error": f"{type(e).__name__}: {e}"})
+    finally:
+        if fresh is not None:
+            await fresh.close()
+
+    outcomes, run_flags = _required_outcomes(run, spec.required_tests)
+    if rewritten:
+        run_flags.append(hacks.TESTS_CHANGED_DURING_RUN)
+    code_flags = hacks.scan_code(neut.changed_code) if config.scan_code else {}
+    flags: list[str] = []
+    for name in [*neut.flags, *run_flags, *code_flags]:
+        if name not in flags:
+            flags.append(name)
+    fatal = [f for f in flags if f in config.fatal_flags]
+    passed = bool(outcomes) and all(o == "passed" for o in outcomes.values()) and not fatal
+    details: dict[str, Any] = {
+        "summary": run.summary,
+        "exit_code": run.exit_code,
+        "duration_s": round(run.duration_s, 3),
+        "integrity": run.integrity,
+        "fatal_flags": fatal,
+        "restored": neut.restored,
+        "removed": neut.removed,
+        "notes": neut.notes,
+        "code_flags": code_flags,
+        "problems": list(run.problems),
+        "changed_during_run": rewritten,
+        "collection_errors": run.collection_errors,
+        "messages": {n: run.messages[n] for n in outcomes if n in run.messages},
+    }
+    if run.integrity != "ok":
+        details["output_tail"] = run.output_tail
+    return GradeResult(1.0 if passed else 0.0, passed, flags, outcomes, "graded", details)

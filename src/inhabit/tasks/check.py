@@ -1,0 +1,163 @@
+"""`inhabit task check`: is a task directory valid and gradable?
+
+A task is valid when
+  * task.toml and the directory follow format 1 (`load_task`), with a [grading] table;
+  * on the untouched workspace (graded exactly as an agent's final workspace would be), every
+    fail_to_pass test fails or errors, every pass_to_pass test passes, and grading raises no flag;
+  * when reference.patch is present, it applies (`patch -p1`, else `git apply`) inside a sandbox,
+    and grading that workspace passes every required test with no flag (reward 1).
+Without reference.patch nothing shows the fail_to_pass tests can pass; the report says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from inhabit.errors import TaskFormatError
+from inhabit.rewards.grading import GradeResult, GradingConfig, grade
+from inhabit.sandbox.base import Sandbox, SandboxProvider
+from inhabit.tasks.task import Task, load_task
+
+__all__ = ["CheckReport", "apply_patch", "check_task"]
+
+_PER_TEST_FLAGS = {"collection_error", "tests_missing", "tests_skipped"}
+
+
+@dataclass
+class TestCheck:
+    """One required test: its outcome before and after the reference fix, and whether both are right."""
+
+    __test__ = False
+
+    node_id: str
+    kind: str
+    before: str
+    after: str | None
+    ok: bool
+
+
+@dataclass
+class CheckReport:
+    """Everything `inhabit task check` found; `valid` is False when any problem was found."""
+
+    path: str
+    task_id: str | None = None
+    valid: bool = False
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    tests: list[TestCheck] = field(default_factory=list)
+    before: dict[str, Any] | None = None
+    after: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+async def apply_patch(sandbox: Sandbox, patch: bytes) -> str | None:
+    """Apply a -p1 unified diff in the sandbox's workspace; None on success, else the error text."""
+    res = await sandbox.exec(
+        ["patch", "-p1", "--batch", "--forward", "--no-backup-if-mismatch"], stdin=patch, timeout_s=60
+    )
+    if res.ok:
+        return None
+    first = (res.stdout + res.stderr).strip()
+    if res.exit_code == 127:  # no `patch` in the sandbox: try git
+        res = await sandbox.exec(["git", "apply", "-p1", "-"], stdin=patch, timeout_s=60)
+        if res.ok:
+            return None
+        first = (res.stdout + res.stderr).strip()
+    return first[-1000:] or f"exit code {res.exit_code}"
+
+
+def _summarize(result: GradeResult) -> dict[str, Any]:
+    return {
+        "reward": result.reward,
+        "status": result.status,
+        "flags": result.flags,
+        "outcomes": result.outcomes,
+        "summary": result.details.get("summary") or result.details.get("error", ""),
+    }
+
+
+async def _grade_workspace(task: Task, provider: SandboxProvider, config: GradingConfig, patch: bytes | None):
+    sandbox = await provider.create(task.workspace_dir)
+    try:
+        if patch is not None:
+            error = await apply_patch(sandbox, patch)
+            if error is not None:
+                return None, error
+        return await grade(task, sandbox, provider, config=config), None
+    finally:
+        await sandbox.close()
+
+
+async def check_task(
+    path: str | Path, provider: SandboxProvider, *, config: GradingConfig | None = None
+) -> CheckReport:
+    """Validate the task directory at `path` using sandboxes from `provider`."""
+    report = CheckReport(path=str(path))
+    try:
+        task = load_task(path)
+    except TaskFormatError as e:
+        report.problems.append(str(e))
+        return report
+    report.task_id = task.id
+    if task.grading is None:
+        report.problems.append("task.toml has no [grading] table: add command, fail_to_pass and pass_to_pass")
+        return report
+    spec = task.grading
+    config = config or GradingConfig()
+    if not spec.fail_to_pass:
+        report.notes.append("no fail_to_pass tests: the task does not show that anything needs fixing")
+
+    before, _ = await _grade_workspace(task, provider, config, None)
+    assert before is not None
+    report.before = _summarize(before)
+    if before.status != "graded":
+        report.problems.append(f"grading the original workspace failed: {before.details.get('error')}")
+        return report
+    for flag in before.flags:
+        if flag not in _PER_TEST_FLAGS:
+            report.problems.append(f"grading the untouched workspace raises flag {flag!r}: {before.details}")
+
+    after: GradeResult | None = None
+    if task.reference_patch is not None:
+        after, error = await _grade_workspace(task, provider, config, task.reference_patch.read_bytes())
+        if error is not None:
+            report.problems.append(f"reference.patch does not apply to workspace/: {error}")
+        elif after is not None:
+            report.after = _summarize(after)
+            if after.status != "graded":
+                report.problems.append(f"grading the reference fix failed: {after.details.get('error')}")
+            for flag in after.flags:
+                if flag not in _PER_TEST_FLAGS:
+                    report.problems.append(
+                        f"the reference fix raises flag {flag!r} (does reference.patch touch tests or "
+                        "test configuration? put test changes in hidden/)"
+                    )
+    else:
+        report.notes.append("no reference.patch: nothing shows that the fail_to_pass tests can pass")
+
+    for kind, ids in (("fail_to_pass", spec.fail_to_pass), ("pass_to_pass", spec.pass_to_pass)):
+        for node_id in ids:
+            b = before.outcomes.get(node_id, "missing")
+            a = (
+                after.outcomes.get(node_id, "missing")
+                if after is not None and after.status == "graded"
+                else None
+            )
+            problems = []
+            if b == "missing":
+                problems.append("was not found in the test report (check the node id)")
+            elif kind == "fail_to_pass" and b not in ("failed", "error"):
+                problems.append(f"should fail before the fix but is {b}")
+            elif kind == "pass_to_pass" and b != "passed":
+                problems.append(f"should pass before the fix but is {b}")
+            if a is not None and a != "passed":
+                problems.append(f"should pass with reference.patch but is {a}")
+            report.problems += [f"{kind} {node_id} {p}" for p in problems]
+            report.tests.append(TestCheck(node_id, kind, b, a, not problems))
+    report.valid = not report.problems
+    return report

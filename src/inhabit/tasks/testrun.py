@@ -1,0 +1,268 @@
+"""Run a pytest command in a sandbox and read per-test outcomes from a sealed JUnit XML report.
+
+Used by grading (in a fresh copy of the final workspace) and by the harness's `run_tests` tool
+(in the agent's own sandbox). One run:
+
+  1. makes a private directory `.inhabit-<random>` in the sandbox's own temp dir ($TMPDIR where
+     the backend sets one, else /tmp; it persists across the sandbox's execs) and copies
+     `seal_plugin.py` there;
+  2. runs `<command> -p <plugin> [extra args] [selector]` under `env` with PYTEST_ADDOPTS,
+     PYTEST_PLUGINS, PYTHONSTARTUP and PYTHONHOME removed, PYTHONPATH set to the private
+     directory only, PYTHONNOUSERSITE=1 and PYTHONDONTWRITEBYTECODE=1; the report path and a
+     random HMAC key reach the plugin on stdin, so they are in neither argv nor the environment;
+  3. moves the report into the workspace under a random dot-name just long enough to read it,
+     checks the seal (HMAC over the XML's hash and the plugin's own outcome record) and that both
+     channels agree on which tests passed, and parses outcomes from the XML.
+
+`integrity` says what the run can be trusted for: "ok" (sealed report), "tampered" (the XML and
+the seal disagree, or the seal is forged or gone while the XML is there), "missing" (no report:
+pytest never got to write one: a timeout, an early exit, a usage error). Console text is kept
+only for humans (`output_tail`), never parsed for outcomes.
+
+Protects against: forged report files anywhere (the path is fresh and unpredictable, outside the
+workspace), code under test overwriting the report during or after the run, patching the junitxml
+plugin, plugins or options smuggled in through environment variables. Does NOT protect against code
+under test that deliberately reaches into this process's memory (see seal_plugin.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import secrets
+import shlex
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from inhabit.errors import GradingError
+from inhabit.sandbox.base import Sandbox
+from inhabit.tasks.junit import JUnitReport, parse_junit
+
+__all__ = ["TestRunResult", "run_tests"]
+
+_PLUGIN_SOURCE = (Path(__file__).parent / "seal_plugin.py").read_text()
+_UNSET_ENV = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTHONSTARTUP", "PYTHONHOME", "PYTHONINSPECT")
+_TAIL = 4000
+
+
+@dataclass(frozen=True)
+class TestRunResult:
+    """Outcome of one test run. `outcomes` maps pytest node ids to passed/failed/error/skipped."""
+
+    __test__ = False  # not a pytest test class, despite the name
+
+    outcomes: dict[str, str]
+    exit_code: int
+    duration_s: float
+    summary: str
+    integrity: str = "ok"
+    timed_out: bool = False
+    messages: dict[str, str] = field(default_factory=dict)
+    collection_errors: dict[str, str] = field(default_factory=dict)
+    output_tail: str = ""
+    problems: tuple[str, ...] = ()
+    internal_error: str | None = None
+    """pytest's INTERNALERROR message, e.g. SystemExit while importing a test module."""
+    interrupted: bool = False
+    """The session was cut short (pytest.exit, KeyboardInterrupt) but still wrote its report."""
+
+    @property
+    def passed(self) -> list[str]:
+        return [n for n, o in self.outcomes.items() if o == "passed"]
+
+    def render(self, max_chars: int = 4000) -> str:
+        """A readable observation: the summary, then each test that did not pass, then (when there
+        was no report) the tail of the console output."""
+        lines = [self.summary]
+        for path, msg in self.collection_errors.items():
+            lines.append(f"ERROR collecting {path}: {msg.splitlines()[0] if msg else ''}".rstrip())
+        for node_id, outcome in self.outcomes.items():
+            if outcome != "passed":
+                msg = self.messages.get(node_id, "")
+                first = msg.splitlines()[0] if msg else ""
+                lines.append(f"{outcome.upper()} {node_id}" + (f" - {first}" if first else ""))
+        if self.integrity != "ok" and self.output_tail:
+            lines += ["--- output (tail) ---", self.output_tail]
+        text = "\n".join(lines)
+        if len(text) > max_chars:
+            text = text[: max_chars - 60] + f"\n[... cut: {len(text) - max_chars + 60} more characters]"
+        return text
+
+
+def _summary(outcomes: dict[str, str], report: JUnitReport | None, duration: float, note: str) -> str:
+    counts = {
+        k: sum(1 for o in outcomes.values() if o == k) for k in ("passed", "failed", "error", "skipped")
+    }
+    parts = [f"{v} {k}" for k, v in counts.items() if v]
+    text = ", ".join(parts) if parts else "no tests ran"
+    if report and report.collection_errors:
+        text += f"; {len(report.collection_errors)} collection error(s)"
+    text += f" in {duration:.1f}s"
+    return f"{text}; {note}" if note else text
+
+
+def _selector_args(selector: str | Sequence[str] | None) -> list[str]:
+    if selector is None:
+        return []
+    if isinstance(selector, str):
+        try:
+            return shlex.split(selector)
+        except ValueError as e:
+            raise GradingError(f"test selector {selector!r} is not valid shell words: {e}") from e
+    return list(selector)
+
+
+async def run_tests(
+    sandbox: Sandbox,
+    command: str,
+    *,
+    selector: str | Sequence[str] | None = None,
+    timeout_s: float,
+    extra_args: Sequence[str] = (),
+    empty_ini: bool = False,
+    env: Mapping[str, str] | None = None,
+) -> TestRunResult:
+    """Run `command` (ending in a pytest invocation) in `sandbox` and read its sealed report.
+
+    `selector`: node ids, paths or pytest options appended to the command (a string is split like
+    a shell would). `extra_args` go before the selector. `empty_ini=True` also writes an empty
+    `pytest.ini` into the private directory and passes `-c` to it (graders use it when the
+    original workspace has no pytest configuration). `env` is passed to the sandbox's exec; the
+    variables listed in the module docstring are removed from it all the same. Never raises for test failures; raises
+    GradingError only when the sandbox itself cannot run the setup commands.
+    """
+    token = secrets.token_hex(16)
+    module = f"inhabit_seal_{token[:12]}"
+    key = secrets.token_bytes(32)
+
+    # The sandbox's private temp dir: TMPDIR where the backend sets one, else its own /tmp.
+    setup = (
+        f'd="${{TMPDIR:-/tmp}}/.inhabit-{token}" && umask 077 && mkdir -p "$d" && '
+        f'cat > "$d/{module}.py" && : > "$d/pytest.ini" && printf "%s" "$d"'
+    )
+    res = await sandbox.exec(["sh", "-c", setup], stdin=_PLUGIN_SOURCE.encode(), timeout_s=30)
+    private = res.stdout.strip()
+    if not res.ok or not private.startswith("/") or not private.endswith(token):
+        raise GradingError(f"could not prepare the test run in the sandbox: {res.stderr.strip()[:300]}")
+    xml_path, seal_path = f"{private}/report.xml", f"{private}/seal.json"
+
+    args = ["-p", module, *extra_args]
+    if empty_ini:
+        args += ["-c", f"{private}/pytest.ini"]
+    args += _selector_args(selector)
+    argv = ["env"]
+    for name in _UNSET_ENV:
+        argv += ["-u", name]
+    argv += [f"PYTHONPATH={private}", "PYTHONNOUSERSITE=1", "PYTHONDONTWRITEBYTECODE=1"]
+    argv += ["sh", "-c", f"{command} {shlex.join(args)}"]
+    stdin = json.dumps({"xml": xml_path, "seal": seal_path, "key": key.hex()}) + "\n"
+
+    start = time.monotonic()
+    res = await sandbox.exec(argv, stdin=stdin.encode(), timeout_s=timeout_s, env=env)
+    duration = time.monotonic() - start
+    output_tail = (res.stdout + res.stderr)[-_TAIL:]
+
+    # Fetch the report through the workspace (read_file has no output cap) and the small seal via cat.
+    local_name = f".inhabit-report-{secrets.token_hex(8)}.xml"
+    q = shlex.quote
+    fetch = (
+        f"if [ -f {q(xml_path)} ]; then mv {q(xml_path)} ./{local_name} && echo REPORT; "
+        f"else echo NOREPORT; fi; cat {q(seal_path)} 2>/dev/null; rm -rf {q(private)}"
+    )
+    got = await sandbox.exec(["sh", "-c", fetch], timeout_s=30)
+    first, _, seal_text = got.stdout.partition("\n")
+    xml_bytes: bytes | None = None
+    if first.strip() == "REPORT":
+        try:
+            xml_bytes = await sandbox.read_file(local_name)
+        finally:
+            await sandbox.delete_file(local_name)
+
+    problems: list[str] = []
+    seal = _verify_seal(seal_text.strip(), key)
+    report: JUnitReport | None = None
+    integrity = "ok"
+    if xml_bytes is None:
+        integrity = "missing"
+        if seal is not None or seal_text.strip():
+            problems.append("a seal exists but the report is gone")
+            integrity = "tampered"
+        else:
+            problems.append(
+                f"no report: the test command exited with code {res.exit_code} before writing one"
+            )
+    else:
+        try:
+            report = parse_junit(xml_bytes)
+            if _needs_known_files(report):
+                files = [e.path for e in await sandbox.list_files(".") if e.path.endswith(".py")]
+                report = parse_junit(xml_bytes, files)
+        except GradingError as e:
+            problems.append(str(e))
+            integrity = "tampered"
+        if seal is None:
+            problems.append("the report's seal is missing or forged")
+            integrity = "tampered"
+        elif seal["xml_sha256"] != hashlib.sha256(xml_bytes).hexdigest():
+            problems.append("the report was changed after pytest wrote it")
+            integrity = "tampered"
+        elif report is not None:
+            xml_passed = {n for n, o in report.outcomes.items() if o == "passed"}
+            seal_passed = {n for n, o in seal["outcomes"].items() if o == "passed"}
+            if xml_passed != seal_passed:
+                diff = sorted(xml_passed ^ seal_passed)[:5]
+                problems.append(f"the report and pytest's own record disagree on {diff}")
+                integrity = "tampered"
+
+    outcomes = dict(report.outcomes) if report else {}
+    note = ""
+    if res.timed_out:
+        note = f"timed out after {timeout_s:g}s"
+    elif integrity == "missing":
+        note = f"no test report (exit code {res.exit_code})"
+    elif integrity == "tampered":
+        note = "REPORT TAMPERED: " + "; ".join(problems)
+    elif report and report.internal_error:
+        note = f"pytest internal error: {report.internal_error.strip().splitlines()[-1][:200]}"
+    elif report and report.interrupted:
+        note = "the session was interrupted"
+    return TestRunResult(
+        outcomes=outcomes,
+        exit_code=res.exit_code,
+        duration_s=duration,
+        summary=_summary(outcomes, report, duration, note),
+        integrity=integrity,
+        timed_out=res.timed_out,
+        messages=dict(report.messages) if report else {},
+        collection_errors=dict(report.collection_errors) if report else {},
+        output_tail=output_tail,
+        problems=tuple(problems),
+        internal_error=report.internal_error if report else None,
+        interrupted=bool(report and report.interrupted),
+    )
+
+
+def _needs_known_files(report: JUnitReport) -> bool:
+    # Every item carries its exact node id; only collection errors (no item) need the file list.
+    return bool(report.collection_errors) or report.inferred
+
+
+def _verify_seal(text: str, key: bytes) -> dict | None:
+    """The seal's body if its HMAC verifies under `key`, else None."""
+    if not text:
+        return None
+    try:
+        outer = json.loads(text)
+        body, mac = outer["body"], outer["mac"]
+        expected = hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
+        if not isinstance(mac, str) or not hmac.compare_digest(mac, expected):
+            return None
+        data = json.loads(body)
+        if not isinstance(data.get("outcomes"), dict) or not isinstance(data.get("xml_sha256"), str):
+            return None
+        return data
+    except (ValueError, KeyError, TypeError):
+        return None

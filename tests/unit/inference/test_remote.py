@@ -1,0 +1,108 @@
+"""RemoteEngine against our own server on 127.0.0.1: same answers as the embedded engine, retries, swaps."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse
+
+from inhabit.inference.config import EngineConfig
+from inhabit.inference.embedded import EmbeddedEngine
+from inhabit.inference.engine import GenerationRequest, SamplingParams
+from inhabit.inference.errors import RemoteEngineError
+from inhabit.inference.mismatch import measure_mismatch
+from inhabit.inference.remote import RemoteConfig, RemoteEngine
+from inhabit.inference.server import BackgroundServer, create_app
+
+KEY = "k"
+
+
+@pytest.fixture(scope="module")
+def served(moe_folder):
+    engine = EmbeddedEngine.from_path(moe_folder, EngineConfig(stop_at_eos=False))
+    with BackgroundServer(create_app(engine, engine.tokenizer, model_name="m", api_key=KEY)) as srv:
+        yield srv, engine
+    asyncio.run(engine.close())
+
+
+async def test_remote_matches_the_engine_it_fronts(served, prompts):
+    srv, engine = served
+    remote = RemoteEngine(RemoteConfig(base_url=srv.url, api_key=KEY, max_concurrency=2))
+    reqs = [
+        GenerationRequest(
+            p, SamplingParams(max_tokens=10, seed=i, temperature=0.9, top_logprobs=2), request_id=str(i)
+        )
+        for i, p in enumerate(prompts)
+    ]
+    try:
+        got = await remote.generate(reqs)
+    finally:
+        await remote.close()
+    assert [c.request_id for c in got] == [r.request_id for r in reqs]
+    for c, p in zip(got, prompts, strict=True):
+        assert c.finish_reason == "length" and c.prompt_token_ids == p and len(c.token_ids) == 10
+        assert c.versions == [engine.version] * 10 and len(c.routed_experts) == 10
+        assert len(c.prompt_routed_experts) == len(p) - 1
+        assert all(len(t) == 2 and -1 not in t for t in c.top_logprobs)
+    report = measure_mismatch(engine.model, got, temperatures=0.9)
+    assert report.max_abs_diff < 1e-4 and report.routing_disagreement == 0.0
+
+
+async def test_remote_weight_updates(served, moe_folder, moe_folder_b, prompts):
+    srv, engine = served
+    remote = RemoteEngine(RemoteConfig(base_url=srv.url, api_key=KEY))
+    try:
+        await remote.load_weights(moe_folder_b, version=5)
+        assert remote.version == 5 and engine.version == 5
+        from inhabit.inference.weights_io import read_state_dict
+
+        await remote.load_weights(read_state_dict(moe_folder), version=6)  # uploaded as safetensors
+        (c,) = await remote.generate([GenerationRequest(prompts[0], SamplingParams(max_tokens=3))])
+        assert c.versions == [6, 6, 6] and engine.version == 6
+        bad = RemoteEngine(RemoteConfig(base_url=srv.url, api_key="nope", retries=0))
+        with pytest.raises(RemoteEngineError):
+            await bad.generate([GenerationRequest(prompts[0])])
+        await bad.close()
+    finally:
+        await remote.close()
+
+
+async def test_retries_then_failed_completion_is_data():
+    calls = {"n": 0}
+    app = FastAPI()
+
+    @app.get("/v1/models")
+    async def models():
+        return {"data": [{"id": "x"}]}
+
+    @app.post("/v1/completions")
+    async def flaky():
+        calls["n"] += 1
+        if calls["n"] < 3:
+            return JSONResponse({"error": {"message": "busy"}}, status_code=503)
+        return {
+            "choices": [
+                {
+                    "text": "hi",
+                    "token_ids": [7],
+                    "logprobs": {"token_logprobs": [-0.5]},
+                    "finish_reason": "stop",
+                }
+            ]
+        }
+
+    with BackgroundServer(app) as srv:
+        remote = RemoteEngine(RemoteConfig(base_url=srv.url, retries=3, backoff_s=0.01))
+        (ok,) = await remote.generate([GenerationRequest([1, 2])])
+        assert calls["n"] == 3 and ok.token_ids == [7] and ok.logprobs == [-0.5] and ok.versions == [0]
+        calls["n"] = -100  # fail more often than we retry
+        (failed,) = await remote.generate([GenerationRequest([1, 2])])
+        assert failed.finish_reason == "error" and "503" in failed.error
+        await remote.close()
+    # Nothing listening: transport errors become failed completions too.
+    remote = RemoteEngine(RemoteConfig(base_url="http://127.0.0.1:9", model="x", retries=1, backoff_s=0.01))
+    (c,) = await remote.generate([GenerationRequest([1])])
+    assert c.finish_reason == "error"
+    await remote.close()

@@ -1,0 +1,110 @@
+"""run_tests in a real sandbox: outcomes from the sealed XML, the report path hidden from the code
+under test, nothing left behind in the workspace, and tampering caught."""
+
+from __future__ import annotations
+
+import json
+
+from inhabit.tasks.build import CALC_FIXED
+from inhabit.tasks.testrun import run_tests
+
+SPY = """import json, os, sys
+
+def test_spy():
+    with open("spy.json", "w") as f:
+        json.dump({"argv": sys.argv, "env": dict(os.environ)}, f)
+"""
+
+
+async def test_outcomes_summary_and_render(calc_task, sandbox_provider):
+    async with await sandbox_provider.create(calc_task.workspace_dir) as sandbox:
+        result = await run_tests(sandbox, calc_task.grading.command, timeout_s=60)
+        assert result.integrity == "ok"
+        assert result.outcomes == {
+            "tests/test_calc.py::test_add": "failed",
+            "tests/test_calc.py::test_sub": "passed",
+        }
+        assert result.exit_code == 1
+        assert result.summary.startswith("1 passed, 1 failed")
+        text = result.render()
+        assert "FAILED tests/test_calc.py::test_add - assert -1 == 5" in text
+        assert "test_sub" not in text  # passing tests are only counted
+
+        await sandbox.write_file("calc.py", CALC_FIXED)
+        only_add = await run_tests(
+            sandbox, calc_task.grading.command, selector="tests/test_calc.py::test_add", timeout_s=60
+        )
+        assert only_add.outcomes == {"tests/test_calc.py::test_add": "passed"}
+        assert only_add.passed == ["tests/test_calc.py::test_add"]
+
+
+async def test_report_path_is_invisible_to_code_under_test_and_leaves_nothing(make_task, sandbox_provider):
+    task = make_task(workspace={"tests/test_spy.py": SPY}, pass_to_pass=["tests/test_spy.py::test_spy"])
+    async with await sandbox_provider.create(task.workspace_dir) as sandbox:
+        before = {e.path for e in await sandbox.list_files(".")}
+        result = await run_tests(sandbox, task.grading.command, timeout_s=60)
+        assert result.outcomes == {"tests/test_spy.py::test_spy": "passed"}
+        spy = json.loads(await sandbox.read_file("spy.json"))
+        seen = json.dumps(spy)
+        assert "junit" not in seen and "report.xml" not in seen
+        for name in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTHONSTARTUP"):
+            assert name not in spy["env"]
+        after = {e.path for e in await sandbox.list_files(".")}
+        assert after - before == {"spy.json"}  # no report, seal or plugin left in the workspace
+        leftovers = await sandbox.exec('ls -a "${TMPDIR:-/tmp}" | grep -c "^.inhabit-" || true')
+        assert leftovers.stdout.strip() == "0"
+
+
+async def test_hostile_environment_variables_are_removed(make_task, sandbox_provider):
+    task = make_task(workspace={"tests/test_spy.py": SPY}, pass_to_pass=["tests/test_spy.py::test_spy"])
+    hostile = {
+        "PYTEST_ADDOPTS": "-k nothing",
+        "PYTEST_PLUGINS": "evil",
+        "PYTHONPATH": "/evil",
+        "PYTHONSTARTUP": "x",
+    }
+    async with await sandbox_provider.create(task.workspace_dir) as sandbox:
+        result = await run_tests(sandbox, task.grading.command, timeout_s=60, env=hostile)
+        assert result.outcomes == {"tests/test_spy.py::test_spy": "passed"}
+        spy = json.loads(await sandbox.read_file("spy.json"))
+        for name in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTHONSTARTUP"):
+            assert name not in spy["env"]
+        assert "/evil" not in spy["env"]["PYTHONPATH"]
+
+
+async def test_missing_report_is_reported_not_raised(calc_task, sandbox_provider):
+    async with await sandbox_provider.create(calc_task.workspace_dir) as sandbox:
+        result = await run_tests(sandbox, "python -c 'print(1)' #", timeout_s=60)
+        assert result.integrity == "missing"
+        assert result.outcomes == {}
+        assert "no test report" in result.summary
+        assert "no report" in result.render() or "exit code" in result.render()
+
+
+async def test_deleting_the_seal_at_exit_is_tampering(calc_task, sandbox_provider):
+    cheat = (
+        "import atexit, os, shutil\n\n"
+        "def _gone():\n"
+        "    base = os.environ.get('TMPDIR', '/tmp')\n"
+        "    for d, _, names in os.walk(base):\n"
+        "        for n in names:\n"
+        "            if n == 'seal.json':\n"
+        "                os.remove(os.path.join(d, n))\n\n"
+        "atexit.register(_gone)\n\n" + CALC_FIXED
+    )
+    async with await sandbox_provider.create(calc_task.workspace_dir) as sandbox:
+        await sandbox.write_file("calc.py", cheat)
+        result = await run_tests(sandbox, calc_task.grading.command, timeout_s=60)
+        assert result.integrity == "tampered"
+        assert "TAMPERED" in result.summary
+
+
+async def test_timeout(make_task, sandbox_provider):
+    task = make_task(
+        workspace={"tests/test_slow.py": "import time\n\ndef test_slow():\n    time.sleep(30)\n"},
+        pass_to_pass=["tests/test_slow.py::test_slow"],
+    )
+    async with await sandbox_provider.create(task.workspace_dir) as sandbox:
+        result = await run_tests(sandbox, task.grading.command, timeout_s=3)
+        assert result.timed_out and result.integrity == "missing"
+        assert "timed out" in result.summary
