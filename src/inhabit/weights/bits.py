@@ -11,6 +11,7 @@ on it). torch is imported lazily: the codec itself needs only numpy.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -31,12 +32,12 @@ class DtypeInfo:
     """Bits below the exponent (None for integer types: no exponent context)."""
     exponent_bits: int = 0
 
-    @property
+    @cached_property  # on the decode hot path: parse the dtype string once
     def uint(self) -> np.dtype:
         """The unsigned integer dtype of the same width (the view the codec works on)."""
         return np.dtype(f"<u{self.itemsize}")
 
-    @property
+    @cached_property
     def sint(self) -> np.dtype:
         return np.dtype(f"<i{self.itemsize}")
 
