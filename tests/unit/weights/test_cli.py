@@ -71,3 +71,32 @@ def test_verify_and_log(tmp_path, versions):
     bad = runner.invoke(app, ["weights", "verify", str(root)])
     assert bad.exit_code == 1 and "checksum" in bad.output
     assert runner.invoke(app, ["weights", "verify", str(root), "--version", "1"]).exit_code == 0
+
+
+def test_serve_command_in_a_real_process(tmp_path, versions):
+    import os
+    import subprocess
+    import sys
+
+    from inhabit.weights.subscribe import Subscriber
+
+    root = tmp_path / "store"
+    _publish(root, versions, 2)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3] / "src")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "inhabit", "weights", "serve", str(root), "--port", "0"],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        line = proc.stderr.readline()
+        assert "serving" in line, line
+        url = line.split(" at ", 1)[1].split()[0]
+        assert url.startswith("http://127.0.0.1:")
+        sub = Subscriber(url)
+        assert sub.sync().version == 1
+        assert_same_weights(sub.state_dict(), versions[1])
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
