@@ -79,8 +79,14 @@ class Publisher:
             out[name] = (bits.copy() if shared else bits, dtype, shape)
         return out
 
-    def publish(self, state_dict: Mapping[str, Any], version: int | None = None) -> Manifest:
-        """Publish one version; returns its manifest (the version is visible once this returns)."""
+    def publish(
+        self, state_dict: Mapping[str, Any], version: int | None = None, *, full: bool = False
+    ) -> Manifest:
+        """Publish one version; returns its manifest (the version is visible once this returns).
+
+        `full=True` forces a snapshot now, e.g. after `inhabit weights verify` found a corrupt
+        delta: subscribers stuck before it jump to the new snapshot on their next sync.
+        """
         t0 = time.perf_counter()
         latest = self.store.latest()
         if version is None:
@@ -88,7 +94,7 @@ class Publisher:
         if latest is not None and version <= latest:
             raise WeightsError(f"version {version} is not newer than the store's latest ({latest})")
         new = self.to_bits(state_dict)
-        full = self._needs_full(new, version)
+        full = full or self._needs_full(new, version)
         prev = None if full else self._prev
         assert full or prev is not None
 

@@ -77,3 +77,4 @@ def test_shape_change_forces_a_full_snapshot(store_url, versions):
     changed["extra.bias"] = versions[1]["model.norm.weight"][:7].clone()
     assert pub.publish(changed).kind == "full"
     assert pub.publish(changed).kind == "delta"
+    assert pub.publish(changed, full=True).kind == "full"
