@@ -82,6 +82,8 @@ def pull(
             raise WeightsError(
                 f"download interrupted ({type(e).__name__}: {e}); run the same command again to resume"
             ) from e
+    if result.version is None and result.error is None:
+        raise WeightsError(f"{url} holds no published version yet")
     if not result.reached:
         raise WeightsError(f"could not reconstruct version {result.target}: {result.error}")
     state = {k: v.contiguous() for k, v in sub.state_dict().items()}

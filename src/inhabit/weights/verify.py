@@ -9,7 +9,7 @@ decoded tensor's checksum (so it catches an encoder bug, not only storage corrup
 from __future__ import annotations
 
 from inhabit.errors import ChecksumMismatch, WeightsError
-from inhabit.weights.manifest import shard_checksum
+from inhabit.weights.manifest import Manifest, shard_checksum
 from inhabit.weights.store import Store, VersionNotFound
 
 
@@ -43,12 +43,28 @@ def verify_store(
             elif shard_checksum(data) != sh.checksum:
                 problems.append((v, f"shard {sh.file} does not match its checksum"))
         if m.kind == "delta":
-            missing = [p for p in range(m.chain, v) if p not in committed]
-            if missing:
-                problems.append((v, f"chain from snapshot {m.chain} is missing versions {missing}"))
+            problem = _broken_link(s, m, set(committed))
+            if problem:
+                problems.append((v, problem))
     if deep and not problems:
         problems += _replay_all(s, versions)
     return problems, len(versions)
+
+
+def _broken_link(s: Store, m: Manifest, committed: set[int]) -> str | None:
+    """Why the parent chain of delta `m` does not reach its full snapshot (None if it does)."""
+    seen = 0
+    while m.kind == "delta":
+        if m.parent not in committed:
+            return f"parent version {m.parent} (chain from snapshot {m.chain}) is missing"
+        try:
+            m = s.manifest(m.parent)
+        except WeightsError as e:
+            return f"parent version {m.parent} is unreadable: {e}"
+        seen += 1
+        if seen > len(committed):
+            return "parent links form a cycle"
+    return None
 
 
 def _replay_all(s: Store, versions: list[int]) -> list[tuple[int, str]]:

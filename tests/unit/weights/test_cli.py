@@ -100,3 +100,27 @@ def test_serve_command_in_a_real_process(tmp_path, versions):
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+def test_pull_from_an_empty_store_is_a_clear_error(tmp_path):
+    import subprocess
+    import sys
+
+    env_path = str(Path(__file__).resolve().parents[3] / "src")
+    (tmp_path / "empty").mkdir()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "inhabit",
+            "weights",
+            "pull",
+            str(tmp_path / "empty"),
+            "--out",
+            str(tmp_path / "o"),
+        ],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": env_path, "PATH": "/usr/bin:/bin"},
+    )
+    assert proc.returncode == 2 and "no published version" in proc.stderr

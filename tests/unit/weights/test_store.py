@@ -78,3 +78,17 @@ def test_shape_change_forces_a_full_snapshot(store_url, versions):
     assert pub.publish(changed).kind == "full"
     assert pub.publish(changed).kind == "delta"
     assert pub.publish(changed, full=True).kind == "full"
+
+
+def test_verify_follows_parent_links_and_reports_missing_ones(tmp_path, versions):
+    from inhabit.weights.verify import verify_store
+
+    store = Store(str(tmp_path / "s"))
+    pub = Publisher(store, PublisherConfig(full_every=100))
+    pub.publish(versions[0], version=0)
+    pub.publish(versions[1], version=5)  # versions need not be contiguous
+    pub.publish(versions[2], version=9)
+    assert verify_store(store) == ([], 3)
+    store.delete(5)
+    problems, _ = verify_store(store)
+    assert problems == [(9, "parent version 5 (chain from snapshot 0) is missing")]
