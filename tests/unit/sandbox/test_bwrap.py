@@ -15,7 +15,8 @@ pytestmark = pytest.mark.skipif(bwrap_problem() is not None, reason="bwrap does 
 
 
 def _mounts_under(root: Path) -> int:
-    return sum(str(root) in line for line in Path("/proc/self/mountinfo").read_text().splitlines())
+    """Sandbox mounts (volumes, overlays) under a provider's root; its shared views not counted."""
+    return sum(f"{root}/sb/" in line for line in Path("/proc/self/mountinfo").read_text().splitlines())
 
 
 async def test_auto_picks_bwrap_here():
