@@ -256,7 +256,8 @@ class BwrapSandbox(Sandbox):
     async def close(self) -> None:
         if self._closed:
             return
-        self._kill_processes()
+        for pgid in list(self._pgids):  # quick signals now; the cgroup sweep runs in the thread
+            kill_group(pgid)
         done: asyncio.Future[None] | None = None
         try:
             # Let a snapshot/restore in progress finish its remount (bounded), so the teardown
