@@ -109,6 +109,11 @@ def bwrap_problem() -> str | None:
     return _probe(binary)
 
 
+@functools.lru_cache(maxsize=8)
+def _probe_cached(binary: str, prefix: tuple[str, ...]) -> str | None:
+    return _probe(Path(binary), prefix)
+
+
 def _probe(binary: Path, prefix: Sequence[str] = ()) -> str | None:
     """Run a minimal sandbox (`prefix` e.g. drops to another uid first); None when it works."""
     argv = [
@@ -553,7 +558,7 @@ class BwrapSandboxProvider(SandboxProvider):
         try:
             if drop is None:
                 raise OSError("util-linux setpriv not found")
-            self._userns_fd = idmap.make_userns_fd(uid, gid)
+            self._userns_fd = idmap.shared_userns_fd(uid, gid)
         except OSError as e:
             log.warning(
                 "bwrap sandboxes run as host uid 0 inside their user namespace (%s): without "
@@ -582,10 +587,9 @@ class BwrapSandboxProvider(SandboxProvider):
             for d in (sys_dir / "b", sys_dir / "b" / "pkg", dst.parent):
                 d.chmod(0o755)
             binary = dst
-        problem = _probe(binary, drop) if binary is not None else "no bwrap binary"
+        problem = _probe_cached(str(binary), tuple(drop)) if binary is not None else "no bwrap binary"
         if problem is not None:  # e.g. user namespaces restricted to root (AppArmor, sysctl)
             log.warning("bwrap cannot run as uid %d here (%s): sandboxes run as host uid 0", uid, problem)
-            os.close(self._userns_fd)
             self._userns_fd = None
             return binary, sources
         self.owner, self.drop_privileges = (uid, gid), drop
@@ -730,9 +734,7 @@ class BwrapSandboxProvider(SandboxProvider):
         hostfs.remove_tree(self.root)
         if self.cgroups is not None:
             self.cgroups.close()
-        if self._userns_fd is not None:
-            os.close(self._userns_fd)
-            self._userns_fd = None
+        self._userns_fd = None  # shared by every provider of this process (idmap.shared_userns_fd)
         cleanup.unregister(self._cleanup_handle)
 
     async def close(self) -> None:

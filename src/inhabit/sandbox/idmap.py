@@ -100,6 +100,17 @@ def make_userns_fd(host_uid: int, host_gid: int) -> int:
         child.wait()
 
 
+_shared: dict[tuple[int, int], int] = {}
+
+
+def shared_userns_fd(host_uid: int, host_gid: int) -> int:
+    """`make_userns_fd`, made once per process and kept open (providers share it)."""
+    key = (host_uid, host_gid)
+    if key not in _shared:
+        _shared[key] = make_userns_fd(host_uid, host_gid)
+    return _shared[key]
+
+
 def idmapped_view(source: Path, target: Path, userns_fd: int) -> None:
     """Mount a read-only, idmapped clone of `source` (recursively) on the existing dir `target`."""
     fd = _libc.syscall(
