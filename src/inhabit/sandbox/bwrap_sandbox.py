@@ -290,27 +290,27 @@ class BwrapSandbox(Sandbox):
 
     # -- files ----------------------------------------------------------------------------------
 
-    # The workspace is briefly unmounted during snapshot/restore: file operations pass the gate
-    # like execs, so they never touch the bare mount point underneath.
+    # Host-side file operations pass the gate as kind "file": never while an exec runs (no
+    # sandboxed process can race our path checks) nor during a snapshot/restore remount.
 
     async def read_file(self, path: str) -> bytes:
         self._check_open()
-        async with self._gate.shared(self._check_open):
+        async with self._gate.shared(self._check_open, kind="file"):
             return hostfs.read_file(self.workspace, path)
 
     async def write_file(self, path: str, data: bytes | str) -> None:
         self._check_open()
-        async with self._gate.shared(self._check_open):
+        async with self._gate.shared(self._check_open, kind="file"):
             hostfs.write_file(self.workspace, path, data, owner=self._p.owner)
 
     async def delete_file(self, path: str) -> None:
         self._check_open()
-        async with self._gate.shared(self._check_open):
+        async with self._gate.shared(self._check_open, kind="file"):
             await asyncio.to_thread(hostfs.delete, self.workspace, path)
 
     async def list_files(self, path: str = ".", *, recursive: bool = True) -> list[FileEntry]:
         self._check_open()
-        async with self._gate.shared(self._check_open):
+        async with self._gate.shared(self._check_open, kind="file"):
             return await asyncio.to_thread(hostfs.list_files, self.workspace, path, recursive)
 
     # -- snapshots ------------------------------------------------------------------------------

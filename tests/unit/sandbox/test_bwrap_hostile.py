@@ -8,6 +8,7 @@ attacks live in test_bwrap_unprivileged.py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
 import signal
@@ -368,3 +369,21 @@ def test_no_process_left_at_interpreter_exit_or_sigkill(workspace, how):
         asyncio.run(BwrapSandboxProvider().close())
         assert not root.exists()
         assert str(root) not in Path("/proc/self/mountinfo").read_text()
+
+
+async def test_host_file_api_cannot_be_raced_outside(hostile, workspace, tmp_path):
+    # A command flips `d` between a real directory and a symlink to a host dir while the host
+    # writes d/x. File operations never overlap an exec (no sandboxed process exists to race
+    # the path check), so the write waits for the command and lands in the workspace.
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    flip = f"for i in $(seq 50); do rm -rf d; ln -s {outside} d; rm -f d; mkdir d; done"
+    async with await hostile.create(workspace) as sb:
+        racer = asyncio.ensure_future(sb.exec(flip, timeout_s=30))
+        await asyncio.sleep(0.05)
+        with contextlib.suppress(PathOutsideWorkspace):
+            await sb.write_file("d/x", "pwned")
+        assert racer.done()  # the write was held until the racing command had finished
+        await racer
+        assert await sb.read_file("d/x") == b"pwned"
+    assert list(outside.iterdir()) == []
