@@ -95,11 +95,17 @@ def read_file(root: Path, user_path: str, max_bytes: int | None = None) -> bytes
         raise IsADirectoryError(f"{paths.normalize(user_path)} is a directory: use list_files")
     if not host.exists():
         raise FileNotFoundError(f"{paths.normalize(user_path)}: no such file in the workspace")
-    if max_bytes is not None and host.stat().st_size > max_bytes:
-        raise SandboxLimitExceeded(
-            f"{paths.normalize(user_path)} is larger than {max_bytes} bytes: read it in parts with exec"
-        )
-    return host.read_bytes()
+    # O_NONBLOCK + a regular-file check: a FIFO planted by sandboxed code must not hang the host.
+    fd = os.open(host, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise SandboxError(f"{paths.normalize(user_path)} is not a regular file")
+        if max_bytes is not None and st.st_size > max_bytes:
+            raise SandboxLimitExceeded(
+                f"{paths.normalize(user_path)} is larger than {max_bytes} bytes: read it in parts with exec"
+            )
+        return f.read()
 
 
 def write_file(

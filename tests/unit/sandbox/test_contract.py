@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from inhabit.errors import PathOutsideWorkspace, SandboxNotFound
+from inhabit.errors import PathOutsideWorkspace, SandboxError, SandboxNotFound
 
 
 async def test_exec_runs_in_workspace_and_reports(provider, workspace):
@@ -167,3 +167,10 @@ async def test_file_ops_racing_snapshots_all_land(provider, workspace):
         for snap_id in results[10:13]:
             async with await provider.create(snap_id) as child:
                 assert len(await child.list_files("c")) >= 10  # every write before it, at least
+
+
+async def test_reading_a_fifo_is_refused_not_hung(provider, workspace):
+    async with await provider.create(workspace) as sb:
+        assert (await sb.exec("mkfifo pipe")).ok
+        with pytest.raises(SandboxError):
+            await asyncio.wait_for(sb.read_file("pipe"), timeout=10)
