@@ -129,13 +129,23 @@ def write_file(
             os.chown(p, *owner)
     if host.is_dir():
         raise IsADirectoryError(f"{paths.normalize(user_path)} is a directory")
-    tmp = host.with_name(f".{host.name}.inhabit-tmp")
-    tmp.write_bytes(data)
-    if host.exists():
-        shutil.copymode(host, tmp)
-    if owner is not None:
-        os.chown(tmp, *owner)
-    os.replace(tmp, host)
+    # A fresh, exclusively created temp name: a symlink planted under a predictable name would
+    # otherwise redirect this (root) write.
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{host.name[:40]}.", suffix=".inhabit-tmp", dir=host.parent)
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        if host.exists():
+            shutil.copymode(host, tmp)
+        else:
+            os.chmod(tmp, 0o644)
+        if owner is not None:
+            os.chown(tmp, *owner)
+        os.replace(tmp, host)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return host
 
 

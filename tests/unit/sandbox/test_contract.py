@@ -174,3 +174,16 @@ async def test_reading_a_fifo_is_refused_not_hung(provider, workspace):
         assert (await sb.exec("mkfifo pipe")).ok
         with pytest.raises(SandboxError):
             await asyncio.wait_for(sb.read_file("pipe"), timeout=10)
+
+
+async def test_planted_symlinks_do_not_redirect_host_writes(provider, workspace, tmp_path):
+    target = tmp_path / "victim.txt"
+    target.write_text("original")
+    async with await provider.create(workspace) as sb:
+        # Every name a naive writer might use for its temp file, plus the file itself.
+        await sb.exec(f"ln -s {target} .f.txt.inhabit-tmp; ln -s {target} f.txt.tmp; ln -s {target} g.txt")
+        await sb.write_file("f.txt", "new")
+        with pytest.raises(PathOutsideWorkspace):
+            await sb.write_file("g.txt", "new")
+        assert await sb.read_file("f.txt") == b"new"
+    assert target.read_text() == "original"
