@@ -76,9 +76,12 @@ def remove_tree(path: Path) -> None:
     """Remove a tree, making read-only directories writable first; never raises for absence."""
 
     def _onerror(func, p, exc_info):  # type: ignore[no-untyped-def]
+        # Sandboxed code may have left read-only dirs; make them writable and retry. Never
+        # chmod through a symlink it planted (that would change a host file's mode as root).
         try:
-            os.chmod(os.path.dirname(p), 0o700)
-            os.chmod(p, 0o700)
+            for q in (os.path.dirname(p), p):
+                if not os.path.islink(q) and os.path.isdir(q):
+                    os.chmod(q, 0o700)
             func(p)
         except OSError:
             pass

@@ -187,3 +187,15 @@ async def test_planted_symlinks_do_not_redirect_host_writes(provider, workspace,
             await sb.write_file("g.txt", "new")
         assert await sb.read_file("f.txt") == b"new"
     assert target.read_text() == "original"
+
+
+async def test_close_after_hostile_tree_changes_nothing_outside(provider, workspace, tmp_path):
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("x")
+    mode = victim.stat().st_mode
+    sb = await provider.create(workspace)
+    # Read-only dirs, links to host paths and a FIFO: cleanup must remove them, not follow them.
+    await sb.exec(f"mkdir -p ro/sub && ln -s {victim} ro/sub/link && mkfifo ro/fifo && chmod 500 ro/sub ro")
+    await sb.close()
+    assert (victim / "keep.txt").read_text() == "x" and victim.stat().st_mode == mode
