@@ -1,1 +1,95 @@
-"""inhabit.sandbox: see ../shared/DESIGN.md, section "The parts and how data flows"."""
+"""inhabit.sandbox: isolated workspaces the agent acts on (see ../shared/DESIGN.md).
+
+`create_provider(SandboxConfig(...))` picks a backend:
+- "bwrap" (the default wherever it works): namespaces, copy-on-write workspace, no network,
+  resource limits; see `inhabit.sandbox.bwrap` for exactly what it does and does not protect.
+- "process": a plain subprocess in a temporary copy; isolates NOTHING (it says so loudly).
+- "remote": sandboxes on an environment server (`inhabit env-server`), over HTTP.
+- "auto": bwrap if it works on this host, else process with a loud warning.
+
+This module imports no backend eagerly, so `import inhabit.sandbox` stays cheap.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from inhabit.config import Config
+from inhabit.errors import ConfigError
+from inhabit.sandbox.base import (
+    WORKSPACE_MOUNT,
+    ExecResult,
+    FileEntry,
+    Sandbox,
+    SandboxInfo,
+    SandboxLimits,
+    SandboxProvider,
+)
+
+__all__ = [
+    "WORKSPACE_MOUNT",
+    "ExecResult",
+    "FileEntry",
+    "Sandbox",
+    "SandboxConfig",
+    "SandboxInfo",
+    "SandboxLimits",
+    "SandboxProvider",
+    "create_provider",
+]
+
+
+class SandboxConfig(Config):
+    """Which sandbox backend to use and how to limit it (the `[sandbox]` table of a run)."""
+
+    backend: Literal["auto", "bwrap", "process", "remote"] = Field(
+        "auto", description="auto = bwrap where it works, else process (which isolates nothing)."
+    )
+    limits: SandboxLimits = Field(default_factory=SandboxLimits, description="Per-sandbox resource limits.")
+    scratch_dir: str | None = Field(
+        None,
+        description="Where workspaces, upper layers and snapshots live; default a tmpfs (/dev/shm) "
+        "when present, since deleting trees on disk with online discard takes seconds.",
+    )
+    workspace_mode: Literal["auto", "overlay", "copy"] = Field(
+        "auto",
+        description="bwrap only: 'overlay' = kernel overlayfs copy-on-write (needs root), 'copy' = "
+        "a plain copy of the source (works everywhere, slower create); auto = overlay when possible.",
+    )
+    remote_url: str | None = Field(None, description="Environment server URL for backend='remote'.")
+    remote_token: str | None = Field(
+        None, description="Bearer token for the environment server (else from its env variable)."
+    )
+
+
+def create_provider(config: SandboxConfig | None = None) -> SandboxProvider:
+    """Build the provider `config` asks for (see the module docstring for 'auto')."""
+    config = config or SandboxConfig()
+    backend = config.backend
+    if backend == "remote":
+        if not config.remote_url:
+            raise ConfigError("sandbox.backend='remote' needs sandbox.remote_url (e.g. http://host:8700)")
+        from inhabit.sandbox.remote import RemoteSandboxProvider
+
+        return RemoteSandboxProvider(url=config.remote_url, token=config.remote_token, limits=config.limits)
+    if backend in ("auto", "bwrap"):
+        try:
+            from inhabit.sandbox.bwrap import BwrapSandboxProvider, bwrap_problem
+        except ImportError as e:  # pragma: no cover - only while the backend is missing
+            problem: str | None = f"bwrap backend unavailable: {e}"
+        else:
+            problem = bwrap_problem()
+            if problem is None:
+                return BwrapSandboxProvider(
+                    limits=config.limits, scratch_dir=config.scratch_dir, workspace_mode=config.workspace_mode
+                )
+        if backend == "bwrap":
+            raise ConfigError(f"sandbox.backend='bwrap' does not work on this host: {problem}")
+        from inhabit.log import get_logger
+
+        get_logger(__name__).warning("bwrap sandbox unavailable (%s); falling back to 'process'", problem)
+    from inhabit.sandbox.process import ProcessSandboxProvider
+
+    return ProcessSandboxProvider(limits=config.limits, scratch_dir=config.scratch_dir)

@@ -1,0 +1,156 @@
+"""Host-side file operations on a workspace directory, shared by the process and bwrap backends.
+
+Both backends keep the workspace as a real directory on the host (the process backend's copy,
+the bwrap backend's overlay mount point), so reading, writing, deleting and listing are plain
+file operations under that root after `paths.resolve` has checked the path. Also here: choosing
+the scratch directory (a tmpfs, so discarding a sandbox is cheap) and copying/removing trees.
+
+Protects against: user paths escaping the root (via `paths`). Does not protect against: races
+with processes running inside the same sandbox at the same moment (see `paths`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import tempfile
+from pathlib import Path
+
+from inhabit.errors import PathOutsideWorkspace, SandboxError, SandboxLimitExceeded
+from inhabit.sandbox import paths
+from inhabit.sandbox.base import FileEntry
+
+
+def default_scratch_dir() -> Path:
+    """A tmpfs when the host has one we can write (/dev/shm), else the system temp dir.
+
+    tmpfs matters: on ext4 with online discard (as on the dev machines) deleting a large tree
+    takes seconds, on tmpfs it takes milliseconds.
+    """
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK | os.X_OK):
+        return shm
+    return Path(tempfile.gettempdir())
+
+
+def make_private_dir(parent: Path, prefix: str) -> Path:
+    """Create a fresh 0700 directory under `parent` (created if missing)."""
+    parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+
+
+def copy_tree(src: Path, dst: Path) -> None:
+    """Copy `src`'s contents into the new directory `dst`, keeping symlinks as symlinks.
+
+    Uses `cp -a` (C, preserves modes and times) when present; a Python fallback otherwise.
+    """
+    if not src.is_dir():
+        raise SandboxError(f"{src} is not a directory: give a workspace directory or a snapshot id")
+    cp = shutil.which("cp")
+    if cp:
+        dst.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.run(
+            [cp, "-a", "--", f"{src}/.", str(dst)], capture_output=True, text=True, check=False
+        )
+        if proc.returncode != 0:
+            raise SandboxError(f"copying {src} failed: {proc.stderr.strip()[:500]}")
+        return
+    shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True)
+
+
+def remove_tree(path: Path) -> None:
+    """Remove a tree, making read-only directories writable first; never raises for absence."""
+
+    def _onerror(func, p, exc_info):  # type: ignore[no-untyped-def]
+        try:
+            os.chmod(os.path.dirname(p), 0o700)
+            os.chmod(p, 0o700)
+            func(p)
+        except OSError:
+            pass
+
+    if path.is_symlink() or path.is_file():
+        path.unlink(missing_ok=True)
+    elif path.exists():
+        shutil.rmtree(path, onerror=_onerror)
+
+
+def read_file(root: Path, user_path: str, max_bytes: int | None = None) -> bytes:
+    host = paths.resolve(root, user_path)
+    if host.is_dir():
+        raise IsADirectoryError(f"{paths.normalize(user_path)} is a directory: use list_files")
+    if not host.exists():
+        raise FileNotFoundError(f"{paths.normalize(user_path)}: no such file in the workspace")
+    if max_bytes is not None and host.stat().st_size > max_bytes:
+        raise SandboxLimitExceeded(
+            f"{paths.normalize(user_path)} is larger than {max_bytes} bytes: read it in parts with exec"
+        )
+    return host.read_bytes()
+
+
+def write_file(root: Path, user_path: str, data: bytes | str, max_bytes: int | None = None) -> Path:
+    if isinstance(data, str):
+        data = data.encode()
+    if max_bytes is not None and len(data) > max_bytes:
+        raise SandboxLimitExceeded(f"refusing to write {len(data)} bytes: the limit is {max_bytes}")
+    if paths.normalize(user_path) == ".":
+        raise IsADirectoryError("cannot write to the workspace root: give a file path")
+    host = paths.resolve(root, user_path)
+    # Parents are resolved again after creation so a symlinked parent cannot lead outside.
+    host.parent.mkdir(parents=True, exist_ok=True)
+    if host.is_dir():
+        raise IsADirectoryError(f"{paths.normalize(user_path)} is a directory")
+    tmp = host.with_name(f".{host.name}.inhabit-tmp")
+    tmp.write_bytes(data)
+    if host.exists():
+        shutil.copymode(host, tmp)
+    os.replace(tmp, host)
+    return host
+
+
+def delete(root: Path, user_path: str) -> None:
+    if paths.normalize(user_path) == ".":
+        raise PathOutsideWorkspace("refusing to delete the workspace root itself: name a file or folder")
+    host = paths.resolve(root, user_path, follow_last=False)
+    if host.is_symlink() or host.is_file():
+        host.unlink(missing_ok=True)
+    elif host.is_dir():
+        shutil.rmtree(host)
+    elif host.exists() or os.path.lexists(host):
+        host.unlink(missing_ok=True)
+
+
+def list_files(root: Path, user_path: str = ".", recursive: bool = True) -> list[FileEntry]:
+    top = paths.resolve(root, user_path)
+    if not top.exists():
+        raise FileNotFoundError(f"{paths.normalize(user_path)}: no such directory in the workspace")
+    if not top.is_dir():
+        st = top.lstat()
+        return [FileEntry(paths.relative(root, top), "file", st.st_size)]
+    entries: list[FileEntry] = []
+    stack = [top]
+    while stack:
+        d = stack.pop()
+        try:
+            it = list(os.scandir(d))
+        except OSError:
+            continue
+        for e in it:
+            rel = paths.relative(root, e.path)
+            try:
+                st = e.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                entries.append(FileEntry(rel, "symlink", 0))
+            elif stat.S_ISDIR(st.st_mode):
+                entries.append(FileEntry(rel, "dir", 0))
+                if recursive:
+                    stack.append(Path(e.path))
+            elif stat.S_ISREG(st.st_mode):
+                entries.append(FileEntry(rel, "file", st.st_size))
+            # other kinds (devices, fifos, overlay whiteouts) are not workspace files
+    entries.sort(key=lambda x: x.path)
+    return entries

@@ -1,0 +1,52 @@
+"""Fixtures for sandbox tests: a tiny workspace on disk and real providers of each backend."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from inhabit.sandbox import SandboxLimits
+
+BACKENDS = ["process", "bwrap", "bwrap-copy"]
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    ws = tmp_path / "ws"
+    (ws / "pkg").mkdir(parents=True)
+    (ws / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    (ws / "pkg" / "__init__.py").write_text("")
+    (ws / "pkg" / "data.txt").write_text("hello\n")
+    (ws / "link_in").symlink_to("pkg/data.txt")
+    return ws
+
+
+def small_limits(**kw) -> SandboxLimits:
+    base = dict(memory_mb=512, max_processes=64, default_timeout_s=20.0, output_bytes=64 * 1024)
+    base.update(kw)
+    return SandboxLimits(**base)
+
+
+def make_provider(kind: str, limits: SandboxLimits | None = None):
+    limits = limits or small_limits()
+    if kind == "process":
+        from inhabit.sandbox.process import ProcessSandboxProvider
+
+        return ProcessSandboxProvider(limits=limits)
+    from inhabit.sandbox import bwrap
+
+    problem = bwrap.bwrap_problem()
+    if problem:
+        pytest.skip(f"bwrap unavailable here: {problem}")
+    mode = "copy" if kind == "bwrap-copy" else "auto"
+    return bwrap.BwrapSandboxProvider(limits=limits, workspace_mode=mode)
+
+
+@pytest.fixture(params=BACKENDS)
+async def provider(request):
+    if request.param != "process":
+        pytest.importorskip("inhabit.sandbox.bwrap")
+    prov = make_provider(request.param)
+    yield prov
+    await prov.close()

@@ -1,0 +1,144 @@
+"""The Sandbox contract, run against every local backend: exec, files, snapshots, cleanup."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from inhabit.errors import PathOutsideWorkspace, SandboxNotFound
+
+
+async def test_exec_runs_in_workspace_and_reports(provider, workspace):
+    async with await provider.create(workspace) as sb:
+        r = await sb.exec("cat calc.py; echo err >&2; exit 3")
+        assert r.exit_code == 3
+        assert "def add" in r.stdout
+        assert r.stderr == "err\n"
+        assert not r.timed_out and not r.ok
+        r = await sb.exec(["python3", "-c", "import sys; print(sys.stdin.read().upper())"], stdin=b"abc")
+        assert r.ok and r.stdout == "ABC\n"
+        r = await sb.exec("pwd && echo $FOO", cwd="pkg", env={"FOO": "bar"})
+        assert r.stdout.splitlines()[1] == "bar"
+        assert r.stdout.splitlines()[0].endswith("pkg")
+
+
+async def test_source_directory_is_never_modified(provider, workspace):
+    before = (workspace / "calc.py").read_text()
+    async with await provider.create(workspace) as sb:
+        await sb.exec("echo changed > calc.py && rm pkg/data.txt && touch new.txt")
+        await sb.write_file("calc.py", "x = 1\n")
+    assert (workspace / "calc.py").read_text() == before
+    assert (workspace / "pkg" / "data.txt").exists()
+    assert not (workspace / "new.txt").exists()
+
+
+async def test_file_api_sees_what_exec_did_and_vice_versa(provider, workspace):
+    async with await provider.create(workspace) as sb:
+        await sb.write_file("new/dir/f.txt", "from host\n")
+        r = await sb.exec("cat new/dir/f.txt && rm pkg/data.txt && echo made > made.txt")
+        assert r.stdout == "from host\n"
+        assert await sb.read_file("made.txt") == b"made\n"
+        with pytest.raises(FileNotFoundError):
+            await sb.read_file("pkg/data.txt")
+        listed = {e.path: e for e in await sb.list_files()}
+        assert "pkg/data.txt" not in listed
+        assert listed["new/dir/f.txt"].kind == "file" and listed["new/dir/f.txt"].size == 10
+        assert listed["link_in"].kind == "symlink"
+        assert listed["pkg"].kind == "dir"
+        assert [e.path for e in await sb.list_files("pkg", recursive=False)] == ["pkg/__init__.py"]
+        await sb.delete_file("pkg")
+        r = await sb.exec("ls")
+        assert "pkg" not in r.stdout.split()
+        with pytest.raises(FileNotFoundError):  # the link's target went with pkg/
+            await sb.read_file("/workspace/link_in")
+
+
+async def test_file_api_rejects_escapes(provider, workspace, tmp_path: Path):
+    async with await provider.create(workspace) as sb:
+        await sb.exec(f"ln -s {tmp_path} out_link")
+        for bad in ("../x", "/etc/passwd", "out_link/secret"):
+            with pytest.raises(PathOutsideWorkspace):
+                await sb.write_file(bad, "x")
+            with pytest.raises(PathOutsideWorkspace):
+                await sb.read_file(bad)
+        assert not (tmp_path / "secret").exists()
+
+
+async def test_tmp_is_private_and_persists_across_execs(provider, workspace):
+    async with await provider.create(workspace) as a, await provider.create(workspace) as b:
+        await a.exec('echo a > "${TMPDIR:-/tmp}/note"')
+        assert (await a.exec('cat "${TMPDIR:-/tmp}/note"')).stdout == "a\n"
+        assert (await b.exec('cat "${TMPDIR:-/tmp}/note"')).exit_code != 0
+
+
+async def test_snapshot_restore_and_create_from_snapshot(provider, workspace):
+    async with await provider.create(workspace) as sb:
+        await sb.write_file("calc.py", "v1\n")
+        await sb.delete_file("pkg/data.txt")
+        snap = await sb.snapshot()
+        await sb.write_file("calc.py", "v2\n")
+        await sb.exec("mkdir -p later && echo x > later/f")
+        await sb.restore(snap)
+        assert await sb.read_file("calc.py") == b"v1\n"
+        assert not (await sb.exec("test -e later")).ok
+        assert not (await sb.exec("test -e pkg/data.txt")).ok
+        snap2 = await sb.snapshot()
+        await sb.write_file("calc.py", "v3\n")
+        async with await provider.create(snap) as other:
+            assert await other.read_file("calc.py") == b"v1\n"
+            assert (await other.exec("cat calc.py")).stdout == "v1\n"
+            with pytest.raises(FileNotFoundError):
+                await other.read_file("pkg/data.txt")
+        async with await provider.create(snap2) as other2:
+            assert await other2.read_file("calc.py") == b"v1\n"
+    with pytest.raises(SandboxNotFound):
+        await provider.create("snap-doesnotexist")
+
+
+async def test_many_snapshots_stack(provider, workspace):
+    async with await provider.create(workspace) as sb:
+        snaps = []
+        for i in range(12):
+            await sb.write_file(f"f{i}.txt", str(i))
+            snaps.append(await sb.snapshot())
+        await sb.restore(snaps[3])
+        names = {e.path for e in await sb.list_files(".", recursive=False)}
+        assert {"f0.txt", "f3.txt"} <= names and "f4.txt" not in names
+        assert (await sb.exec("cat f3.txt")).stdout == "3"
+
+
+async def test_timeout_kills_command(provider, workspace):
+    async with await provider.create(workspace) as sb:
+        r = await sb.exec("sleep 30", timeout_s=0.5)
+        assert r.timed_out and not r.ok
+        assert r.duration_s < 10
+
+
+async def test_output_is_capped(provider, workspace):
+    async with await provider.create(workspace) as sb:
+        r = await sb.exec("head -c 5000000 /dev/zero | tr '\\0' a; echo done >&2")
+        assert r.stdout_truncated and len(r.stdout) == 64 * 1024
+        assert r.stderr == "done\n" and not r.stderr_truncated
+
+
+async def test_parallel_execs_in_one_sandbox(provider, workspace):
+    async with await provider.create(workspace) as sb:
+        results = await asyncio.gather(*(sb.exec(f"echo {i}") for i in range(6)))
+        assert [r.stdout for r in results] == [f"{i}\n" for i in range(6)]
+
+
+async def test_closed_sandbox_refuses_and_close_is_idempotent(provider, workspace):
+    sb = await provider.create(workspace)
+    await sb.close()
+    await sb.close()
+    with pytest.raises(SandboxNotFound):
+        await sb.exec("true")
+
+
+async def test_info(provider, workspace):
+    async with await provider.create(workspace) as sb:
+        info = sb.info
+        assert info.sandbox_id == sb.sandbox_id
+        assert info.isolated == (info.backend != "process")
