@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
+import os
 import tarfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -32,7 +33,13 @@ from typing import Any
 
 import httpx
 
-from inhabit.errors import PathOutsideWorkspace, SandboxError, SandboxLimitExceeded, SandboxNotFound
+from inhabit.errors import (
+    ConfigError,
+    PathOutsideWorkspace,
+    SandboxError,
+    SandboxLimitExceeded,
+    SandboxNotFound,
+)
 from inhabit.log import get_logger
 from inhabit.sandbox.base import ExecResult, FileEntry, Sandbox, SandboxInfo, SandboxLimits, SandboxProvider
 from inhabit.sandbox.server_wire import API_PREFIX, ExecOut, HealthOut, SandboxOut
@@ -40,6 +47,7 @@ from inhabit.sandbox.server_wire import API_PREFIX, ExecOut, HealthOut, SandboxO
 log = get_logger(__name__)
 
 SERVER_DIR_PREFIX = "server:"
+TOKEN_ENV = "INHABIT_ENV_TOKEN"
 # Connection-level failures: the request may not have reached the server (or its answer was lost).
 _RETRYABLE = (
     httpx.ConnectError,
@@ -125,10 +133,11 @@ class RemoteSandbox(Sandbox):
         self.sandbox_id = out.sandbox_id
         self._info = SandboxInfo(
             sandbox_id=out.sandbox_id,
-            backend=f"remote:{out.backend}",
+            backend=out.backend,  # the server's backend: what isolates this sandbox
             isolated=out.isolated,
             limits=out.limits,
         )
+        self.url = http.url
         self._exec_margin_s = exec_margin_s
         self._owner = owner
         self._closed = False
@@ -240,13 +249,16 @@ class RemoteSandboxProvider(SandboxProvider):
     def __init__(
         self,
         url: str,
-        token: str,
+        token: str | None = None,
         limits: SandboxLimits | None = None,
         *,
         timeout_s: float = 60.0,
         exec_margin_s: float = 30.0,
         retries: int = 3,
     ) -> None:
+        token = token or os.environ.get(TOKEN_ENV)
+        if not token:
+            raise ConfigError(f"the env server at {url} needs a token: pass token= or set {TOKEN_ENV}")
         self.url = url
         self.limits = limits
         self._http = _Http(url, token, timeout_s=timeout_s, retries=retries)

@@ -365,9 +365,12 @@ ProviderFactory = Callable[[], SandboxProvider]
 
 def make_provider_factory(backend: str) -> ProviderFactory:
     """A factory of the named local backend (built inside the server's event loop)."""
+    from inhabit.errors import ConfigError
     from inhabit.sandbox import SandboxConfig, create_provider
 
-    config = SandboxConfig(backend=backend)
+    if backend not in ("auto", "bwrap", "process"):
+        raise ConfigError(f"env-server --backend must be auto, bwrap or process, not {backend!r}")
+    config = SandboxConfig(backend=backend)  # type: ignore[arg-type]
 
     def factory() -> SandboxProvider:
         return create_provider(config)
@@ -386,6 +389,9 @@ def create_app(provider_factory: ProviderFactory, config: EnvServerConfig, token
         spool = Path(tempfile.mkdtemp(prefix="inhabit-env-server-"))
         provider = provider_factory()
         registry = SandboxRegistry(provider, config, spool)
+        backend_name = getattr(provider, "backend", config.backend)
+        if backend_name != config.backend:
+            config.backend = backend_name  # report what 'auto' chose
         state["registry"] = registry
 
         async def reaper() -> None:
