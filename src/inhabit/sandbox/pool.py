@@ -302,9 +302,14 @@ class SandboxPool:
         while not self._closed:
             await self._wake.wait()
             self._wake.clear()
-            while not self._closed and len(self._idle) + self._filling < self.size:
+            while not self._closed and self._warm_or_coming() < self.size:
                 self._filling += 1
                 self._spawn(self._fill_one())
+
+    def _warm_or_coming(self) -> int:
+        # Recycled sandboxes come back after use, so count them as on their way.
+        coming = len(self._leased) if self.recycle else 0
+        return len(self._idle) + self._filling + coming
 
     async def _fill_one(self) -> None:
         try:
