@@ -75,6 +75,14 @@ async def assert_healthy(raw: httpx.AsyncClient, sb) -> None:
     assert (await sb.exec("echo still-ok")).stdout == "still-ok\n"
 
 
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"  # a zombie is dead for our purposes
+    except OSError:
+        return False
+
+
 def tar_bytes(files: dict[str, bytes], *, gz: bool = True) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz" if gz else "w") as tar:
@@ -372,21 +380,17 @@ async def test_shutdown_closes_every_sandbox_and_kills_its_processes(workspace):
         prov = RemoteSandboxProvider(s.url, TOKEN)
         sb = await prov.create(workspace)
         await prov.create(workspace)
-        pid = int((await sb.exec("sleep 60 > /dev/null 2>&1 & echo $!")).stdout)
-        os.kill(pid, 0)  # alive while the server runs
+        # setsid: escapes the per-exec group kill, so only the sandbox's close can stop it.
+        pid = int((await sb.exec("setsid sleep 60 > /dev/null 2>&1 < /dev/null & echo $!")).stdout)
+        assert _alive(pid)
         await prov._http.aclose()  # a client that vanishes without closing anything
     backend = s.providers[0]
     assert backend._sandboxes == {} and not backend.root.exists()
     for _ in range(100):
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().split(")")[-1].split()[0] == "Z":
-                    break
-        except OSError:
+        if not _alive(pid):
             break
         await asyncio.sleep(0.05)
-    else:
-        raise AssertionError("a process of a closed sandbox survived the server's shutdown")
+    assert not _alive(pid), "a process of a closed sandbox survived the server's shutdown"
 
 
 async def test_connection_errors_are_retried_only_for_idempotent_calls(workspace):
