@@ -16,6 +16,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from inhabit.errors import PathOutsideWorkspace, SandboxError, SandboxLimitExceeded
@@ -154,3 +155,28 @@ def list_files(root: Path, user_path: str = ".", recursive: bool = True) -> list
             # other kinds (devices, fifos, overlay whiteouts) are not workspace files
     entries.sort(key=lambda x: x.path)
     return entries
+
+
+def sweep_stale(scratch: Path, prefix: str, unmount: Callable[[Path], None] | None = None) -> None:
+    """Delete `<prefix><pid>-*` trees whose owning process is dead (it could not clean up).
+
+    Directories of live processes (other programs using inhabit at the same time) are left alone.
+    """
+    try:
+        candidates = list(scratch.glob(f"{prefix}*-*"))
+    except OSError:
+        return
+    for d in candidates:
+        pid = d.name[len(prefix) :].split("-")[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # alive (or not ours to judge)
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        if unmount is not None:
+            unmount(d)
+        remove_tree(d)

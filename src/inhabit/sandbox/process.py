@@ -198,7 +198,8 @@ class ProcessSandboxProvider(SandboxProvider):
     def __init__(self, limits: SandboxLimits | None = None, scratch_dir: str | Path | None = None):
         self.limits = limits or SandboxLimits()
         base = Path(scratch_dir) if scratch_dir else hostfs.default_scratch_dir()
-        self.root = hostfs.make_private_dir(base, "inhabit-proc-")
+        hostfs.sweep_stale(base, "inhabit-proc-")
+        self.root = hostfs.make_private_dir(base, f"inhabit-proc-{os.getpid()}-")
         (self.root / "sandboxes").mkdir()
         (self.root / "snapshots").mkdir()
         self._sandboxes: dict[str, ProcessSandbox] = {}

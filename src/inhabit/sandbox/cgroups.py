@@ -1,0 +1,217 @@
+"""Per-sandbox cgroups for the bwrap backend: memory, process count and CPU share, and kill-all.
+
+Two hierarchies are supported:
+- cgroup v2 (most current distributions): one group per sandbox with memory.max, pids.max,
+  cpu.max, and `cgroup.kill` to end every process in it at once. Needs the memory and pids
+  controllers delegated to a subtree we may write (root, or a systemd-delegated slice).
+- cgroup v1 (the dev machines: v2 there has only hugetlb): one group per sandbox in each of the
+  memory, pids and cpu hierarchies; kill-all reads `cgroup.procs` and SIGKILLs until empty
+  (the pids limit bounds how many there can be, so this ends).
+
+Groups nest under the cgroup this process already belongs to (so a supervisor's accounting
+still holds) in `inhabit-<pid>/`, and are removed on close; a later run sweeps groups whose
+owning pid is dead. If neither works, `detect()` returns None and the backend falls back to
+rlimits (documented in `inhabit.sandbox.bwrap`).
+
+Protects against: one sandbox exhausting host memory or processes, or starving the CPU. Does
+not protect against: disk I/O bandwidth, kernel memory outside the memory controller's reach.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from pathlib import Path
+
+from inhabit.sandbox.base import SandboxLimits
+
+ROOT = Path("/sys/fs/cgroup")
+_V1_CONTROLLERS = ("memory", "pids", "cpu")
+CPU_PERIOD_US = 100_000
+CPU_QUOTA_CORES = 1.0  # each sandbox may use at most one core's worth of CPU time per period
+
+
+def _own_path(controller: str | None) -> str:
+    """This process's cgroup path in the v1 `controller` hierarchy (None: the v2 one)."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            for line in f:
+                _, ctrls, path = line.rstrip("\n").split(":", 2)
+                names = ctrls.split(",") if ctrls else []
+                if (controller is None and not ctrls) or (controller in names):
+                    return path
+    except OSError:
+        pass
+    return "/"
+
+
+def _write(path: Path, value: str) -> None:
+    with open(path, "w") as f:
+        f.write(value)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class CgroupManager:
+    """Makes, fills, kills and removes the cgroups of one provider's sandboxes."""
+
+    def __init__(self, version: int, bases: dict[str, Path]):
+        self.version = version
+        self.bases = bases  # controller name (or "unified") -> inhabit-<pid> directory
+
+    @property
+    def description(self) -> str:
+        if self.version == 2:
+            return "cgroup v2 (memory.max, pids.max, cpu.max, cgroup.kill)"
+        return "cgroup v1 (memory, pids, cpu controllers)"
+
+    def create(self, name: str, limits: SandboxLimits) -> list[Path]:
+        """Create the groups of sandbox `name` with `limits`; returns the group directories."""
+        mem = str(limits.memory_mb * 1024 * 1024)
+        quota = str(int(CPU_PERIOD_US * CPU_QUOTA_CORES))
+        groups: list[Path] = []
+        try:
+            if self.version == 2:
+                g = self.bases["unified"] / name
+                g.mkdir()
+                groups.append(g)
+                _write(g / "memory.max", mem)
+                with contextlib.suppress(OSError):
+                    _write(g / "memory.swap.max", "0")
+                _write(g / "pids.max", str(limits.max_processes))
+                with contextlib.suppress(OSError):
+                    _write(g / "cpu.max", f"{quota} {CPU_PERIOD_US}")
+            else:
+                for ctrl, base in self.bases.items():
+                    g = base / name
+                    g.mkdir()
+                    groups.append(g)
+                    if ctrl == "memory":
+                        _write(g / "memory.limit_in_bytes", mem)
+                        with contextlib.suppress(OSError):
+                            _write(g / "memory.memsw.limit_in_bytes", mem)
+                    elif ctrl == "pids":
+                        _write(g / "pids.max", str(limits.max_processes))
+                    elif ctrl == "cpu":
+                        _write(g / "cpu.cfs_period_us", str(CPU_PERIOD_US))
+                        _write(g / "cpu.cfs_quota_us", quota)
+        except OSError:
+            self.remove(groups)
+            raise
+        return groups
+
+    @staticmethod
+    def open_procs(groups: list[Path]) -> list[int]:
+        """Open each group's cgroup.procs for writing (the child writes "0" to join, pre-exec)."""
+        return [os.open(g / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC) for g in groups]
+
+    def kill(self, groups: list[Path]) -> None:
+        """SIGKILL every process in the groups and wait (bounded) until they are gone."""
+        if not groups:
+            return
+        if self.version == 2:
+            with contextlib.suppress(OSError):
+                _write(groups[0] / "cgroup.kill", "1")
+        procs_file = groups[0] / "cgroup.procs"
+        if self.version == 1:
+            procs_file = next((g for g in groups if "pids" in g.parts), groups[0]) / "cgroup.procs"
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline:
+            try:
+                pids = [int(x) for x in procs_file.read_text().split()]
+            except OSError:
+                return
+            if not pids:
+                return
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.002)
+
+    def is_empty(self, groups: list[Path]) -> bool:
+        for g in groups:
+            try:
+                if (g / "cgroup.procs").read_text().strip():
+                    return False
+            except OSError:
+                pass
+        return True
+
+    def remove(self, groups: list[Path]) -> None:
+        for g in groups:
+            for _ in range(50):  # rmdir fails (EBUSY) while dying processes are still listed
+                try:
+                    g.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.002)
+
+    def close(self) -> None:
+        for base in self.bases.values():
+            with contextlib.suppress(OSError):
+                base.rmdir()
+
+
+def _sweep_stale(parent: Path) -> None:
+    """Remove `inhabit-<pid>` groups left by dead processes (their sandboxes died with them)."""
+    with contextlib.suppress(OSError):
+        for d in parent.iterdir():
+            if d.name.startswith("inhabit-") and d.name[8:].isdigit() and not _pid_alive(int(d.name[8:])):
+                for child in d.iterdir() if d.is_dir() else ():
+                    if child.is_dir():
+                        with contextlib.suppress(OSError):
+                            child.rmdir()
+                with contextlib.suppress(OSError):
+                    d.rmdir()
+
+
+def detect() -> CgroupManager | None:
+    """A manager for the best cgroup setup this process can use, or None (then: rlimits)."""
+    if os.geteuid() != 0 and not os.environ.get("INHABIT_CGROUP_TRY"):
+        return None
+    name = f"inhabit-{os.getpid()}"
+    # v2 first: the modern interface, where it has the controllers we need.
+    unified = ROOT if (ROOT / "cgroup.controllers").exists() else ROOT / "unified"
+    try:
+        parent = unified / _own_path(None).lstrip("/")
+        ctrls = (parent / "cgroup.controllers").read_text().split()
+        if {"memory", "pids"} <= set(ctrls):
+            _sweep_stale(parent)
+            base = parent / name
+            base.mkdir(exist_ok=True)
+            wanted = [c for c in ("memory", "pids", "cpu") if c in ctrls]
+            _write(base / "cgroup.subtree_control", " ".join(f"+{c}" for c in wanted))
+            return CgroupManager(2, {"unified": base})
+    except OSError:
+        pass
+    bases: dict[str, Path] = {}
+    try:
+        for ctrl in _V1_CONTROLLERS:
+            hier = ROOT / ctrl
+            if not (hier / "cgroup.procs").exists() or (hier / "cgroup.controllers").exists():
+                if ctrl == "cpu":
+                    continue  # CPU share is a nicety; memory and pids are required
+                raise OSError(f"no cgroup v1 {ctrl} hierarchy")
+            parent = hier / _own_path(ctrl).lstrip("/")
+            _sweep_stale(parent)
+            base = parent / name
+            base.mkdir(exist_ok=True)
+            bases[ctrl] = base
+        return CgroupManager(1, bases)
+    except OSError:
+        for base in bases.values():
+            with contextlib.suppress(OSError):
+                base.rmdir()
+        return None

@@ -1,0 +1,149 @@
+"""Kernel mounts for the bwrap backend: overlayfs stacks, size-capped tmpfs, unmounting (root only).
+
+Mounting goes straight to the syscalls through ctypes (no `mount` subprocess: ~8 ms per overlay
+instead of ~15). Overlay stacks use the new mount API (fsopen/fsconfig "lowerdir+", Linux 6.8+)
+so a deep stack of snapshot layers has no 4 KiB option-string limit; older kernels fall back to
+mount(2) with a `lowerdir=a:b:c` string.
+
+Protects nothing by itself; it is plumbing. Every mount lives under the provider's private
+scratch directory and is undone on close, at exit, or by the stale-mount sweep of a later run.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+_libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
+_libc.syscall.restype = ctypes.c_long
+
+MNT_DETACH = 2
+MS_NOSUID = 0x2
+MS_NODEV = 0x4
+
+# x86_64 / aarch64 share these numbers (the new mount API postdates the split).
+_SYS_MOVE_MOUNT = 429
+_SYS_FSOPEN = 430
+_SYS_FSCONFIG = 431
+_SYS_FSMOUNT = 432
+_FSCONFIG_SET_STRING = 1
+_FSCONFIG_CMD_CREATE = 6
+_MOVE_MOUNT_F_EMPTY_PATH = 0x4
+_FSOPEN_CLOEXEC = 1
+_FSMOUNT_CLOEXEC = 1
+_MOUNT_ATTR_NOSUID = 0x2
+_MOUNT_ATTR_NODEV = 0x4
+
+_new_api: bool | None = None  # unknown until first tried
+
+
+class MountError(OSError):
+    pass
+
+
+def _err(what: str) -> MountError:
+    e = ctypes.get_errno()
+    return MountError(e, f"{what}: {os.strerror(e)}")
+
+
+def mount_tmpfs(target: Path, size_bytes: int, mode: int = 0o755) -> None:
+    opts = f"size={size_bytes},mode={mode:o}".encode()
+    if _libc.mount(b"tmpfs", os.fsencode(target), b"tmpfs", MS_NOSUID | MS_NODEV, opts) != 0:
+        raise _err(f"mount tmpfs on {target}")
+
+
+def umount(target: Path, detach: bool = True) -> None:
+    """Unmount `target` (lazily by default so a busy mount never blocks cleanup)."""
+    if _libc.umount2(os.fsencode(target), MNT_DETACH if detach else 0) != 0:
+        e = ctypes.get_errno()
+        if e not in (errno.EINVAL, errno.ENOENT):  # not mounted / gone: already clean
+            raise MountError(e, f"umount {target}: {os.strerror(e)}")
+
+
+def _check_path(p: Path) -> bytes:
+    b = os.fsencode(p)
+    if any(c in b for c in (b",", b":", b"\\")):
+        raise MountError(
+            errno.EINVAL, f"path {p} contains ',', ':' or '\\', which overlay options cannot hold"
+        )
+    return b
+
+
+def mount_overlay(lowers: Sequence[Path], upper: Path, work: Path, target: Path) -> None:
+    """Mount overlayfs on `target`: `lowers` top first, writes to `upper`."""
+    global _new_api
+    if _new_api is not False:
+        try:
+            _mount_overlay_new(lowers, upper, work, target)
+            _new_api = True
+            return
+        except MountError as e:
+            if _new_api or e.errno not in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+                raise
+            _new_api = False
+    lower = b":".join(_check_path(p) for p in lowers)
+    opts = b"lowerdir=" + lower + b",upperdir=" + _check_path(upper) + b",workdir=" + _check_path(work)
+    opts += b",xino=off,redirect_dir=off"
+    if len(opts) >= 4000:
+        raise MountError(errno.E2BIG, f"overlay stack of {len(lowers)} layers too deep for mount(2)")
+    if _libc.mount(b"overlay", os.fsencode(target), b"overlay", MS_NOSUID | MS_NODEV, opts) != 0:
+        raise _err(f"mount overlay on {target}")
+
+
+def _mount_overlay_new(lowers: Sequence[Path], upper: Path, work: Path, target: Path) -> None:
+    sc = _libc.syscall
+    fs = sc(_SYS_FSOPEN, b"overlay", _FSOPEN_CLOEXEC)
+    if fs < 0:
+        raise _err("fsopen overlay")
+    try:
+        settings = [(b"lowerdir+", os.fsencode(p)) for p in lowers]
+        settings += [
+            (b"upperdir", os.fsencode(upper)),
+            (b"workdir", os.fsencode(work)),
+            (b"xino", b"off"),
+            (b"redirect_dir", b"off"),
+        ]
+        for key, value in settings:
+            if sc(_SYS_FSCONFIG, fs, _FSCONFIG_SET_STRING, key, value, 0) < 0:
+                raise _err(f"fsconfig {key.decode()}={value.decode(errors='replace')}")
+        if sc(_SYS_FSCONFIG, fs, _FSCONFIG_CMD_CREATE, None, None, 0) < 0:
+            raise _err("fsconfig create overlay")
+        mnt = sc(_SYS_FSMOUNT, fs, _FSMOUNT_CLOEXEC, _MOUNT_ATTR_NOSUID | _MOUNT_ATTR_NODEV)
+        if mnt < 0:
+            raise _err("fsmount overlay")
+        try:
+            if sc(_SYS_MOVE_MOUNT, mnt, b"", -100, os.fsencode(target), _MOVE_MOUNT_F_EMPTY_PATH) < 0:
+                raise _err(f"move_mount overlay to {target}")
+        finally:
+            os.close(mnt)
+    finally:
+        os.close(fs)
+
+
+def mounts_under(prefix: Path) -> list[Path]:
+    """Mount points at or below `prefix`, deepest first (from /proc/self/mountinfo)."""
+    pre = str(prefix).rstrip("/")
+    found = []
+    try:
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                mp = line.split()[4].encode().decode("unicode_escape")
+                if mp == pre or mp.startswith(pre + "/"):
+                    found.append(Path(mp))
+    except OSError:
+        return []
+    return sorted(found, key=lambda p: len(p.parts), reverse=True)
+
+
+def umount_all_under(prefix: Path) -> None:
+    for mp in mounts_under(prefix):
+        try:
+            umount(mp)
+        except MountError:
+            pass

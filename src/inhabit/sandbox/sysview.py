@@ -1,0 +1,99 @@
+"""The minimal read-only view of the host system that bwrap sandboxes see.
+
+Mounted read-only: /usr (with /bin, /lib, /lib64, /sbin as on the host: symlinks into /usr on
+merged-/usr systems, read-only binds otherwise), the Python interpreter running inhabit (its
+installation prefix, e.g. a pyenv version under /root) and its virtual environment (so the
+task's tests and ruff run inside), /opt only if asked. From /etc only what programs need to
+start: the dynamic loader's cache and config, alternatives symlinks, timezone, nsswitch; plus
+generated passwd/group/hosts/hostname files naming the sandbox user (uid 1000, "agent").
+
+Deliberately absent: the host's home directories, /root (except the interpreter prefix bound at
+its own path), /tmp, /var, /run (no unix sockets of host daemons can be reached), /work, /srv,
+/mnt, /media, /sys, other sandboxes' scratch, /etc/shadow and the rest of /etc. /proc is a fresh
+procfs of the sandbox's pid namespace; /dev is a minimal devtmpfs (null, zero, random, tty...).
+
+What this does NOT hide: anything inside the bound trees (e.g. every file under /usr and the
+venv is readable, which is what makes them useful) and the kernel itself (uname, /proc/cpuinfo).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+SANDBOX_UID = 1000
+SANDBOX_GID = 1000
+SANDBOX_USER = "agent"
+HOSTNAME = "sandbox"
+
+_ETC_FILES = (
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "alternatives",
+    "localtime",
+    "nsswitch.conf",
+    "protocols",
+    "services",
+)
+_TOP_LINKS_OR_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+
+
+def python_roots() -> list[Path]:
+    """Directories that hold the running interpreter and its packages (deduplicated)."""
+    roots: list[Path] = []
+    for p in (sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable))):
+        path = Path(p).resolve()
+        if str(path).startswith("/usr/") or str(path) == "/usr":
+            continue  # already visible through /usr
+        if path.is_dir() and not any(path == r or r in path.parents for r in roots):
+            roots = [r for r in roots if path not in r.parents]
+            roots.append(path)
+    return roots
+
+
+def write_etc(dest: Path) -> dict[str, Path]:
+    """Write the generated /etc files under `dest`; returns name -> host path."""
+    dest.mkdir(parents=True, exist_ok=True)
+    files = {
+        "passwd": f"root:x:0:0:root:/root:/bin/sh\n{SANDBOX_USER}:x:{SANDBOX_UID}:{SANDBOX_GID}:"
+        f"{SANDBOX_USER}:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+        "group": f"root:x:0:\n{SANDBOX_USER}:x:{SANDBOX_GID}:\nnogroup:x:65534:\n",
+        "hosts": f"127.0.0.1 localhost {HOSTNAME}\n::1 localhost\n",
+        "hostname": f"{HOSTNAME}\n",
+    }
+    out = {}
+    for name, text in files.items():
+        p = dest / name
+        p.write_text(text)
+        p.chmod(0o644)
+        out[name] = p
+    return out
+
+
+def bwrap_args(etc_dir: Path, extra_ro: list[Path] | None = None) -> list[str]:
+    """bwrap arguments for the read-only system view (everything but workspace, /tmp, /proc, /dev)."""
+    args = ["--ro-bind", "/usr", "/usr"]
+    for name in _TOP_LINKS_OR_DIRS:
+        host = Path("/") / name
+        if host.is_symlink():
+            args += ["--symlink", os.readlink(host), f"/{name}"]
+        elif host.is_dir():
+            args += ["--ro-bind", str(host), f"/{name}"]
+    for name in _ETC_FILES:
+        host = Path("/etc") / name
+        if host.exists():
+            args += ["--ro-bind", str(host), f"/etc/{name}"]
+    for name, path in write_etc(etc_dir).items():
+        args += ["--ro-bind", str(path), f"/etc/{name}"]
+    for root in [*python_roots(), *(extra_ro or [])]:
+        args += ["--ro-bind", str(root), str(root)]
+    return args
+
+
+def sandbox_path_env() -> str:
+    """PATH inside the sandbox: the venv's bin first (python, pytest, ruff), then the system."""
+    venv_bin = Path(sys.prefix).resolve() / "bin"
+    parts = [str(venv_bin)] if venv_bin.is_dir() else []
+    return ":".join([*parts, "/usr/local/bin", "/usr/bin", "/bin", "/usr/sbin", "/sbin"])
