@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from conftest import small_limits
+from conftest import make_provider, small_limits
 from inhabit.errors import SandboxError, SandboxNotFound
 from inhabit.sandbox.pool import SandboxPool
 from inhabit.sandbox.process import ProcessSandboxProvider
@@ -161,3 +161,22 @@ async def test_a_broken_source_fails_acquire_without_spinning(prov, tmp_path):
         await asyncio.sleep(0.3)
         # Background retries back off: a handful of attempts, not thousands.
         assert 1 <= pool.stats.create_failures < 20
+
+
+@pytest.mark.parametrize("kind", ["process", "bwrap"])
+async def test_pool_on_each_backend_hands_out_clean_sandboxes(workspace, kind):
+    if kind != "process":
+        pytest.importorskip("inhabit.sandbox.bwrap")
+    prov = make_provider(kind)
+    try:
+        for recycle in (False, True):
+            async with SandboxPool(prov, workspace, size=2, recycle=recycle) as pool:
+                for _ in range(4):
+                    async with pool.acquire() as sb:
+                        assert (await sb.exec("cat pkg/data.txt && test ! -e junk")).stdout == "hello\n"
+                        await sb.exec("touch junk && rm pkg/data.txt")
+                if recycle:
+                    assert pool.stats.recycled >= 1
+        assert prov._sandboxes == {}
+    finally:
+        await prov.close()

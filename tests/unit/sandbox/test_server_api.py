@@ -16,10 +16,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import small_limits
+from conftest import make_provider, small_limits
 from inhabit.errors import PathOutsideWorkspace, SandboxError, SandboxLimitExceeded, SandboxNotFound
+from inhabit.sandbox.base import SandboxProvider
 from inhabit.sandbox.pool import SandboxPool
-from inhabit.sandbox.process import ProcessSandboxProvider
 from inhabit.sandbox.remote import EnvServerUnauthorized, RemoteSandboxProvider
 from inhabit.sandbox.server import BackgroundServer, EnvServerConfig
 
@@ -30,16 +30,25 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 class Served:
     """A background server plus a handle on the provider it made (to check cleanup)."""
 
-    def __init__(self, **config) -> None:
-        self.providers: list[ProcessSandboxProvider] = []
-        cfg = EnvServerConfig(token=TOKEN, backend="process", **config)
+    def __init__(self, kind: str = "process", **config) -> None:
+        self.kind = kind
+        self.providers: list[SandboxProvider] = []
+        cfg = EnvServerConfig(token=TOKEN, backend=kind, **config)
         self.server = BackgroundServer(self._make, token=TOKEN, config=cfg)
         self.url = self.server.url
 
-    def _make(self) -> ProcessSandboxProvider:
-        prov = ProcessSandboxProvider(limits=small_limits())
+    def _make(self) -> SandboxProvider:
+        prov = make_provider(self.kind)
         self.providers.append(prov)
         return prov
+
+
+@pytest.fixture(params=["process", "bwrap"])
+def kind(request) -> str:
+    if request.param != "process":
+        pytest.importorskip("inhabit.sandbox.bwrap")
+        make_provider(request.param)  # skips where bwrap does not work
+    return request.param
 
 
 @pytest.fixture(scope="module")
@@ -355,8 +364,8 @@ async def test_too_many_sandboxes_is_429(workspace):
         await prov.close()
 
 
-async def test_idle_sandboxes_are_reaped_but_busy_ones_are_not(workspace):
-    s = Served(idle_ttl_s=0.5, reap_interval_s=0.1)
+async def test_idle_sandboxes_are_reaped_but_busy_ones_are_not(workspace, kind):
+    s = Served(kind, idle_ttl_s=0.5, reap_interval_s=0.1)
     with s.server:
         prov = RemoteSandboxProvider(s.url, TOKEN)
         idle = await prov.create(workspace)
@@ -374,18 +383,25 @@ async def test_idle_sandboxes_are_reaped_but_busy_ones_are_not(workspace):
         await prov.close()
 
 
-async def test_shutdown_closes_every_sandbox_and_kills_its_processes(workspace):
-    s = Served()
+async def test_shutdown_closes_every_sandbox_and_kills_its_processes(workspace, kind):
+    s = Served(kind)
     with s.server:
         prov = RemoteSandboxProvider(s.url, TOKEN)
         sb = await prov.create(workspace)
         await prov.create(workspace)
-        # setsid: escapes the per-exec group kill, so only the sandbox's close can stop it.
-        pid = int((await sb.exec("setsid sleep 60 > /dev/null 2>&1 < /dev/null & echo $!")).stdout)
-        assert _alive(pid)
-        await prov._http.aclose()  # a client that vanishes without closing anything
+        await sb.snapshot()
+        if kind != "process":  # bwrap: a pid namespace per exec already ends everything in it
+            await prov._http.aclose()
+            pid = None
+        else:
+            # setsid: escapes the per-exec group kill, so only the sandbox's close can stop it.
+            pid = int((await sb.exec("setsid sleep 60 > /dev/null 2>&1 < /dev/null & echo $!")).stdout)
+            assert _alive(pid)
+            await prov._http.aclose()  # a client that vanishes without closing anything
     backend = s.providers[0]
     assert backend._sandboxes == {} and not backend.root.exists()
+    if pid is None:
+        return
     for _ in range(100):
         if not _alive(pid):
             break
