@@ -185,7 +185,7 @@ class SandboxRegistry:
             self._reserved -= 1
         sandbox_id = "sb_" + secrets.token_hex(8)
         self.entries[sandbox_id] = _Entry(sandbox, time.monotonic(), upload_dir=upload_dir)
-        log.info("env-server: created %s (%s)", sandbox_id, sandbox.sandbox_id)
+        log.debug("env-server: created %s (%s)", sandbox_id, sandbox.sandbox_id)
         return sandbox_id
 
     async def close(self, sandbox_id: str) -> None:
