@@ -22,6 +22,12 @@ from inhabit.sandbox.pool import SandboxPool
 from inhabit.sandbox.remote import EnvServerUnauthorized, RemoteSandboxProvider
 
 SRC = Path(__file__).resolve().parents[2] / "src"
+# A process that leaves the exec's process group (setsid) and reports its pid only once it has,
+# so the per-exec group kill cannot race it: only the sandbox's close can stop it.
+ESCAPE_AND_REPORT_PID = (
+    "setsid sh -c 'echo $$ > $TMPDIR/escaped.pid; exec sleep 60' > /dev/null 2>&1 < /dev/null & "
+    "for i in $(seq 500); do [ -s $TMPDIR/escaped.pid ] && break; sleep 0.01; done; cat $TMPDIR/escaped.pid"
+)
 TOKEN = "cli-test-token-42"
 
 
@@ -133,8 +139,7 @@ async def test_end_to_end_through_the_command(server, workspace, tmp_path):
     with pytest.raises(EnvServerUnauthorized):
         await RemoteSandboxProvider(url, "wrong-token-0").health()
 
-    # setsid: escapes the per-exec group kill, so only the sandbox's close can stop it.
-    pid = int((await sb.exec("setsid sleep 60 > /dev/null 2>&1 < /dev/null & echo $!")).stdout)
+    pid = int((await sb.exec(ESCAPE_AND_REPORT_PID)).stdout)
     assert _alive(pid)
     await prov._http.aclose()  # vanish without closing: shutdown must clean up
     proc.send_signal(signal.SIGTERM)

@@ -23,6 +23,12 @@ from inhabit.sandbox.pool import SandboxPool
 from inhabit.sandbox.remote import EnvServerUnauthorized, RemoteSandboxProvider
 from inhabit.sandbox.server import BackgroundServer, EnvServerConfig
 
+# A process that leaves the exec's process group (setsid) and reports its pid only once it has,
+# so the per-exec group kill cannot race it: only the sandbox's close can stop it.
+ESCAPE_AND_REPORT_PID = (
+    "setsid sh -c 'echo $$ > $TMPDIR/escaped.pid; exec sleep 60' > /dev/null 2>&1 < /dev/null & "
+    "for i in $(seq 500); do [ -s $TMPDIR/escaped.pid ] && break; sleep 0.01; done; cat $TMPDIR/escaped.pid"
+)
 TOKEN = "api-test-token-123"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
@@ -394,8 +400,7 @@ async def test_shutdown_closes_every_sandbox_and_kills_its_processes(workspace, 
             await prov._http.aclose()
             pid = None
         else:
-            # setsid: escapes the per-exec group kill, so only the sandbox's close can stop it.
-            pid = int((await sb.exec("setsid sleep 60 > /dev/null 2>&1 < /dev/null & echo $!")).stdout)
+            pid = int((await sb.exec(ESCAPE_AND_REPORT_PID)).stdout)
             assert _alive(pid)
             await prov._http.aclose()  # a client that vanishes without closing anything
     backend = s.providers[0]
