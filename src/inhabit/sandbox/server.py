@@ -40,7 +40,6 @@ import posixpath
 import secrets
 import shutil
 import socket
-import tempfile
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -57,6 +56,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from inhabit.config import Config
 from inhabit.errors import PathOutsideWorkspace, SandboxError, SandboxLimitExceeded, SandboxNotFound
 from inhabit.log import get_logger
+from inhabit.sandbox import hostfs
 from inhabit.sandbox.base import WORKSPACE_MOUNT, Sandbox, SandboxLimits, SandboxProvider
 from inhabit.sandbox.server_upload import BadUpload
 
@@ -82,6 +82,9 @@ class EnvServerConfig(Config):
     max_sandboxes: int = Field(256, ge=1, description="Live sandboxes at once; more get 429.")
     idle_ttl_s: float = Field(900, gt=0, description="Sandboxes unused this long are closed.")
     reap_interval_s: float = Field(10, gt=0, description="How often the idle reaper looks.")
+    spool_dir: Path | None = Field(
+        None, description="Where uploads are unpacked; default a tmpfs (/dev/shm) when present."
+    )
 
 
 class TooManySandboxes(SandboxLimitExceeded):
@@ -386,7 +389,10 @@ def create_app(provider_factory: ProviderFactory, config: EnvServerConfig, token
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        spool = Path(tempfile.mkdtemp(prefix="inhabit-env-server-"))
+        # tmpfs by default: unpacking hundreds of small files on a disk-backed /tmp costs ms each.
+        spool = hostfs.make_private_dir(
+            config.spool_dir or hostfs.default_scratch_dir(), "inhabit-env-server-"
+        )
         provider = provider_factory()
         registry = SandboxRegistry(provider, config, spool)
         backend_name = getattr(provider, "backend", config.backend)
@@ -448,7 +454,9 @@ class BackgroundServer:
 
         self.config = config or EnvServerConfig(token=token)
         self.token = token
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # IPPROTO_TCP explicitly: asyncio only sets TCP_NODELAY on accepted sockets whose proto
+        # says TCP, and without it every response stalls ~40 ms on delayed ACKs.
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind(("127.0.0.1", 0))  # loopback only, any free port
         self.port = self._sock.getsockname()[1]

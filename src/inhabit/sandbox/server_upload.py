@@ -31,7 +31,10 @@ def unpack_tarball(archive: Path, dest: Path, *, max_bytes: int, max_files: int)
     total = 0
     count = 0
     try:
-        with tarfile.open(archive, mode="r:*") as tar:
+        # Stream mode ("r|*"): members are read strictly in order. In random-access mode every
+        # extract seeks back in the compressed stream, which gzip answers by decompressing from
+        # the start again (quadratic: 0.7 s for 200 small files).
+        with tarfile.open(archive, mode="r|*") as tar:
             while True:
                 member = tar.next()
                 if member is None:
