@@ -16,14 +16,17 @@ SandboxError, 413/429 -> SandboxLimitExceeded, 401 -> EnvServerUnauthorized); on
 calls (reads, listing, writes, deletes, restore, close) are retried, and only on connection
 errors, never a create, exec or snapshot, which could otherwise happen twice.
 
+A sandbox not closed by the time the interpreter exits is closed by a last synchronous request.
 What this does NOT protect against: isolation is the server's backend's; the token travels in
-clear over plain HTTP; a client that vanishes leaves its sandboxes until the server's idle TTL.
+clear over plain HTTP; a client killed outright leaves its sandboxes until the server's idle TTL.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
+import functools
 import io
 import os
 import tarfile
@@ -41,6 +44,7 @@ from inhabit.errors import (
     SandboxNotFound,
 )
 from inhabit.log import get_logger
+from inhabit.sandbox import cleanup
 from inhabit.sandbox.base import ExecResult, FileEntry, Sandbox, SandboxInfo, SandboxLimits, SandboxProvider
 from inhabit.sandbox.server_wire import API_PREFIX, ExecOut, HealthOut, SandboxOut
 
@@ -91,11 +95,15 @@ class _Http:
     def __init__(self, url: str, token: str, *, timeout_s: float, retries: int) -> None:
         self.url = url.rstrip("/")
         self.retries = max(1, retries)
+        self.headers = {"Authorization": f"Bearer {token}"}
         self.client = httpx.AsyncClient(
-            base_url=self.url + API_PREFIX,
-            headers={"Authorization": f"Bearer {token}"},
-            timeout=httpx.Timeout(timeout_s),
+            base_url=self.url + API_PREFIX, headers=self.headers, timeout=httpx.Timeout(timeout_s)
         )
+
+    def delete_now(self, path: str) -> None:
+        """Synchronous best-effort DELETE, for interpreter exit (no event loop may be left)."""
+        with contextlib.suppress(Exception):
+            httpx.delete(self.url + API_PREFIX + path, headers=self.headers, timeout=1.0)
 
     async def request(
         self, method: str, path: str, *, idempotent: bool, timeout_s: float | None = None, **kw: Any
@@ -141,6 +149,8 @@ class RemoteSandbox(Sandbox):
         self._exec_margin_s = exec_margin_s
         self._owner = owner
         self._closed = False
+        # A program that exits without closing still tells the server (else: the idle TTL).
+        self._cleanup_handle = cleanup.register(functools.partial(http.delete_now, self._p()))
 
     @property
     def info(self) -> SandboxInfo:
@@ -220,6 +230,7 @@ class RemoteSandbox(Sandbox):
         if self._closed:
             return
         self._closed = True
+        cleanup.unregister(self._cleanup_handle)
         self._owner._forget(self)
         try:
             await self._http.request("DELETE", self._p(), idempotent=True)

@@ -180,3 +180,25 @@ async def test_pool_on_each_backend_hands_out_clean_sandboxes(workspace, kind):
         assert prov._sandboxes == {}
     finally:
         await prov.close()
+
+
+async def test_cancelling_the_pool_owner_closes_everything(workspace):
+    prov = CountingProvider(delay_s=0.05, limits=small_limits())
+    started = asyncio.Event()
+
+    async def owner() -> None:
+        async with SandboxPool(prov, workspace, size=4, max_concurrent_creates=2) as pool, pool.acquire():
+            started.set()
+            await asyncio.sleep(60)
+
+    task = asyncio.create_task(owner())
+    try:
+        await asyncio.wait_for(started.wait(), 10)
+        await asyncio.sleep(0.06)  # let the refill be mid-creation
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await wait_until(lambda: prov.in_flight == 0)
+        assert prov._sandboxes == {}
+    finally:
+        await prov.close()

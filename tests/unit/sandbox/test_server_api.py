@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import io
 import os
+import sys
 import tarfile
 from pathlib import Path
 
@@ -456,3 +457,24 @@ async def test_connection_errors_are_retried_only_for_idempotent_calls(workspace
         await prov.close()
     proxy.close()
     await proxy.wait_closed()
+
+
+async def test_a_client_that_exits_without_closing_still_closes_its_sandboxes(served, client, workspace):
+    script = (
+        "import asyncio, sys\n"
+        "from inhabit.sandbox.remote import RemoteSandboxProvider\n"
+        "async def main():\n"
+        f"    p = RemoteSandboxProvider({served.url!r}, {TOKEN!r})\n"
+        "    sb = await p.create(sys.argv[1])\n"
+        "    print(sb.sandbox_id, flush=True)\n"
+        "asyncio.run(main())\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3] / "src")}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", script, str(workspace), stdout=asyncio.subprocess.PIPE, env=env
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0
+    sid = out.decode().strip()
+    assert sid.startswith("sb_")
+    assert sid not in {s.sandbox_id for s in await client.list_sandboxes()}
