@@ -123,6 +123,17 @@ def can_mount() -> bool:
     return os.geteuid() == 0
 
 
+def _nproc_wrap(cmd: list[str], n: int) -> list[str]:
+    """Set RLIMIT_NPROC inside the sandbox's user namespace, not on bwrap itself.
+
+    Since Linux 5.14 the process count is kept per (user namespace, uid) and checked at every
+    level: a limit set on bwrap would count all of the caller's processes on the host (one
+    sandbox's fork bomb would stop every other sandbox from starting). Set from inside, it
+    counts only this exec's processes. (bash spells it -u, dash -p.)
+    """
+    return ["/bin/sh", "-c", f'ulimit -u {n} 2>/dev/null || ulimit -p {n}; exec "$@"', "sh", *cmd]
+
+
 def _exit_code(rc: int) -> int:
     # bwrap reports a child killed by signal N as 128+N; ExecResult wants -N.
     return -(rc - 128) if 128 < rc < 160 else rc
@@ -225,16 +236,15 @@ class BwrapSandbox(Sandbox):
             (resource.RLIMIT_FSIZE, lim.disk_mb * 1024 * 1024),
             (resource.RLIMIT_CORE, 0),
         ]
-        if not procs_fds:  # no cgroup: rlimits are all we have
+        if not procs_fds:  # no cgroup: rlimits are all we have (RLIMIT_NPROC: see _nproc_wrap)
             rl.append((resource.RLIMIT_AS, lim.memory_mb * 1024 * 1024))
-            rl.append((resource.RLIMIT_NPROC, lim.max_processes))
 
         def apply() -> None:
             for fd in procs_fds:  # join the sandbox's cgroups before bwrap forks anything
                 os.write(fd, b"0")
             for what, value in rl:
                 with contextlib.suppress(ValueError, OSError):
-                    resource.setrlimit(what, (value, value))
+                    resource.setrlimit(what, (value, value + 1 if what == resource.RLIMIT_CPU else value))
 
         return apply
 
@@ -255,6 +265,8 @@ class BwrapSandbox(Sandbox):
         if not paths.resolve(self.workspace, rel).is_dir():
             raise SandboxError(f"cwd {cwd!r} is not a directory in the workspace")
         inner_cwd = WORKSPACE_MOUNT if rel == "." else f"{WORKSPACE_MOUNT}/{rel}"
+        if self._p.cgroups is None:
+            cmd = _nproc_wrap(cmd, self._limits.max_processes)
         timeout = min(timeout_s or self._limits.default_timeout_s, self._limits.max_timeout_s)
         argv = [
             *self._p.base_argv,

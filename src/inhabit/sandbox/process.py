@@ -55,7 +55,7 @@ def _rlimit_preexec(limits: SandboxLimits):  # type: ignore[no-untyped-def]
             (resource.RLIMIT_CORE, 0),
         ):
             with contextlib.suppress(ValueError, OSError):
-                resource.setrlimit(what, (value, value))
+                resource.setrlimit(what, (value, value + 1 if what == resource.RLIMIT_CPU else value))
 
     return apply
 
