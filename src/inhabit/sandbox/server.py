@@ -59,6 +59,7 @@ from inhabit.log import get_logger
 from inhabit.sandbox import hostfs
 from inhabit.sandbox.base import WORKSPACE_MOUNT, Sandbox, SandboxLimits, SandboxProvider
 from inhabit.sandbox.server_upload import BadUpload
+from inhabit.sandbox.server_wire import API_PREFIX
 
 log = get_logger(__name__)
 
@@ -334,16 +335,23 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
         parts = []
         for err in exc.errors():
+            if err.get("type") == "json_invalid":
+                reason = (err.get("ctx") or {}).get("error", "")
+                parts.append(f"the body is not valid JSON ({reason})".replace(" ()", ""))
+                continue
             loc = ".".join(str(p) for p in err.get("loc", ()))
             parts.append(f"{loc}: {err.get('msg')}")
         return _error(422, "validation", "invalid request: " + "; ".join(parts))
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if isinstance(exc.detail, dict):  # our own 413 from the body cap
             return JSONResponse(exc.detail, status_code=exc.status_code)
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "bad_request")
-        return _error(exc.status_code, code, str(exc.detail))
+        detail = str(exc.detail)
+        if exc.status_code in (404, 405):
+            detail = f"{detail}: {request.method} {request.url.path} (routes live under {API_PREFIX}/)"
+        return _error(exc.status_code, code, detail)
 
     async def _typed(request: Request, exc: Exception) -> JSONResponse:
         if isinstance(exc, FileNotFoundError):  # name the workspace path, never the host path
