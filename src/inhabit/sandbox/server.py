@@ -37,13 +37,11 @@ import hashlib
 import hmac
 import json
 import posixpath
-import secrets
 import shutil
 import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +55,13 @@ from inhabit.config import Config
 from inhabit.errors import PathOutsideWorkspace, SandboxError, SandboxLimitExceeded, SandboxNotFound
 from inhabit.log import get_logger
 from inhabit.sandbox import hostfs
-from inhabit.sandbox.base import WORKSPACE_MOUNT, Sandbox, SandboxLimits, SandboxProvider
+from inhabit.sandbox.base import WORKSPACE_MOUNT, SandboxLimits, SandboxProvider
+from inhabit.sandbox.server_registry import (
+    DirectoryNotFound,
+    SandboxRegistry,
+    TooManySandboxes,
+    UnknownSnapshot,
+)
 from inhabit.sandbox.server_upload import BadUpload
 from inhabit.sandbox.server_wire import API_PREFIX
 
@@ -88,18 +92,6 @@ class EnvServerConfig(Config):
     )
 
 
-class TooManySandboxes(SandboxLimitExceeded):
-    """The server holds `max_sandboxes` live sandboxes already."""
-
-
-class UnknownSnapshot(SandboxNotFound):
-    """The snapshot id was not issued by this server (or the server restarted)."""
-
-
-class DirectoryNotFound(SandboxError):
-    """A directory source does not exist under the server's root."""
-
-
 def is_loopback(host: str) -> bool:
     """True when binding `host` exposes the server to this machine only."""
     import ipaddress
@@ -125,104 +117,6 @@ def check_workspace_path(path: str) -> str:
     elif norm == ".." or norm.startswith("../"):
         raise PathOutsideWorkspace(f"{path!r} escapes the workspace; use a path inside it")
     return path
-
-
-# ---- the registry of live sandboxes ------------------------------------------------------------
-
-
-@dataclass
-class _Entry:
-    sandbox: Sandbox
-    last_used: float
-    active: int = 0
-    upload_dir: Path | None = None
-    snapshotted: bool = False
-
-
-class SandboxRegistry:
-    """Live sandboxes and issued snapshots of one server, with idle reaping."""
-
-    def __init__(self, provider: SandboxProvider, config: EnvServerConfig, spool: Path) -> None:
-        self.provider = provider
-        self.config = config
-        self.spool = spool
-        self.entries: dict[str, _Entry] = {}
-        self.snapshots: dict[str, str] = {}  # server snapshot id -> backend snapshot id
-        self._reserved = 0  # creations in flight, counted against max_sandboxes
-
-    def get(self, sandbox_id: str) -> _Entry:
-        entry = self.entries.get(sandbox_id)
-        if entry is None:
-            raise SandboxNotFound(
-                f"no live sandbox {sandbox_id!r} (closed, reaped after idling, or never made)"
-            )
-        return entry
-
-    @contextlib.asynccontextmanager
-    async def use(self, sandbox_id: str) -> AsyncIterator[_Entry]:
-        entry = self.get(sandbox_id)
-        entry.active += 1
-        entry.last_used = time.monotonic()
-        try:
-            yield entry
-        finally:
-            entry.active -= 1
-            entry.last_used = time.monotonic()
-
-    def backend_snapshot(self, snapshot_id: str) -> str:
-        try:
-            return self.snapshots[snapshot_id]
-        except KeyError:
-            raise UnknownSnapshot(
-                f"unknown snapshot {snapshot_id!r}: use an id this server's snapshot route returned"
-            ) from None
-
-    async def create(self, source: str | Path, limits: SandboxLimits | None, upload_dir: Path | None) -> str:
-        if len(self.entries) + self._reserved >= self.config.max_sandboxes:
-            raise TooManySandboxes(
-                f"this server already holds {self.config.max_sandboxes} sandboxes; close some first"
-            )
-        self._reserved += 1
-        try:
-            sandbox = await self.provider.create(source, limits=limits)
-        finally:
-            self._reserved -= 1
-        sandbox_id = "sb_" + secrets.token_hex(8)
-        self.entries[sandbox_id] = _Entry(sandbox, time.monotonic(), upload_dir=upload_dir)
-        log.debug("env-server: created %s (%s)", sandbox_id, sandbox.sandbox_id)
-        return sandbox_id
-
-    async def close(self, sandbox_id: str) -> None:
-        entry = self.entries.pop(sandbox_id, None)
-        if entry is None:
-            raise SandboxNotFound(f"no live sandbox {sandbox_id!r}")
-        try:
-            await entry.sandbox.close()
-        finally:
-            # A snapshot may still layer over the uploaded tree, so keep it until shutdown then.
-            if entry.upload_dir is not None and not entry.snapshotted:
-                shutil.rmtree(entry.upload_dir, ignore_errors=True)
-
-    async def reap(self) -> list[str]:
-        """Close sandboxes that no request used for `idle_ttl_s`; return their ids."""
-        now = time.monotonic()
-        idle = [
-            sid
-            for sid, e in self.entries.items()
-            if e.active == 0 and now - e.last_used > self.config.idle_ttl_s
-        ]
-        for sid in idle:
-            log.info("env-server: reaping %s after %.0f s idle", sid, self.config.idle_ttl_s)
-            with contextlib.suppress(Exception):
-                await self.close(sid)
-        return idle
-
-    async def close_all(self) -> None:
-        ids = list(self.entries)
-        results = await asyncio.gather(*(self.close(sid) for sid in ids), return_exceptions=True)
-        for sid, r in zip(ids, results, strict=True):
-            if isinstance(r, BaseException):
-                log.warning("env-server: closing %s at shutdown failed: %s", sid, r)
 
 
 # ---- auth and body caps (plain ASGI, so they run before any route or body parsing) ------------

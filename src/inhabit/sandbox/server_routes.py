@@ -20,13 +20,8 @@ from pathlib import Path
 from fastapi import APIRouter, FastAPI, Query, Request, Response
 
 from inhabit.errors import PathOutsideWorkspace, SandboxLimitExceeded
-from inhabit.sandbox.server import (
-    DirectoryNotFound,
-    EnvServerConfig,
-    SandboxRegistry,
-    check_workspace_path,
-    parse_limits,
-)
+from inhabit.sandbox.server import EnvServerConfig, check_workspace_path, parse_limits
+from inhabit.sandbox.server_registry import DirectoryNotFound, SandboxRegistry
 from inhabit.sandbox.server_upload import unpack_tarball
 from inhabit.sandbox.server_wire import (
     API_PREFIX,
