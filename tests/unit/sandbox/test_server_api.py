@@ -478,3 +478,14 @@ async def test_a_client_that_exits_without_closing_still_closes_its_sandboxes(se
     sid = out.decode().strip()
     assert sid.startswith("sb_")
     assert sid not in {s.sandbox_id for s in await client.list_sandboxes()}
+
+
+async def test_create_provider_builds_a_remote_provider(served, workspace, monkeypatch):
+    from inhabit.sandbox import SandboxConfig, create_provider
+
+    monkeypatch.setenv("INHABIT_ENV_TOKEN", TOKEN)
+    prov = create_provider(SandboxConfig(backend="remote", remote_url=served.url))
+    assert isinstance(prov, RemoteSandboxProvider)
+    async with await prov.create(workspace) as sb:
+        assert (await sb.exec("cat pkg/data.txt")).stdout == "hello\n"
+    await prov.close()
