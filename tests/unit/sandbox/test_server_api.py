@@ -489,3 +489,14 @@ async def test_create_provider_builds_a_remote_provider(served, workspace, monke
     async with await prov.create(workspace) as sb:
         assert (await sb.exec("cat pkg/data.txt")).stdout == "hello\n"
     await prov.close()
+
+
+async def test_exec_http_timeout_follows_the_exec_timeout_not_the_client_default(served, workspace):
+    # The client's general timeout (0.5 s) would cut a 1.5 s command; exec's own is timeout_s + margin.
+    prov = RemoteSandboxProvider(served.url, TOKEN, timeout_s=0.5)
+    try:
+        sb = await prov.create(workspace)
+        r = await sb.exec("sleep 1.5; echo done", timeout_s=10)
+        assert r.ok and r.stdout == "done\n"
+    finally:
+        await prov.close()
