@@ -47,9 +47,10 @@ import functools
 import os
 import resource
 import secrets
+import shlex
 import shutil
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from inhabit.errors import SandboxError, SandboxNotFound
@@ -121,6 +122,9 @@ def bwrap_problem() -> str | None:
 def can_mount() -> bool:
     """Whether we may mount tmpfs/overlay on the host (root with CAP_SYS_ADMIN)."""
     return os.geteuid() == 0
+
+
+_LAUNCH_FAILED = "inhabit: could not join the sandbox cgroups or set its rlimits"
 
 
 def _nproc_wrap(cmd: list[str], n: int) -> list[str]:
@@ -229,24 +233,35 @@ class BwrapSandbox(Sandbox):
 
     # -- exec -----------------------------------------------------------------------------------
 
-    def _preexec(self, procs_fds: list[int]):  # type: ignore[no-untyped-def]
+    def _launcher(self) -> tuple[list[str], Callable[[], None] | None]:
+        """How bwrap is started: an argv prefix and/or a preexec function.
+
+        With cgroups, a tiny /bin/sh joins the sandbox's groups and sets the CPU/core rlimits,
+        then execs bwrap: Python then spawns with vfork, where a preexec function would force a
+        full fork of this (possibly large) process on every exec (~15 ms under load). File size
+        is then capped by the volume's tmpfs size. Without cgroups, rlimits are set pre-exec.
+        """
         lim = self._limits
-        rl = [
-            (resource.RLIMIT_CPU, lim.cpu_time_s),
-            (resource.RLIMIT_FSIZE, lim.disk_mb * 1024 * 1024),
-            (resource.RLIMIT_CORE, 0),
+        if self._p.cgroups is not None:
+            joins = " && ".join(f"echo $$ > {shlex.quote(str(g / 'cgroup.procs'))}" for g in self._groups)
+            script = (
+                f"{{ {joins} && ulimit -S -t {lim.cpu_time_s} && ulimit -H -t {lim.cpu_time_s + 1} "
+                f"&& ulimit -c 0; }} || {{ echo '{_LAUNCH_FAILED}' >&2; exit 125; }}; exec \"$@\""
+            )
+            return ["/bin/sh", "-c", script, "inhabit-launch"], None
+        limits = [
+            (resource.RLIMIT_CPU, (lim.cpu_time_s, lim.cpu_time_s + 1)),  # SIGXCPU first, then KILL
+            (resource.RLIMIT_FSIZE, (lim.disk_mb * 1024 * 1024,) * 2),
+            (resource.RLIMIT_CORE, (0, 0)),
+            (resource.RLIMIT_AS, (lim.memory_mb * 1024 * 1024,) * 2),  # RLIMIT_NPROC: see _nproc_wrap
         ]
-        if not procs_fds:  # no cgroup: rlimits are all we have (RLIMIT_NPROC: see _nproc_wrap)
-            rl.append((resource.RLIMIT_AS, lim.memory_mb * 1024 * 1024))
 
         def apply() -> None:
-            for fd in procs_fds:  # join the sandbox's cgroups before bwrap forks anything
-                os.write(fd, b"0")
-            for what, value in rl:
+            for what, value in limits:
                 with contextlib.suppress(ValueError, OSError):
-                    resource.setrlimit(what, (value, value + 1 if what == resource.RLIMIT_CPU else value))
+                    resource.setrlimit(what, value)
 
-        return apply
+        return [], apply
 
     async def exec(
         self,
@@ -268,7 +283,9 @@ class BwrapSandbox(Sandbox):
         if self._p.cgroups is None:
             cmd = _nproc_wrap(cmd, self._limits.max_processes)
         timeout = min(timeout_s or self._limits.default_timeout_s, self._limits.max_timeout_s)
+        prefix, preexec = self._launcher()
         argv = [
+            *prefix,
             *self._p.base_argv,
             "--bind",
             str(self.tmp),
@@ -293,9 +310,7 @@ class BwrapSandbox(Sandbox):
         async with self._lock:  # snapshot/restore wait here; execs only pass through
             self._running += 1
             self._idle.clear()
-        fds: list[int] = []
         try:
-            fds = self._p.cgroups.open_procs(self._groups) if self._p.cgroups is not None else []
             result = await run_capped(
                 argv,
                 env=full_env,
@@ -303,16 +318,18 @@ class BwrapSandbox(Sandbox):
                 timeout_s=timeout,
                 output_bytes=self._limits.output_bytes,
                 stdin=stdin,
-                preexec_fn=self._preexec(fds),
+                preexec_fn=preexec,
                 on_start=self._pgids.add,
                 after_exit=self._after_exit,
             )
         finally:
-            for fd in fds:
-                os.close(fd)
             self._running -= 1
             if self._running == 0:
                 self._idle.set()
+        if result.exit_code == 125 and _LAUNCH_FAILED in result.stderr:
+            raise SandboxError(
+                f"could not start a command in sandbox {self.sandbox_id}: {result.stderr[-500:]}"
+            )
         code = result.exit_code if result.timed_out else _exit_code(result.exit_code)
         if code != result.exit_code:
             result = ExecResult(

@@ -110,11 +110,6 @@ class CgroupManager:
             raise
         return groups
 
-    @staticmethod
-    def open_procs(groups: list[Path]) -> list[int]:
-        """Open each group's cgroup.procs for writing (the child writes "0" to join, pre-exec)."""
-        return [os.open(g / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC) for g in groups]
-
     def kill(self, groups: list[Path]) -> None:
         """SIGKILL every process in the groups and wait (bounded) until they are gone."""
         if not groups:

@@ -19,6 +19,7 @@ venv is readable, which is what makes them useful) and the kernel itself (uname,
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -53,9 +54,20 @@ def python_roots() -> list[Path]:
     return roots
 
 
-def write_etc(dest: Path) -> dict[str, Path]:
-    """Write the generated /etc files under `dest`; returns name -> host path."""
+def write_etc(dest: Path) -> Path:
+    """Build the sandbox's whole /etc in `dest`: copies of the few host files, plus generated ones.
+
+    One directory bound once is cheaper per exec than a bind per file (each is a mount).
+    """
     dest.mkdir(parents=True, exist_ok=True)
+    for name in _ETC_FILES:
+        host = Path("/etc") / name
+        if host.is_symlink():
+            (dest / name).symlink_to(os.readlink(host))
+        elif host.is_dir():
+            shutil.copytree(host, dest / name, symlinks=True)
+        elif host.is_file():
+            shutil.copy2(host, dest / name)
     files = {
         "passwd": f"root:x:0:0:root:/root:/bin/sh\n{SANDBOX_USER}:x:{SANDBOX_UID}:{SANDBOX_GID}:"
         f"{SANDBOX_USER}:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
@@ -63,13 +75,12 @@ def write_etc(dest: Path) -> dict[str, Path]:
         "hosts": f"127.0.0.1 localhost {HOSTNAME}\n::1 localhost\n",
         "hostname": f"{HOSTNAME}\n",
     }
-    out = {}
     for name, text in files.items():
         p = dest / name
         p.write_text(text)
         p.chmod(0o644)
-        out[name] = p
-    return out
+    dest.chmod(0o755)
+    return dest
 
 
 def bwrap_args(etc_dir: Path, extra_ro: list[Path] | None = None) -> list[str]:
@@ -81,12 +92,7 @@ def bwrap_args(etc_dir: Path, extra_ro: list[Path] | None = None) -> list[str]:
             args += ["--symlink", os.readlink(host), f"/{name}"]
         elif host.is_dir():
             args += ["--ro-bind", str(host), f"/{name}"]
-    for name in _ETC_FILES:
-        host = Path("/etc") / name
-        if host.exists():
-            args += ["--ro-bind", str(host), f"/etc/{name}"]
-    for name, path in write_etc(etc_dir).items():
-        args += ["--ro-bind", str(path), f"/etc/{name}"]
+    args += ["--ro-bind", str(write_etc(etc_dir)), "/etc"]
     for root in [*python_roots(), *(extra_ro or [])]:
         args += ["--ro-bind", str(root), str(root)]
     return args
