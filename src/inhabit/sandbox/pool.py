@@ -172,6 +172,8 @@ class SandboxPool:
     async def acquire(self) -> AsyncIterator[Sandbox]:
         """Lend a clean sandbox for the body of an `async with`; it is never reused dirty."""
         self._check_open()
+        if self._refill_task is None:
+            await self.start()  # a pool used without `async with`/start() still refills
         sb = await self._take()
         self._leased.add(sb)
         try:

@@ -202,3 +202,14 @@ async def test_cancelling_the_pool_owner_closes_everything(workspace):
         assert prov._sandboxes == {}
     finally:
         await prov.close()
+
+
+async def test_a_pool_used_without_start_refills_on_first_use(prov, workspace):
+    pool = SandboxPool(prov, workspace, size=2)
+    try:
+        async with pool.acquire() as sb:
+            assert (await sb.exec("true")).ok
+        await wait_until(lambda: pool.idle_count == 2)
+    finally:
+        await pool.close()
+    assert prov._sandboxes == {}
