@@ -206,7 +206,11 @@ class SandboxPool:
             await asyncio.shield(self._settle(own))
             raise
         if waiter.done():
-            # Handed a warm one first (or the pool closed); our creation goes on to the idle queue.
+            if waiter.exception() is not None:  # the pool closed while we waited
+                own.cancel()
+                await asyncio.shield(self._settle(own))
+                return waiter.result()  # raises the SandboxError
+            # Handed a warm one first: our own creation goes on to the idle queue.
             self._track_leftover(own)
             return waiter.result()
         waiter.cancel()

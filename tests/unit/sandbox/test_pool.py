@@ -213,3 +213,23 @@ async def test_a_pool_used_without_start_refills_on_first_use(prov, workspace):
     finally:
         await pool.close()
     assert prov._sandboxes == {}
+
+
+async def test_closing_the_pool_fails_waiting_borrowers_cleanly(workspace):
+    prov = CountingProvider(delay_s=0.3, limits=small_limits())
+    try:
+        pool = await SandboxPool(prov, workspace, size=0).start()
+
+        async def borrow() -> None:
+            async with pool.acquire():
+                pass
+
+        waiting = asyncio.create_task(borrow())
+        await wait_until(lambda: prov.in_flight == 1)
+        await pool.close()
+        with pytest.raises(SandboxError, match="closed"):
+            await waiting
+        await wait_until(lambda: prov.in_flight == 0)
+        assert prov._sandboxes == {}
+    finally:
+        await prov.close()
