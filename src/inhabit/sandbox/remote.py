@@ -11,7 +11,8 @@ the harness or the grader use remote sandboxes without knowing it:
 server's upload cap, which is checked before sending), `"server:<dir>"` (a directory under the
 server's `--root`), or else a snapshot id that this server returned. Every call has a timeout
 (exec's is its own `timeout_s` plus a margin); HTTP errors come back as the typed errors of
-`inhabit.errors` (404 -> SandboxNotFound or FileNotFoundError, 400 -> PathOutsideWorkspace or
+`inhabit.errors` and the OS errors a local sandbox raises (404 -> SandboxNotFound or
+FileNotFoundError, 400 -> PathOutsideWorkspace, IsADirectoryError or
 SandboxError, 413/429 -> SandboxLimitExceeded, 401 -> EnvServerUnauthorized); only idempotent
 calls (reads, listing, writes, deletes, restore, close) are retried, and only on connection
 errors, never a create, exec or snapshot, which could otherwise happen twice.
@@ -62,6 +63,14 @@ _RETRYABLE = (
 )
 
 
+_OS_ERRORS: dict[str, type[OSError]] = {
+    "file_not_found": FileNotFoundError,
+    "is_a_directory": IsADirectoryError,
+    "not_a_directory": NotADirectoryError,
+    "permission_denied": PermissionError,
+}
+
+
 class EnvServerUnauthorized(SandboxError):
     """The env server refused the bearer token (401)."""
 
@@ -78,10 +87,10 @@ def error_from_response(resp: httpx.Response) -> Exception:
         return EnvServerUnauthorized(
             f"the env server refused the token: {detail}; check --token / INHABIT_ENV_TOKEN"
         )
-    if code == "file_not_found":
-        return FileNotFoundError(detail)
     if code == "path_outside_workspace":
         return PathOutsideWorkspace(detail)
+    if code in _OS_ERRORS:
+        return _OS_ERRORS[code](detail)
     if status == 404 and code in ("sandbox_not_found", "snapshot_not_found"):
         return SandboxNotFound(detail)
     if status in (413, 429):

@@ -217,8 +217,12 @@ def _map_error(exc: Exception) -> JSONResponse:
         return _error(400, "bad_request", msg)
     if isinstance(exc, FileNotFoundError):
         return _error(404, "file_not_found", f"no such file in the workspace: {exc.filename or msg}")
-    if isinstance(exc, (IsADirectoryError, NotADirectoryError)):
-        return _error(400, "bad_request", f"wrong kind of path: {msg}")
+    if isinstance(exc, IsADirectoryError):
+        return _error(400, "is_a_directory", msg)
+    if isinstance(exc, NotADirectoryError):
+        return _error(400, "not_a_directory", msg)
+    if isinstance(exc, PermissionError):
+        return _error(403, "permission_denied", f"permission denied in the workspace: {exc.strerror or msg}")
     if isinstance(exc, SandboxError):
         return _error(400, "sandbox_error", msg)
     if isinstance(exc, ValueError):
@@ -257,7 +261,14 @@ def _install_error_handlers(app: FastAPI) -> None:
         return _map_error(exc)
 
     # Specific classes (not Exception) so Starlette answers them without logging a crash.
-    for cls in (SandboxError, FileNotFoundError, IsADirectoryError, NotADirectoryError, ValueError):
+    for cls in (
+        SandboxError,
+        FileNotFoundError,
+        IsADirectoryError,
+        NotADirectoryError,
+        PermissionError,
+        ValueError,
+    ):
         app.add_exception_handler(cls, _typed)
 
     @app.exception_handler(Exception)

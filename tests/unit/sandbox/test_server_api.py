@@ -224,6 +224,8 @@ async def test_missing_file_is_404_file_not_found(client, raw, workspace):
     assert str(workspace) not in resp.text  # names the workspace path, never the host's
     with pytest.raises(FileNotFoundError):
         await sb.read_file("nope.txt")
+    with pytest.raises(IsADirectoryError):  # the same typed error a local sandbox raises
+        await sb.read_file("pkg")
     await assert_healthy(raw, sb)
 
 
