@@ -264,7 +264,11 @@ def pack_directory(directory: Path, max_bytes: int | None = None) -> bytes:
 
 
 class RemoteSandboxProvider(SandboxProvider):
-    """Creates sandboxes on an env server; see the module docstring for what `source` may be."""
+    """Creates sandboxes on an env server; see the module docstring for what `source` may be.
+
+    One provider holds one pooled HTTP connection set: use it from one event loop (as with any
+    asyncio client), and `close()` it when done.
+    """
 
     def __init__(
         self,
