@@ -106,7 +106,12 @@ class _Http:
         self.retries = max(1, retries)
         self.headers = {"Authorization": f"Bearer {token}"}
         self.client = httpx.AsyncClient(
-            base_url=self.url + API_PREFIX, headers=self.headers, timeout=httpx.Timeout(timeout_s)
+            base_url=self.url + API_PREFIX,
+            headers=self.headers,
+            timeout=httpx.Timeout(timeout_s),
+            # No cap on connections: a rollout may hold hundreds of long execs at once, and a
+            # capped pool would make every other call wait behind them until it timed out.
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
         )
 
     def delete_now(self, path: str) -> None:

@@ -502,3 +502,32 @@ async def test_exec_http_timeout_follows_the_exec_timeout_not_the_client_default
         assert r.ok and r.stdout == "done\n"
     finally:
         await prov.close()
+
+
+async def test_many_long_requests_do_not_starve_other_calls(served, workspace):
+    # 101 slow uploads hold 101 connections of the provider's client for ~5 s (cheaply: the
+    # server just waits for their bodies). With httpx's default cap of 100 connections the read
+    # below would queue behind them past its 3 s timeout; uncapped, it gets its own connection.
+    prov = RemoteSandboxProvider(served.url, TOKEN, timeout_s=3)
+    release = asyncio.Event()
+
+    async def slow_body():
+        yield b"x"
+        await asyncio.wait_for(release.wait(), 10)
+        yield b"y"
+
+    hogs = []
+    try:
+        sb = await prov.create(workspace)
+        http = prov._http.client
+        hogs = [
+            asyncio.create_task(http.post("/sandboxes/upload", content=slow_body(), timeout=20))
+            for _ in range(101)
+        ]
+        await asyncio.sleep(1)
+        assert await sb.read_file("pkg/data.txt") == b"hello\n"
+    finally:
+        release.set()
+        for r in await asyncio.gather(*hogs, return_exceptions=True):
+            assert isinstance(r, httpx.Response) and r.status_code == 400  # "xy" is no tarball
+        await prov.close()
