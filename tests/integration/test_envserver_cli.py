@@ -174,3 +174,24 @@ def test_short_token_is_refused():
     )
     assert r.returncode != 0
     assert "token" in r.stderr
+
+
+def test_missing_root_is_refused(tmp_path):
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "inhabit",
+            "env-server",
+            "--port",
+            str(_free_port()),
+            "--root",
+            str(tmp_path / "nope"),
+        ],
+        env=_env(INHABIT_ENV_TOKEN=TOKEN),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2
+    assert "--root" in r.stderr and "not a directory" in r.stderr

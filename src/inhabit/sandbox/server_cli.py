@@ -42,6 +42,8 @@ def register(app: typer.Typer) -> None:
         from inhabit.errors import ConfigError
         from inhabit.sandbox.server import EnvServerConfig, create_app, is_loopback, make_provider_factory
 
+        if root is not None and not root.is_dir():
+            raise ConfigError(f"--root {root} is not a directory: give the folder that holds task workspaces")
         if not token:
             if not is_loopback(host):
                 raise ConfigError(
