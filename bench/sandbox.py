@@ -268,9 +268,9 @@ async def main() -> None:
     ap.add_argument("--pool", action="store_true", help="also measure the burst through SandboxPool")
     ap.add_argument("--out", default="bench/results/sandbox.json")
     args = ap.parse_args()
-    python = str(
-        Path(shutil.which("python3", path=f"{Path(sys.prefix).resolve()}/bin") or sys.executable).resolve()
-    )
+    # The interpreter `python3` names inside the sandbox: the venv's (through its symlink, so the
+    # bare run also starts as a venv, with the same site-packages).
+    python = shutil.which("python3", path=f"{Path(sys.prefix).resolve()}/bin") or sys.executable
     with tempfile.TemporaryDirectory(prefix="inhabit-bench-") as tmp:
         ws = make_workspace(Path(tmp), args.files, args.mb)
         scratch = Path(tempfile.mkdtemp(prefix="inhabit-bench-base-", dir=default_scratch_dir()))

@@ -55,7 +55,7 @@ from pathlib import Path
 
 from inhabit.errors import SandboxError, SandboxNotFound
 from inhabit.log import get_logger
-from inhabit.sandbox import cgroups, cleanup, hostfs, mounts, paths, sysview
+from inhabit.sandbox import cgroups, cleanup, hostfs, layers, mounts, paths, sysview
 from inhabit.sandbox.base import (
     WORKSPACE_MOUNT,
     ExecResult,
@@ -65,6 +65,7 @@ from inhabit.sandbox.base import (
     SandboxLimits,
     SandboxProvider,
 )
+from inhabit.sandbox.gate import Gate
 from inhabit.sandbox.layers import Snapshot, Volume
 from inhabit.sandbox.runner import kill_group, run_capped
 
@@ -162,10 +163,7 @@ class BwrapSandbox(Sandbox):
         self._layer_n = 0
         self._groups: list[Path] = []
         self._pgids: set[int] = set()
-        self._running = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
-        self._lock = asyncio.Lock()
+        self._gate = Gate()
         self._closed = False
         self._cleanup_handle = cleanup.register(self._cleanup_sync)
 
@@ -183,17 +181,17 @@ class BwrapSandbox(Sandbox):
             src = snap.copy_dir or snap.base
             hostfs.copy_tree(src, self.workspace)
 
-    def _mount(self, snap: Snapshot) -> None:
+    def _mount(self, snap: Snapshot) -> list[Callable[[], None]]:
+        """Mount `snap`'s stack under the (empty) upper; returns freeing work for old layers."""
         held = [v.acquire() for v in snap.volumes]
         try:
             mounts.mount_overlay(snap.lowers(), self.upper, self.work, self.workspace)
         except BaseException:
-            for v in held:
-                v.release()
+            layers.run_all([f for v in held if (f := v.release())])
             raise
-        for v in self._held:
-            v.release()
+        frees = [f for v in self._held if (f := v.release())]
         self._held, self._stack = held, snap
+        return frees
 
     def _kill_processes(self) -> None:
         for pgid in list(self._pgids):
@@ -201,27 +199,49 @@ class BwrapSandbox(Sandbox):
         if self._p.cgroups is not None:
             self._p.cgroups.kill(self._groups)
 
-    def _cleanup_sync(self) -> None:
+    def _teardown(self) -> list[Callable[[], None]]:
+        """Mark closed and do the bookkeeping; return the slow steps (kill, rmdir, unmount)."""
         if self._closed:
-            return
+            return []
         self._closed = True
-        try:
-            self._kill_processes()
-            if self._p.cgroups is not None:
-                self._p.cgroups.remove(self._groups)
+        cleanup.unregister(self._cleanup_handle)
+        self._p._sandboxes.pop(self.sandbox_id, None)
+        ops: list[Callable[[], None]] = [self._kill_processes]
+        if self._p.cgroups is not None:
+            ops.append(functools.partial(self._p.cgroups.remove, self._groups))
+        own = self._volume.release()
+        if own is not None:
+            ops.append(own)  # unmounts the overlay with it
+        else:  # snapshots still use layers on this volume: free only what is ours alone
             if self._p.overlay:
-                with contextlib.suppress(mounts.MountError):
-                    mounts.umount(self.workspace)
-            for v in self._held:
-                v.release()
-            self._held = []
-            self._volume.release()
-        finally:
-            cleanup.unregister(self._cleanup_handle)
-            self._p._sandboxes.pop(self.sandbox_id, None)
+                ops.append(functools.partial(mounts.umount, self.workspace))
+            ops += [functools.partial(hostfs.remove_tree, d) for d in (self.upper, self.work, self.tmp)]
+            if not self._p.overlay:
+                ops.append(functools.partial(hostfs.remove_tree, self.workspace))
+        ops += [f for v in self._held if (f := v.release())]
+        self._held = []
+        return ops
+
+    def _cleanup_sync(self) -> None:
+        layers.run_all(self._teardown())
 
     async def close(self) -> None:
-        self._cleanup_sync()
+        if self._closed:
+            return
+        self._kill_processes()
+        done: asyncio.Future[None] | None = None
+        try:
+            # Let a snapshot/restore in progress finish its remount (bounded), so the teardown
+            # below never races it.
+            await self._gate.settle(timeout=10)
+        finally:
+            # The slow part (unmount, cgroup rmdir) runs in a worker thread so a burst of closes
+            # never stalls the event loop; a cancelled close still finishes in that thread.
+            ops = self._teardown()
+            if ops:
+                done = asyncio.get_running_loop().run_in_executor(None, layers.run_all, ops)
+        if done is not None:
+            await done
 
     @property
     def info(self) -> SandboxInfo:
@@ -307,10 +327,7 @@ class BwrapSandbox(Sandbox):
             "PYTHONDONTWRITEBYTECODE": "1",
             **(env or {}),
         }
-        async with self._lock:  # snapshot/restore wait here; execs only pass through
-            self._running += 1
-            self._idle.clear()
-        try:
+        async with self._gate.shared(self._check_open):
             result = await run_capped(
                 argv,
                 env=full_env,
@@ -322,10 +339,6 @@ class BwrapSandbox(Sandbox):
                 on_start=self._pgids.add,
                 after_exit=self._after_exit,
             )
-        finally:
-            self._running -= 1
-            if self._running == 0:
-                self._idle.set()
         if result.exit_code == 125 and _LAUNCH_FAILED in result.stderr:
             raise SandboxError(
                 f"could not start a command in sandbox {self.sandbox_id}: {result.stderr[-500:]}"
@@ -350,60 +363,75 @@ class BwrapSandbox(Sandbox):
 
     # -- files ----------------------------------------------------------------------------------
 
+    # The workspace is briefly unmounted during snapshot/restore: file operations pass the gate
+    # like execs, so they never touch the bare mount point underneath.
+
     async def read_file(self, path: str) -> bytes:
         self._check_open()
-        return hostfs.read_file(self.workspace, path)
+        async with self._gate.shared(self._check_open):
+            return hostfs.read_file(self.workspace, path)
 
     async def write_file(self, path: str, data: bytes | str) -> None:
         self._check_open()
-        hostfs.write_file(self.workspace, path, data)
+        async with self._gate.shared(self._check_open):
+            hostfs.write_file(self.workspace, path, data)
 
     async def delete_file(self, path: str) -> None:
         self._check_open()
-        await asyncio.to_thread(hostfs.delete, self.workspace, path)
+        async with self._gate.shared(self._check_open):
+            await asyncio.to_thread(hostfs.delete, self.workspace, path)
 
     async def list_files(self, path: str = ".", *, recursive: bool = True) -> list[FileEntry]:
         self._check_open()
-        return await asyncio.to_thread(hostfs.list_files, self.workspace, path, recursive)
+        async with self._gate.shared(self._check_open):
+            return await asyncio.to_thread(hostfs.list_files, self.workspace, path, recursive)
 
     # -- snapshots ------------------------------------------------------------------------------
 
     async def snapshot(self) -> str:
         self._check_open()
-        async with self._lock:
-            await self._idle.wait()  # a frozen layer must not change under a running command
+        async with self._gate.exclusive():  # a frozen layer must not change under a command
+            self._check_open()
             if not self._p.overlay:
                 return await asyncio.to_thread(self._p._store_copy, self.workspace)
             assert self._stack is not None
             if not any(self.upper.iterdir()):
                 return self._p._register(self._stack.base, self._stack.layers, self._held)
-            mounts.umount(self.workspace, detach=False)
             self._layer_n += 1
             layer = self._volume.path / "layers" / str(self._layer_n)
-            self.upper.rename(layer)
-            self.upper.mkdir()
-            hostfs.remove_tree(self.work)
-            self.work.mkdir()
+            await asyncio.to_thread(self._freeze_upper, layer)
             snap_id = self._p._register(
                 self._stack.base, (layer, *self._stack.layers), [self._volume, *self._held]
             )
-            self._mount(self._p._snapshots[snap_id])
+            layers.run_all(self._mount(self._p._snapshots[snap_id]))
             return snap_id
+
+    def _freeze_upper(self, layer: Path) -> None:
+        """Unmount and turn the upper dir into the frozen `layer` (then a fresh upper/work)."""
+        mounts.umount(self.workspace, detach=False)
+        self.upper.rename(layer)
+        self.upper.mkdir()
+        hostfs.remove_tree(self.work)
+        self.work.mkdir()
+
+    def _reset_upper(self) -> None:
+        mounts.umount(self.workspace)
+        for d in (self.upper, self.work):
+            hostfs.remove_tree(d)
+            d.mkdir()
 
     async def restore(self, snapshot_id: str) -> None:
         self._check_open()
         snap = self._p._get(snapshot_id)
-        async with self._lock:
-            self._kill_processes()
-            await self._idle.wait()
+        async with self._gate.exclusive(before_wait=self._kill_processes):
+            self._check_open()
             if not self._p.overlay:
                 await asyncio.to_thread(self._replace_copy, snap)
                 return
-            mounts.umount(self.workspace)
-            for d in (self.upper, self.work):
-                hostfs.remove_tree(d)
-                d.mkdir()
-            self._mount(snap)
+            await asyncio.to_thread(self._reset_upper)
+            frees = self._mount(snap)
+        if frees:
+            await asyncio.to_thread(layers.run_all, frees)
 
     def _replace_copy(self, snap: Snapshot) -> None:
         hostfs.remove_tree(self.workspace)
@@ -469,6 +497,13 @@ class BwrapSandboxProvider(SandboxProvider):
         return f"workspace={mode}, limits={lim} + rlimits (CPU, FSIZE), scratch={self.root}"
 
     async def create(self, source: str | Path, *, limits: SandboxLimits | None = None) -> BwrapSandbox:
+        """A sandbox over a host directory or a snapshot id of this provider.
+
+        In overlay mode a directory is used in place as the bottom read-only layer (no copy, so
+        create takes well under a millisecond): it must not change while sandboxes or snapshots
+        built on it live (overlayfs leaves changes to a lower layer undefined). Copy it first,
+        or create once and snapshot, if it may change.
+        """
         if self._closed:
             raise SandboxError("this sandbox provider is closed: create a new one")
         snap = self._resolve(source)
@@ -525,8 +560,7 @@ class BwrapSandboxProvider(SandboxProvider):
         snap = self._snapshots.pop(snapshot_id, None)
         if snap is None:
             return
-        for v in snap.volumes:
-            v.release()
+        layers.run_all([f for v in snap.volumes if (f := v.release())])
         if snap.copy_dir is not None:
             hostfs.remove_tree(snap.copy_dir)
 
@@ -545,4 +579,4 @@ class BwrapSandboxProvider(SandboxProvider):
         cleanup.unregister(self._cleanup_handle)
 
     async def close(self) -> None:
-        self._cleanup_sync()
+        await asyncio.to_thread(self._cleanup_sync)

@@ -12,6 +12,7 @@ written) plus a stack of frozen layers on top (overlay mode), or a full copy (co
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,21 +36,32 @@ class Volume:
         self.refs += 1
         return self
 
-    def release(self) -> None:
+    def release(self) -> Callable[[], None] | None:
+        """Drop a reference; returns the (slow) freeing work when it was the last, else None.
+
+        The caller decides where that work runs (a worker thread, so unmounting never blocks
+        the event loop, or inline at exit).
+        """
+        assert self.refs > 0, "volume released more often than acquired"
         self.refs -= 1
-        if self.refs == 0:
-            self.free()
+        return self.free if self.refs == 0 else None
 
     def free(self) -> None:
-        """Discard everything on the volume (idempotent)."""
+        """Discard everything on the volume. A lazy unmount of the tmpfs also detaches every
+        mount below it (the sandbox's overlay), so one syscall frees it all."""
         if self.mounted:
-            mounts.umount_all_under(self.path)
+            mounts.umount(self.path, detach=True)
             self.mounted = False
-        else:
-            mounts.umount_all_under(self.path)
-            hostfs.remove_tree(self.path)
-        if self.path.exists():
-            hostfs.remove_tree(self.path)
+        hostfs.remove_tree(self.path)
+
+
+def run_all(ops: list[Callable[[], None]]) -> None:
+    """Run cleanup steps in order; one failing step never stops the rest."""
+    for op in ops:
+        try:
+            op()
+        except Exception:
+            pass
 
 
 @dataclass(frozen=True)

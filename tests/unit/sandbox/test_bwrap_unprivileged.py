@@ -92,6 +92,20 @@ def report(tmp_path_factory):
     if os.geteuid() != 0 or not shutil.which("setpriv") or not Path(SYSTEM_PY).exists():
         pytest.skip("needs root (to drop to uid 65534), setpriv and /usr/bin/python3.11")
     site = next(p for p in sys.path if p.endswith("site-packages"))
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{SRC}:{site}", "HOME": "/nonexistent"}
+    drop = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", SYSTEM_PY, "-c"]
+    probe = subprocess.run(
+        [*drop, "from inhabit.sandbox.bwrap import bwrap_problem as p; print(p())"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if probe.returncode != 0 or probe.stdout.strip() != "None":
+        pytest.skip(
+            f"uid 65534 cannot import inhabit or run bwrap here: {(probe.stdout + probe.stderr)[-300:]}"
+        )
     secret_dir = Path("/dev/shm") / f"inhabit-secret-{secrets.token_hex(4)}"
     secret_dir.mkdir(mode=0o777)
     os.chmod(secret_dir, 0o777)
@@ -106,18 +120,13 @@ def report(tmp_path_factory):
     try:
         proc = subprocess.run(
             [
-                "setpriv",
-                "--reuid=65534",
-                "--regid=65534",
-                "--clear-groups",
-                SYSTEM_PY,
-                "-c",
+                *drop,
                 _SCRIPT,
                 str(secret_dir / "s.txt"),
                 str(listener.getsockname()[1]),
                 tag,
             ],
-            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{SRC}:{site}", "HOME": "/nonexistent"},
+            env=env,
             capture_output=True,
             text=True,
             timeout=120,

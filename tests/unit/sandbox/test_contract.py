@@ -142,3 +142,28 @@ async def test_info(provider, workspace):
         info = sb.info
         assert info.sandbox_id == sb.sandbox_id
         assert info.isolated == (info.backend != "process")
+
+
+async def test_deleted_and_recreated_directories_stay_deleted(provider, workspace):
+    # On overlay backends this exercises whiteouts and opaque directories, through snapshots.
+    async with await provider.create(workspace) as sb:
+        await sb.exec("rm -rf pkg && mkdir pkg && echo new > pkg/new.txt && rm calc.py")
+        expected = ["link_in", "pkg", "pkg/new.txt"]
+        assert [e.path for e in await sb.list_files()] == expected
+        snap = await sb.snapshot()
+        async with await provider.create(snap) as child:
+            assert [e.path for e in await child.list_files()] == expected
+            assert (await child.exec("ls -A pkg; test -e calc.py || echo gone")).stdout == "new.txt\ngone\n"
+            await child.write_file("calc.py", "back\n")
+            assert (await child.exec("cat calc.py")).stdout == "back\n"
+
+
+async def test_file_ops_racing_snapshots_all_land(provider, workspace):
+    async with await provider.create(workspace) as sb:
+        writes = [sb.write_file(f"c/{i}.txt", str(i)) for i in range(20)]
+        snaps = [sb.snapshot() for _ in range(3)]
+        results = await asyncio.gather(*writes[:10], *snaps, *writes[10:])
+        assert sorted(e.path for e in await sb.list_files("c")) == sorted(f"c/{i}.txt" for i in range(20))
+        for snap_id in results[10:13]:
+            async with await provider.create(snap_id) as child:
+                assert len(await child.list_files("c")) >= 10  # every write before it, at least
