@@ -102,6 +102,7 @@ class SandboxPool:
         self._leased: set[Sandbox] = set()
         self._waiters: deque[asyncio.Future[Sandbox]] = deque()  # borrowers waiting on a miss
         self._tasks: set[asyncio.Task[None]] = set()  # creations in flight (refill and leftovers)
+        self._closing: set[asyncio.Task[None]] = set()  # background closes: awaited, never cancelled
         self._wake = asyncio.Event()  # set when the refill loop should look again
         self._refill_task: asyncio.Task[None] | None = None
         self._filling = 0  # background creations in flight
@@ -149,6 +150,7 @@ class SandboxPool:
 
     async def _close_all(self, tasks: list[asyncio.Task[None]]) -> None:
         await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*self._closing, return_exceptions=True)
         doomed = list(self._idle) + list(self._leased)
         self._idle.clear()
         self._leased.clear()
@@ -239,7 +241,9 @@ class SandboxPool:
 
     def _keep_or_discard(self, sb: Sandbox) -> None:
         if self._closed or (len(self._idle) >= self.size and not self._waiters):
-            self._spawn(self._discard(sb))
+            task = asyncio.ensure_future(self._discard(sb))
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
         else:
             self._push_idle(sb)
 
