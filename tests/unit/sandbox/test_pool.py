@@ -233,3 +233,32 @@ async def test_closing_the_pool_fails_waiting_borrowers_cleanly(workspace):
         assert prov._sandboxes == {}
     finally:
         await prov.close()
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+async def test_random_borrowing_and_cancelling_leaks_nothing(workspace, seed):
+    import random
+
+    rng = random.Random(seed)
+    prov = CountingProvider(delay_s=0.01, limits=small_limits())
+    try:
+        pool = SandboxPool(prov, workspace, size=3, max_concurrent_creates=2, recycle=seed % 2 == 1)
+
+        async def borrow(hold_s: float) -> None:
+            async with pool.acquire() as sb:
+                with pytest.raises(FileNotFoundError):  # never handed out dirty
+                    await sb.read_file("mark.txt")
+                await sb.write_file("mark.txt", "dirty")
+                await asyncio.sleep(hold_s)
+
+        tasks = [asyncio.create_task(borrow(rng.uniform(0, 0.05))) for _ in range(40)]
+        for _ in range(15):
+            await asyncio.sleep(rng.uniform(0, 0.03))
+            rng.choice(tasks).cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await pool.close()  # refills may still be in flight
+        await wait_until(lambda: prov.in_flight == 0)
+        assert prov._sandboxes == {}
+        assert pool.stats.hits + pool.stats.misses <= 40
+    finally:
+        await prov.close()
