@@ -85,6 +85,9 @@ class EnvServerConfig(Config):
     max_upload_files: int = Field(50_000, ge=1, description="Cap on the entries of an uploaded tarball.")
     max_file_mb: float = Field(64, gt=0, description="Cap on one file written through the API.")
     max_sandboxes: int = Field(256, ge=1, description="Live sandboxes at once; more get 429.")
+    max_concurrent_uploads: int = Field(
+        4, ge=1, description="Uploads received and unpacked at once (each may use the caps above)."
+    )
     idle_ttl_s: float = Field(900, gt=0, description="Sandboxes unused this long are closed.")
     reap_interval_s: float = Field(10, gt=0, description="How often the idle reaper looks.")
     spool_dir: Path | None = Field(

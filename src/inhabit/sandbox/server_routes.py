@@ -20,6 +20,7 @@ from pathlib import Path
 from fastapi import APIRouter, FastAPI, Query, Request, Response
 
 from inhabit.errors import PathOutsideWorkspace, SandboxLimitExceeded
+from inhabit.sandbox.base import SandboxLimits
 from inhabit.sandbox.server import EnvServerConfig, check_workspace_path, parse_limits
 from inhabit.sandbox.server_registry import DirectoryNotFound, SandboxRegistry
 from inhabit.sandbox.server_upload import unpack_tarball
@@ -71,6 +72,8 @@ def _resolve_directory(config: EnvServerConfig, directory: str) -> Path:
 def add_routes(app: FastAPI, registry_of: Callable[[], SandboxRegistry], config: EnvServerConfig) -> None:
     """Attach every /v1 route to `app`; `registry_of()` returns the live registry."""
     r = APIRouter(prefix=API_PREFIX)
+    # Bounds the spool space (and CPU) that uploads in flight can take at once.
+    upload_slots = asyncio.Semaphore(config.max_concurrent_uploads)
 
     @r.get("/health")
     async def health() -> HealthOut:
@@ -102,6 +105,12 @@ def add_routes(app: FastAPI, registry_of: Callable[[], SandboxRegistry], config:
     async def create_from_upload(request: Request, limits: str | None = Query(None)) -> SandboxOut:
         reg = registry_of()
         parsed = parse_limits(limits)
+        async with upload_slots:
+            return await _receive_upload(request, reg, parsed)
+
+    async def _receive_upload(
+        request: Request, reg: SandboxRegistry, parsed: SandboxLimits | None
+    ) -> SandboxOut:
         workdir = Path(tempfile.mkdtemp(prefix="upload-", dir=reg.spool))
         try:
             archive = workdir / "upload.tar"
