@@ -31,7 +31,7 @@ import functools
 import io
 import os
 import tarfile
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -145,6 +145,42 @@ class _Http:
         await self.client.aclose()
 
 
+class _Order:
+    """Keeps a sandbox's calls in the order the program issued them, as a local backend does.
+
+    Concurrent HTTP requests may reach the server in any order, so without this a snapshot could
+    miss a write that was started before it. File ops and execs run concurrently; a snapshot
+    waits for every one started before it, a restore for the file ops (the server's restore
+    kills running commands, as a local one does); both hold later calls back until they are done.
+    """
+
+    def __init__(self) -> None:
+        self._lock = asyncio.Lock()
+        self._running = {"file": 0, "exec": 0}
+        self._idle = {"file": asyncio.Event(), "exec": asyncio.Event()}
+        for event in self._idle.values():
+            event.set()
+
+    @contextlib.asynccontextmanager
+    async def op(self, kind: str) -> AsyncIterator[None]:
+        async with self._lock:  # queue behind a snapshot/restore that was issued earlier
+            self._running[kind] += 1
+            self._idle[kind].clear()
+        try:
+            yield
+        finally:
+            self._running[kind] -= 1
+            if self._running[kind] == 0:
+                self._idle[kind].set()
+
+    @contextlib.asynccontextmanager
+    async def alone(self, *waits_for: str) -> AsyncIterator[None]:
+        async with self._lock:
+            for kind in waits_for:
+                await self._idle[kind].wait()
+            yield
+
+
 class RemoteSandbox(Sandbox):
     """A sandbox on an env server; every method is one HTTP request."""
 
@@ -163,6 +199,7 @@ class RemoteSandbox(Sandbox):
         self._exec_margin_s = exec_margin_s
         self._owner = owner
         self._closed = False
+        self._order = _Order()
         # A program that exits without closing still tells the server (else: the idle TTL).
         self._cleanup_handle = cleanup.register(functools.partial(http.delete_now, self._p()))
 
@@ -193,52 +230,63 @@ class RemoteSandbox(Sandbox):
             "cwd": cwd,
             "stdin_b64": base64.b64encode(stdin).decode() if stdin is not None else None,
         }
-        resp = await self._http.request(
-            "POST", self._p("/exec"), idempotent=False, json=body, timeout_s=effective + self._exec_margin_s
-        )
+        async with self._order.op("exec"):
+            resp = await self._http.request(
+                "POST",
+                self._p("/exec"),
+                idempotent=False,
+                json=body,
+                timeout_s=effective + self._exec_margin_s,
+            )
         out = ExecOut.model_validate(resp.json())
         return ExecResult(**out.model_dump())
 
     async def read_file(self, path: str) -> bytes:
-        resp = await self._http.request("GET", self._p("/files"), idempotent=True, params={"path": path})
+        async with self._order.op("file"):
+            resp = await self._http.request("GET", self._p("/files"), idempotent=True, params={"path": path})
         return resp.content
 
     async def write_file(self, path: str, data: bytes | str) -> None:
         content = data.encode() if isinstance(data, str) else bytes(data)
-        await self._http.request(
-            "PUT",
-            self._p("/files"),
-            idempotent=True,
-            params={"path": path},
-            content=content,
-            headers={"Content-Type": "application/octet-stream"},
-        )
+        async with self._order.op("file"):
+            await self._http.request(
+                "PUT",
+                self._p("/files"),
+                idempotent=True,
+                params={"path": path},
+                content=content,
+                headers={"Content-Type": "application/octet-stream"},
+            )
 
     async def delete_file(self, path: str) -> None:
-        await self._http.request("DELETE", self._p("/files"), idempotent=True, params={"path": path})
+        async with self._order.op("file"):
+            await self._http.request("DELETE", self._p("/files"), idempotent=True, params={"path": path})
 
     async def list_files(self, path: str = ".", *, recursive: bool = True) -> list[FileEntry]:
-        resp = await self._http.request(
-            "GET",
-            self._p("/list"),
-            idempotent=True,
-            params={"path": path, "recursive": str(recursive).lower()},
-        )
+        async with self._order.op("file"):
+            resp = await self._http.request(
+                "GET",
+                self._p("/list"),
+                idempotent=True,
+                params={"path": path, "recursive": str(recursive).lower()},
+            )
         return [FileEntry(path=e["path"], kind=e["kind"], size=e.get("size", 0)) for e in resp.json()]
 
     async def snapshot(self) -> str:
-        resp = await self._http.request("POST", self._p("/snapshot"), idempotent=False)
+        async with self._order.alone("file", "exec"):
+            resp = await self._http.request("POST", self._p("/snapshot"), idempotent=False)
         return str(resp.json()["snapshot_id"])
 
     async def restore(self, snapshot_id: str) -> None:
         limits = self._info.limits
-        await self._http.request(
-            "POST",
-            self._p("/restore"),
-            idempotent=True,
-            json={"snapshot_id": snapshot_id},
-            timeout_s=limits.default_timeout_s + self._exec_margin_s,
-        )
+        async with self._order.alone("file"):
+            await self._http.request(
+                "POST",
+                self._p("/restore"),
+                idempotent=True,
+                json={"snapshot_id": snapshot_id},
+                timeout_s=limits.default_timeout_s + self._exec_margin_s,
+            )
 
     async def close(self) -> None:
         if self._closed:
