@@ -111,7 +111,9 @@ class _Http:
             timeout=httpx.Timeout(timeout_s),
             # No cap on connections: a rollout may hold hundreds of long execs at once, and a
             # capped pool would make every other call wait behind them until it timed out.
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+            # Idle connections are dropped well before the server's keep-alive timeout (30 s in
+            # env-server), so a request never goes out on a connection the server is closing.
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64, keepalive_expiry=2.0),
         )
 
     def delete_now(self, path: str) -> None:

@@ -68,6 +68,9 @@ from inhabit.sandbox.server_wire import API_PREFIX
 log = get_logger(__name__)
 
 _MB = 1024 * 1024
+# Server-side keep-alive; the client (remote.py) drops idle connections much sooner, so it never
+# sends a request on a connection the server is just closing (which would fail a non-retried exec).
+KEEP_ALIVE_S = 30
 
 
 class EnvServerConfig(Config):
@@ -382,7 +385,13 @@ class BackgroundServer:
         self.url = f"http://127.0.0.1:{self.port}"
         app = create_app(provider_factory, self.config, token)
         self._server = uvicorn.Server(
-            uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
+            uvicorn.Config(
+                app,
+                log_level="warning",
+                lifespan="on",
+                timeout_graceful_shutdown=5,
+                timeout_keep_alive=KEEP_ALIVE_S,
+            )
         )
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True
