@@ -325,7 +325,10 @@ def create_app(provider_factory: ProviderFactory, config: EnvServerConfig, token
         async def reaper() -> None:
             while True:
                 await asyncio.sleep(config.reap_interval_s)
-                await registry.reap()
+                try:
+                    await registry.reap()
+                except Exception:  # one failed sweep must not stop reaping for good
+                    log.exception("env-server: idle reaping failed; retrying next interval")
 
         reap_task = asyncio.create_task(reaper(), name="env-server-reaper")
         log.info("env-server: serving backend %s", config.backend)
@@ -365,8 +368,11 @@ def parse_limits(raw: str | None) -> SandboxLimits | None:
 class BackgroundServer:
     """A real env server on 127.0.0.1 in a background thread (tests, notebooks, one-box runs).
 
-    with BackgroundServer(lambda: ProcessProvider(), token="secret-token") as srv:
+    with BackgroundServer(ProcessSandboxProvider, token="secret-token") as srv:
         provider = RemoteSandboxProvider(srv.url, "secret-token")
+
+    Server and client then share one process (and its GIL): fine for tests, but deploy
+    `inhabit env-server` as its own process.
     """
 
     def __init__(
