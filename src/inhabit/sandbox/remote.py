@@ -7,9 +7,9 @@ the harness or the grader use remote sandboxes without knowing it:
     async with await provider.create("task/workspace") as sb:   # local dir: uploaded as tar.gz
         print((await sb.exec("pytest -q")).stdout)
 
-`create(source)` reads `source` as: a local directory (packed and uploaded, bounded by the
-server's upload cap, which is checked before sending), `"server:<dir>"` (a directory under the
-server's `--root`), or else a snapshot id that this server returned. Every call has a timeout
+`create(source)` reads `source` as: `"server:<dir>"` (a directory under the server's `--root`),
+a local directory (any `Path`, or a string with a '/': packed and uploaded, bounded by the
+server's upload cap, which is checked before sending), or else a snapshot id this server returned. Every call has a timeout
 (exec's is its own `timeout_s` plus a margin); HTTP errors come back as the typed errors of
 `inhabit.errors` and the OS errors a local sandbox raises (404 -> SandboxNotFound or
 FileNotFoundError, 400 -> PathOutsideWorkspace, IsADirectoryError or
@@ -361,8 +361,8 @@ class RemoteSandboxProvider(SandboxProvider):
         text = str(source)
         if text.startswith(SERVER_DIR_PREFIX):
             return await self._create_json({"directory": text[len(SERVER_DIR_PREFIX) :]}, limits)
-        if isinstance(source, Path) or Path(text).is_dir():
-            return await self._upload(Path(source), limits)
+        if isinstance(source, Path) or Path(text).is_dir() or "/" in text:
+            return await self._upload(Path(source), limits)  # a path (snapshot ids have no '/')
         return await self._create_json({"snapshot_id": text}, limits)
 
     async def _create_json(self, body: dict[str, Any], limits: SandboxLimits | None) -> RemoteSandbox:
@@ -372,7 +372,10 @@ class RemoteSandboxProvider(SandboxProvider):
 
     async def _upload(self, directory: Path, limits: SandboxLimits | None) -> RemoteSandbox:
         if not directory.is_dir():
-            raise SandboxError(f"{directory} is not a directory; give a workspace directory or a snapshot id")
+            raise SandboxError(
+                f"{directory} is not a local directory; give a workspace directory, "
+                "'server:<dir>' for one under the server's --root, or a snapshot id"
+            )
         cap = (self._health or await self.health()).max_upload_bytes
         data = await asyncio.to_thread(pack_directory, directory, cap)
         if len(data) > cap:

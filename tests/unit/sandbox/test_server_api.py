@@ -191,6 +191,11 @@ async def test_unknown_sandbox_is_404(client, raw, workspace):
     await assert_healthy(raw, sb)
 
 
+async def test_a_missing_local_directory_is_named_as_such(client, tmp_path):
+    with pytest.raises(SandboxError, match="not a local directory"):
+        await client.create(str(tmp_path / "typo"))
+
+
 async def test_unknown_snapshot_is_404(client, raw, workspace):
     sb = await client.create(workspace)
     for bad in ("snap_0000", "/etc", str(workspace)):
