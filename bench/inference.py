@@ -154,7 +154,7 @@ async def main() -> None:
     model = build_tiny_model(args.preset, vocab_size=len(tok), seed=0)
     prompts = _prompts(tok, 64)
     console.print(
-        f"model {args.preset} ({count_parameters(model)}), {torch.get_num_threads()} threads, "
+        f"model {args.preset} ({count_parameters(model)}), {args.threads} torch threads, "
         f"{args.tokens} new tokens per request"
     )
 

@@ -28,7 +28,7 @@ def test_inhabit_serve_answers_and_stops(moe_folder):
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         url = f"http://127.0.0.1:{port}"
-        for _ in range(240):
+        for _ in range(720):  # up to 3 minutes: the machine may be busy
             try:
                 if httpx.get(url + "/health", timeout=1).status_code == 200:
                     break
