@@ -32,6 +32,7 @@ COMMAND_MODULES = (
     "inhabit.models.cli",
     "inhabit.inference.cli",
     "inhabit.weights.cli",
+    "inhabit.evaluation.cli",
     "inhabit.orchestrator.cli",
 )
 

@@ -27,19 +27,20 @@ grading machinery itself (a sandbox that cannot be created) is data: status "err
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from inhabit.config import Config
 from inhabit.errors import GradingError, InhabitError
 from inhabit.log import get_logger
 from inhabit.rewards import hacks
-from inhabit.rewards.infra import is_test_path, pytest_section, root_pytest_config
+from inhabit.rewards.infra import PYTEST_CONFIG_NAMES, is_test_path, pytest_section, root_pytest_config
 from inhabit.sandbox.base import Sandbox, SandboxLimits, SandboxProvider
 from inhabit.tasks.task import Task, node_id_file
 from inhabit.tasks.testrun import TestRunResult, run_tests
@@ -68,6 +69,15 @@ class GradingConfig(Config):
         description="Flags that force reward 0 even when the required tests passed.",
     )
     scan_code: bool = Field(True, description="Scan the agent's changed non-test code for hack patterns.")
+
+    @field_validator("fatal_flags")
+    @classmethod
+    def _known_flags(cls, value: list[str]) -> list[str]:
+        unknown = sorted(set(value) - set(hacks.ALL_FLAGS))
+        if unknown:
+            raise ValueError(f"unknown flag(s) {unknown}; the flags are listed in inhabit.rewards.hacks")
+        return value
+
     limits: SandboxLimits | None = Field(
         None, description="Limits of the grading sandbox (provider default)."
     )
@@ -102,9 +112,15 @@ class _HostFiles(Mapping[str, bytes]):
         if key not in self._cache:
             if self._top is None or key not in self._set:
                 raise KeyError(key)
-            p = self._top / key
-            self._cache[key] = os.readlink(p).encode() if p.is_symlink() else p.read_bytes()
+            # A symlink reads as its target's bytes (load_task keeps targets inside workspace/).
+            self._cache[key] = (self._top / key).read_bytes()
         return self._cache[key]
+
+    def links(self) -> dict[str, str]:
+        """Symlinks among the files: path -> link text."""
+        if self._top is None:
+            return {}
+        return {p: os.readlink(self._top / p) for p in self._paths if (self._top / p).is_symlink()}
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._paths)
@@ -116,33 +132,45 @@ class _HostFiles(Mapping[str, bytes]):
         return key in self._set
 
 
-async def _fresh_copy(final: Sandbox, provider: SandboxProvider, limits: SandboxLimits | None) -> Sandbox:
+async def _fresh_copy(
+    final: Sandbox, provider: SandboxProvider, limits: SandboxLimits | None, scratch: list[str]
+) -> Sandbox:
+    """A new sandbox holding `final`'s workspace. A host copy made for the fallback is appended to
+    `scratch`; it must outlive the sandbox (a copy-on-write backend layers over it, not copies it)."""
     try:
         snapshot_id = await final.snapshot()
         return await provider.create(snapshot_id, limits=limits)
     except InhabitError as e:
         log.info("grading: snapshot route failed (%s); copying files instead", e)
-    with tempfile.TemporaryDirectory(prefix="inhabit-grade-") as tmp:
-        for entry in await final.list_files(".", recursive=True):
-            if entry.kind != "file":
-                continue
-            dst = Path(tmp) / entry.path
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            dst.write_bytes(await final.read_file(entry.path))
-        return await provider.create(tmp, limits=limits)
+    tmp = tempfile.mkdtemp(prefix="inhabit-grade-")
+    scratch.append(tmp)
+    for entry in await final.list_files(".", recursive=True):
+        if entry.kind != "file":
+            continue
+        dst = Path(tmp) / entry.path
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        dst.write_bytes(await final.read_file(entry.path))
+    return await provider.create(tmp, limits=limits)
 
 
 def _config_args(original: Mapping[str, bytes], hidden: Mapping[str, bytes]) -> tuple[list[str], bool]:
-    """Pin pytest's configuration to the task's own: (-c args, whether to use the empty ini)."""
-    roots = {p: (hidden[p] if p in hidden else original[p]) for p in (*original, *hidden) if "/" not in p}
-    name = root_pytest_config({p: roots[p] for p in roots if p.endswith((".ini", ".toml", ".cfg"))})
+    """Pin pytest's configuration to the task's own: (-c args, whether to use the empty ini).
+
+    A configuration in a subdirectory (nearer the tests than the root) is found by pytest's own
+    discovery among the restored files; else the root's is pinned with -c; else an empty ini
+    outside the workspace stands in, so nothing the agent adds can be discovered."""
+    merged = {**{p: original[p] for p in original if _maybe_config(p)}, **hidden}
+    configs = [p for p in merged if _maybe_config(p) and pytest_section(p, merged[p]) is not None]
+    if any("/" in p for p in configs):
+        return [], False
+    name = root_pytest_config({p: merged[p] for p in configs})
     if name:
         return ["-c", name], False
-    for files in (original, hidden):
-        for p in files:
-            if p.endswith((".ini", ".toml", ".cfg")) and pytest_section(p, files[p]) is not None:
-                return [], False  # configuration in a subdirectory: let pytest find it
     return [], True
+
+
+def _maybe_config(path: str) -> bool:
+    return path.rsplit("/", 1)[-1] in PYTEST_CONFIG_NAMES
 
 
 def _required_outcomes(run: TestRunResult, required: tuple[str, ...]) -> tuple[dict[str, str], list[str]]:
@@ -187,12 +215,15 @@ async def grade(
         raise GradingError(f"task {task.id} has no [grading] table in task.toml: add command and test ids")
     config = config or GradingConfig()
     spec = task.grading
-    original = _HostFiles(task.workspace_dir, task.workspace_files())
+    # Symlinked directories are not files: they only matter to neutralize's symlink check.
+    files = [p for p in task.workspace_files() if not (task.workspace_dir / p).is_dir()]
+    original = _HostFiles(task.workspace_dir, files)
     hidden = {p: (task.hidden_dir / p).read_bytes() for p in task.hidden_files()} if task.hidden_dir else {}
 
     fresh: Sandbox | None = None
+    scratch: list[str] = []
     try:
-        fresh = await _fresh_copy(final_sandbox, provider, config.limits)
+        fresh = await _fresh_copy(final_sandbox, provider, config.limits, scratch)
         neut = await hacks.neutralize(
             fresh,
             original,
@@ -200,6 +231,7 @@ async def grade(
             test_files=spec.test_files,
             test_dirs=config.test_dirs,
             file_globs=config.test_file_globs,
+            original_links=original.links(),
         )
         for path, data in hidden.items():
             await fresh.delete_file(path)
@@ -228,6 +260,8 @@ async def grade(
     finally:
         if fresh is not None:
             await fresh.close()
+        for tmp in scratch:
+            shutil.rmtree(tmp, ignore_errors=True)
 
     outcomes, run_flags = _required_outcomes(run, spec.required_tests)
     if rewritten:
@@ -253,6 +287,10 @@ async def grade(
         "changed_during_run": rewritten,
         "collection_errors": run.collection_errors,
         "messages": {n: run.messages[n] for n in outcomes if n in run.messages},
+        # A shaped signal for reward configs that want one; the reward itself stays all-or-nothing.
+        "fraction_passed": (sum(o == "passed" for o in outcomes.values()) / len(outcomes))
+        if outcomes and not fatal
+        else 0.0,
     }
     if run.integrity != "ok":
         details["output_tail"] = run.output_tail

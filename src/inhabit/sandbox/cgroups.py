@@ -8,7 +8,8 @@ Two hierarchies are supported:
   memory, pids and cpu hierarchies; kill-all reads `cgroup.procs` and SIGKILLs until empty
   (the pids limit bounds how many there can be, so this ends).
 
-Groups nest under the cgroup this process already belongs to (so a supervisor's accounting
+The v2 path could not be exercised on the dev machines (their v2 hierarchy has no controllers);
+the v1 path is what the tests there run. Groups nest under the cgroup this process belongs to (so a supervisor's accounting
 still holds) in `inhabit-<pid>/`, and are removed on close; a later run sweeps groups whose
 owning pid is dead. If neither works, `detect()` returns None and the backend falls back to
 rlimits (documented in `inhabit.sandbox.bwrap`).
@@ -110,11 +111,6 @@ class CgroupManager:
             raise
         return groups
 
-    @staticmethod
-    def open_procs(groups: list[Path]) -> list[int]:
-        """Open each group's cgroup.procs for writing (the child writes "0" to join, pre-exec)."""
-        return [os.open(g / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC) for g in groups]
-
     def kill(self, groups: list[Path]) -> None:
         """SIGKILL every process in the groups and wait (bounded) until they are gone."""
         if not groups:
@@ -177,25 +173,38 @@ def _sweep_stale(parent: Path) -> None:
                     d.rmdir()
 
 
+def _try_v2(parent: Path, name: str) -> CgroupManager | None:
+    base = parent / name
+    try:
+        ctrls = (parent / "cgroup.controllers").read_text().split()
+        if not {"memory", "pids"} <= set(ctrls):
+            return None
+        _sweep_stale(parent)
+        wanted = " ".join(f"+{c}" for c in ("memory", "pids", "cpu") if c in ctrls)
+        with contextlib.suppress(OSError):  # enabled already, or refused: base's write tells
+            _write(parent / "cgroup.subtree_control", wanted)
+        base.mkdir(exist_ok=True)
+        _write(base / "cgroup.subtree_control", wanted)
+        return CgroupManager(2, {"unified": base})
+    except OSError:
+        with contextlib.suppress(OSError):
+            base.rmdir()
+        return None
+
+
 def detect() -> CgroupManager | None:
     """A manager for the best cgroup setup this process can use, or None (then: rlimits)."""
     if os.geteuid() != 0 and not os.environ.get("INHABIT_CGROUP_TRY"):
         return None
     name = f"inhabit-{os.getpid()}"
-    # v2 first: the modern interface, where it has the controllers we need.
+    # v2 first: the modern interface, where it has the controllers we need. Under our own
+    # group when it delegates them; else (as root) under the hierarchy's root, which the
+    # no-internal-processes rule does not bind.
     unified = ROOT if (ROOT / "cgroup.controllers").exists() else ROOT / "unified"
-    try:
-        parent = unified / _own_path(None).lstrip("/")
-        ctrls = (parent / "cgroup.controllers").read_text().split()
-        if {"memory", "pids"} <= set(ctrls):
-            _sweep_stale(parent)
-            base = parent / name
-            base.mkdir(exist_ok=True)
-            wanted = [c for c in ("memory", "pids", "cpu") if c in ctrls]
-            _write(base / "cgroup.subtree_control", " ".join(f"+{c}" for c in wanted))
-            return CgroupManager(2, {"unified": base})
-    except OSError:
-        pass
+    for parent in dict.fromkeys([unified / _own_path(None).lstrip("/"), unified]):
+        manager = _try_v2(parent, name)
+        if manager is not None:
+            return manager
     bases: dict[str, Path] = {}
     try:
         for ctrl in _V1_CONTROLLERS:

@@ -12,6 +12,8 @@ written) plus a stack of frozen layers on top (overlay mode), or a full copy (co
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,35 +23,48 @@ from inhabit.sandbox import hostfs, mounts
 class Volume:
     """A sandbox's scratch space; freed when the last reference is released."""
 
-    def __init__(self, path: Path, size_bytes: int | None):
+    def __init__(self, path: Path, size_bytes: int | None, owner: tuple[int, int] | None = None):
         self.path = path
         self.refs = 1
         self.mounted = False
         path.mkdir(parents=True)
         if size_bytes is not None:
-            mounts.mount_tmpfs(path, size_bytes, mode=0o700)
+            mounts.mount_tmpfs(path, size_bytes, mode=0o700, owner=owner)
             self.mounted = True
+        elif owner is not None:
+            os.chown(path, *owner)
 
     def acquire(self) -> Volume:
         assert self.refs > 0, "volume already freed"
         self.refs += 1
         return self
 
-    def release(self) -> None:
+    def release(self) -> Callable[[], None] | None:
+        """Drop a reference; returns the (slow) freeing work when it was the last, else None.
+
+        The caller decides where that work runs (a worker thread, so unmounting never blocks
+        the event loop, or inline at exit).
+        """
+        assert self.refs > 0, "volume released more often than acquired"
         self.refs -= 1
-        if self.refs == 0:
-            self.free()
+        return self.free if self.refs == 0 else None
 
     def free(self) -> None:
-        """Discard everything on the volume (idempotent)."""
+        """Discard everything on the volume. A lazy unmount of the tmpfs also detaches every
+        mount below it (the sandbox's overlay), so one syscall frees it all."""
         if self.mounted:
-            mounts.umount_all_under(self.path)
+            mounts.umount(self.path, detach=True)
             self.mounted = False
-        else:
-            mounts.umount_all_under(self.path)
-            hostfs.remove_tree(self.path)
-        if self.path.exists():
-            hostfs.remove_tree(self.path)
+        hostfs.remove_tree(self.path)
+
+
+def run_all(ops: list[Callable[[], None]]) -> None:
+    """Run cleanup steps in order; one failing step never stops the rest."""
+    for op in ops:
+        try:
+            op()
+        except Exception:
+            pass
 
 
 @dataclass(frozen=True)

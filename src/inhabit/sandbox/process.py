@@ -34,6 +34,7 @@ from inhabit.errors import SandboxError, SandboxNotFound
 from inhabit.log import get_logger
 from inhabit.sandbox import cleanup, hostfs, paths
 from inhabit.sandbox.base import ExecResult, FileEntry, Sandbox, SandboxInfo, SandboxLimits, SandboxProvider
+from inhabit.sandbox.gate import Gate
 from inhabit.sandbox.runner import kill_group, run_capped
 
 log = get_logger(__name__)
@@ -55,7 +56,7 @@ def _rlimit_preexec(limits: SandboxLimits):  # type: ignore[no-untyped-def]
             (resource.RLIMIT_CORE, 0),
         ):
             with contextlib.suppress(ValueError, OSError):
-                resource.setrlimit(what, (value, value))
+                resource.setrlimit(what, (value, value + 1 if what == resource.RLIMIT_CPU else value))
 
     return apply
 
@@ -89,6 +90,7 @@ class ProcessSandbox(Sandbox):
         self._limits = limits
         self._pgids: set[int] = set()
         self._closed = False
+        self._gate = Gate()  # snapshot/restore copy the tree alone
         self._cleanup_handle = cleanup.register(self._cleanup_sync)
 
     @property
@@ -125,6 +127,12 @@ class ProcessSandbox(Sandbox):
             **(env or {}),
             _MARKER: self.sandbox_id,
         }
+        async with self._gate.shared(self._check_open):
+            return await self._run(argv, full_env, host_cwd, timeout, stdin)
+
+    async def _run(
+        self, argv: list[str], full_env: dict[str, str], host_cwd: Path, timeout: float, stdin: bytes | None
+    ) -> ExecResult:
         return await run_capped(
             argv,
             env=full_env,
@@ -142,30 +150,33 @@ class ProcessSandbox(Sandbox):
         self._pgids.discard(pgid)
 
     async def read_file(self, path: str) -> bytes:
-        self._check_open()
-        return await asyncio.to_thread(hostfs.read_file, self.workspace, path)
+        async with self._gate.shared(self._check_open, kind="file"):
+            return await asyncio.to_thread(hostfs.read_file, self.workspace, path)
 
     async def write_file(self, path: str, data: bytes | str) -> None:
-        self._check_open()
-        await asyncio.to_thread(hostfs.write_file, self.workspace, path, data)
+        async with self._gate.shared(self._check_open, kind="file"):
+            await asyncio.to_thread(hostfs.write_file, self.workspace, path, data)
 
     async def delete_file(self, path: str) -> None:
-        self._check_open()
-        await asyncio.to_thread(hostfs.delete, self.workspace, path)
+        async with self._gate.shared(self._check_open, kind="file"):
+            await asyncio.to_thread(hostfs.delete, self.workspace, path)
 
     async def list_files(self, path: str = ".", *, recursive: bool = True) -> list[FileEntry]:
-        self._check_open()
-        return await asyncio.to_thread(hostfs.list_files, self.workspace, path, recursive)
+        async with self._gate.shared(self._check_open, kind="file"):
+            return await asyncio.to_thread(hostfs.list_files, self.workspace, path, recursive)
 
     async def snapshot(self) -> str:
         self._check_open()
-        return await asyncio.to_thread(self._provider._store_snapshot, self.workspace)
+        async with self._gate.exclusive():
+            self._check_open()
+            return await asyncio.to_thread(self._provider._store_snapshot, self.workspace)
 
     async def restore(self, snapshot_id: str) -> None:
         self._check_open()
         src = self._provider._snapshot_path(snapshot_id)
-        self._kill_processes()
-        await asyncio.to_thread(self._replace_workspace, src)
+        async with self._gate.exclusive(before_wait=self._kill_processes):
+            self._check_open()
+            await asyncio.to_thread(self._replace_workspace, src)
 
     def _replace_workspace(self, src: Path) -> None:
         hostfs.remove_tree(self.workspace)
@@ -187,7 +198,13 @@ class ProcessSandbox(Sandbox):
         self._provider._forget(self)
 
     async def close(self) -> None:
-        self._cleanup_sync()
+        if self._closed:
+            return
+        self._kill_processes()
+        try:
+            await self._gate.settle(timeout=10)  # let a snapshot copy in progress finish
+        finally:
+            self._cleanup_sync()
 
 
 class ProcessSandboxProvider(SandboxProvider):

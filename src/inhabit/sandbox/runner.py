@@ -1,7 +1,9 @@
 """Run one child process with a wall-clock limit and capped, streamed output (shared by backends).
 
-Output is read in chunks while the child runs; bytes past the cap are read and dropped (so the
-child never blocks on a full pipe and a flood never sits in memory whole). The child starts in
+Output is read in chunks while the child runs (an asyncio subprocess protocol, no stream
+buffers); bytes past the cap are read and dropped (so the child never blocks on a full pipe and a
+flood never sits in memory whole). The exit is awaited on its own, not together with the pipes,
+so a background child holding stdout open cannot stall the call past its timeout. The child starts in
 its own session/process group; on timeout, cancellation or any error the whole group gets
 SIGKILL, and the backend's `kill` hook (cgroup kill for bwrap) runs too.
 
@@ -15,6 +17,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -22,34 +25,39 @@ from typing import Any
 from inhabit.errors import SandboxError
 from inhabit.sandbox.base import ExecResult
 
-_CHUNK = 64 * 1024
 
+class _Capture(asyncio.SubprocessProtocol):
+    """Collects a child's stdout/stderr up to a cap each, dropping (but draining) the rest."""
 
-class _CappedReader:
-    def __init__(self, stream: asyncio.StreamReader, cap: int) -> None:
-        self.stream = stream
+    def __init__(self, cap: int) -> None:
         self.cap = cap
-        self.chunks: list[bytes] = []
-        self.size = 0
-        self.truncated = False
+        self.chunks: dict[int, list[bytes]] = {1: [], 2: []}
+        self.size = {1: 0, 2: 0}
+        self.truncated = {1: False, 2: False}
+        loop = asyncio.get_running_loop()
+        self.exited = loop.create_future()
+        self.pipes_closed = {1: loop.create_future(), 2: loop.create_future()}
 
-    async def run(self) -> None:
-        while True:
-            chunk = await self.stream.read(_CHUNK)
-            if not chunk:
-                return
-            room = self.cap - self.size
-            if room <= 0:
-                self.truncated = True
-                continue
-            if len(chunk) > room:
-                chunk = chunk[:room]
-                self.truncated = True
-            self.chunks.append(chunk)
-            self.size += len(chunk)
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        room = self.cap - self.size[fd]
+        if len(data) > room:
+            data = data[: max(room, 0)]
+            self.truncated[fd] = True
+        if data:
+            self.chunks[fd].append(data)
+            self.size[fd] += len(data)
 
-    def text(self) -> str:
-        return b"".join(self.chunks).decode("utf-8", errors="replace")
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        fut = self.pipes_closed.get(fd)
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
+    def process_exited(self) -> None:
+        if not self.exited.done():
+            self.exited.set_result(None)
+
+    def text(self, fd: int) -> str:
+        return b"".join(self.chunks[fd]).decode("utf-8", errors="replace")
 
 
 def kill_group(pid: int) -> None:
@@ -77,69 +85,77 @@ async def run_capped(
     `on_start(pid)` runs right after spawning; `after_exit(pid)` runs once the main process has
     exited (backends use it to kill stragglers so that pipes reach EOF).
     """
+    loop = asyncio.get_running_loop()
     start = time.perf_counter()
-    try:
-        proc = await asyncio.create_subprocess_exec(
+    spawn = asyncio.ensure_future(
+        loop.subprocess_exec(
+            lambda: _Capture(output_bytes),
             *argv,
-            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             env=dict(env),
             cwd=cwd,
             preexec_fn=preexec_fn,
             pass_fds=tuple(pass_fds),
             start_new_session=True,
         )
+    )
+    try:
+        # Shielded: a cancellation during the spawn must still find the child to kill it.
+        transport, cap = await asyncio.shield(spawn)
+    except asyncio.CancelledError:
+        with contextlib.suppress(BaseException):
+            transport, _ = await asyncio.wait_for(spawn, 10)
+            kill_group(transport.get_pid())
+            if kill is not None:
+                kill()
+            transport.close()
+        raise
     except OSError as e:
         raise SandboxError(f"could not start {argv[0]!r}: {e}") from e
+    pid = transport.get_pid()
     if on_start is not None:
-        on_start(proc.pid)
-    assert proc.stdout is not None and proc.stderr is not None
-    out = _CappedReader(proc.stdout, output_bytes)
-    err = _CappedReader(proc.stderr, output_bytes)
-    readers = [asyncio.ensure_future(out.run()), asyncio.ensure_future(err.run())]
+        on_start(pid)
     timed_out = False
 
     def _kill_all() -> None:
-        kill_group(proc.pid)
+        kill_group(pid)
         if kill is not None:
             kill()
 
     try:
-        if stdin is not None and proc.stdin is not None:
-            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                proc.stdin.write(stdin)
-                await proc.stdin.drain()
-            proc.stdin.close()
+        if stdin is not None:
+            w = transport.get_pipe_transport(0)
+            if w is not None:
+                with contextlib.suppress(OSError, RuntimeError):
+                    w.write(stdin)
+                    w.close()
         try:
-            await asyncio.wait_for(proc.wait(), timeout=timeout_s)
+            await asyncio.wait_for(asyncio.shield(cap.exited), timeout=timeout_s)
         except TimeoutError:
             timed_out = True
             _kill_all()
-            await proc.wait()
+            await asyncio.wait_for(asyncio.shield(cap.exited), timeout=10)
         # Background children of the command may still hold the pipes open.
         if after_exit is not None:
-            after_exit(proc.pid)
+            after_exit(pid)
         else:
-            kill_group(proc.pid)
-        _, pending = await asyncio.wait(readers, timeout=2.0)
-        for task in pending:
-            task.cancel()
+            kill_group(pid)
+        await asyncio.wait([*cap.pipes_closed.values()], timeout=2.0)
     except BaseException:
         # Cancellation or an error: nothing the command started may outlive this call.
         _kill_all()
-        for task in readers:
-            task.cancel()
-        with contextlib.suppress(BaseException):
-            await asyncio.shield(proc.wait())
+        transport.close()
         raise
-    code = proc.returncode if proc.returncode is not None else -signal.SIGKILL
+    code = transport.get_returncode()
+    transport.close()
     return ExecResult(
-        exit_code=code,
-        stdout=out.text(),
-        stderr=err.text(),
+        exit_code=code if code is not None else -signal.SIGKILL,
+        stdout=cap.text(1),
+        stderr=cap.text(2),
         duration_s=time.perf_counter() - start,
         timed_out=timed_out,
-        stdout_truncated=out.truncated,
-        stderr_truncated=err.truncated,
+        stdout_truncated=cap.truncated[1],
+        stderr_truncated=cap.truncated[2],
     )

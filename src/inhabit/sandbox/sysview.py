@@ -9,8 +9,10 @@ generated passwd/group/hosts/hostname files naming the sandbox user (uid 1000, "
 
 Deliberately absent: the host's home directories, /root (except the interpreter prefix bound at
 its own path), /tmp, /var, /run (no unix sockets of host daemons can be reached), /work, /srv,
-/mnt, /media, /sys, other sandboxes' scratch, /etc/shadow and the rest of /etc. /proc is a fresh
-procfs of the sandbox's pid namespace; /dev is a minimal devtmpfs (null, zero, random, tty...).
+/mnt, /media, /sys, other sandboxes' scratch, /etc/shadow and the rest of /etc. /proc is a fresh,
+read-only procfs of the sandbox's pid namespace; /dev is a minimal tmpfs (null, zero, random...).
+Python roots the sandbox's host uid cannot reach at their own path (a pyenv under /root) are
+bound from a read-only bind the provider makes under its scratch dir.
 
 What this does NOT hide: anything inside the bound trees (e.g. every file under /usr and the
 venv is readable, which is what makes them useful) and the kernel itself (uname, /proc/cpuinfo).
@@ -19,6 +21,7 @@ venv is readable, which is what makes them useful) and the kernel itself (uname,
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -53,9 +56,20 @@ def python_roots() -> list[Path]:
     return roots
 
 
-def write_etc(dest: Path) -> dict[str, Path]:
-    """Write the generated /etc files under `dest`; returns name -> host path."""
+def write_etc(dest: Path) -> Path:
+    """Build the sandbox's whole /etc in `dest`: copies of the few host files, plus generated ones.
+
+    One directory bound once is cheaper per exec than a bind per file (each is a mount).
+    """
     dest.mkdir(parents=True, exist_ok=True)
+    for name in _ETC_FILES:
+        host = Path("/etc") / name
+        if host.is_symlink():
+            (dest / name).symlink_to(os.readlink(host))
+        elif host.is_dir():
+            shutil.copytree(host, dest / name, symlinks=True)
+        elif host.is_file():
+            shutil.copy2(host, dest / name)
     files = {
         "passwd": f"root:x:0:0:root:/root:/bin/sh\n{SANDBOX_USER}:x:{SANDBOX_UID}:{SANDBOX_GID}:"
         f"{SANDBOX_USER}:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
@@ -63,17 +77,21 @@ def write_etc(dest: Path) -> dict[str, Path]:
         "hosts": f"127.0.0.1 localhost {HOSTNAME}\n::1 localhost\n",
         "hostname": f"{HOSTNAME}\n",
     }
-    out = {}
     for name, text in files.items():
         p = dest / name
         p.write_text(text)
         p.chmod(0o644)
-        out[name] = p
-    return out
+    dest.chmod(0o755)
+    return dest
 
 
-def bwrap_args(etc_dir: Path, extra_ro: list[Path] | None = None) -> list[str]:
-    """bwrap arguments for the read-only system view (everything but workspace, /tmp, /proc, /dev)."""
+def bwrap_args(etc_dir: Path, sources: dict[Path, Path] | None = None) -> list[str]:
+    """bwrap arguments for the read-only system view (everything but workspace, /tmp, /proc, /dev).
+
+    `sources` maps a Python root to the host path to bind it from (a read-only bind the provider
+    made where the sandbox's host uid can reach it, e.g. for a prefix under /root).
+    """
+    sources = sources or {}
     args = ["--ro-bind", "/usr", "/usr"]
     for name in _TOP_LINKS_OR_DIRS:
         host = Path("/") / name
@@ -81,14 +99,9 @@ def bwrap_args(etc_dir: Path, extra_ro: list[Path] | None = None) -> list[str]:
             args += ["--symlink", os.readlink(host), f"/{name}"]
         elif host.is_dir():
             args += ["--ro-bind", str(host), f"/{name}"]
-    for name in _ETC_FILES:
-        host = Path("/etc") / name
-        if host.exists():
-            args += ["--ro-bind", str(host), f"/etc/{name}"]
-    for name, path in write_etc(etc_dir).items():
-        args += ["--ro-bind", str(path), f"/etc/{name}"]
-    for root in [*python_roots(), *(extra_ro or [])]:
-        args += ["--ro-bind", str(root), str(root)]
+    args += ["--ro-bind", str(write_etc(etc_dir)), "/etc"]
+    for root in python_roots():
+        args += ["--ro-bind", str(sources.get(root, root)), str(root)]
     return args
 
 

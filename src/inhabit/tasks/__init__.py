@@ -1,1 +1,7 @@
-"""inhabit.tasks: see ../shared/DESIGN.md, section "The parts and how data flows"."""
+"""inhabit.tasks: task directories (DESIGN.md, "Task directory (format 1)") and running their tests.
+
+- `task`: `load_task(path) -> Task`, `GradingSpec`, `TaskFormatError`
+- `testrun`: `run_tests(sandbox, command, ...) -> TestRunResult` (sealed JUnit XML, per-test outcomes)
+- `junit`: JUnit XML -> pytest node ids; `seal_plugin`: the pytest plugin copied into sandboxes
+- `check`: `check_task` behind `inhabit task check`; `build`: write task directories from Python
+"""

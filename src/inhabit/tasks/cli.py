@@ -20,8 +20,12 @@ def check(
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object instead of a report."),
     backend: str = typer.Option("auto", "--backend", help="Sandbox backend: auto, bwrap or process."),
 ) -> None:
-    """Validate a task: its format, that fail_to_pass tests fail before and pass with
-    reference.patch (when present), and that pass_to_pass tests pass. Exit code 1 when invalid."""
+    """Validate a task directory; exit code 1 when it is invalid.
+
+    Checks the format, that fail_to_pass tests fail before the fix and pass with reference.patch
+    (when present), that pass_to_pass tests pass, and that grading raises no flag."""
+    if backend not in ("auto", "bwrap", "process"):
+        raise typer.BadParameter("choose auto, bwrap or process", param_hint="--backend")
     import asyncio
     import json
 

@@ -4,14 +4,17 @@ This file is copied into the sandbox's private /tmp and imported by pytest there
 nothing but the standard library and pytest. It is never imported by inhabit itself.
 
 What it does:
-  * Reads one JSON line from stdin at import time (before any conftest or test module is
-    imported): the JUnit XML path, the seal path and a random key. So the report path appears in
-    neither argv nor the environment, and the key is nowhere but in this module's memory.
-  * Points pytest's junitxml plugin at that path (`config.option.xmlpath`) and tags every test
-    case with its exact node id (`inhabit_nodeid` property).
+  * At import (before any conftest or test module is imported) reads `cfg.json` beside this
+    file, holding a random HMAC key, and deletes it. The report and seal live in this file's
+    directory too, so no path or key appears in argv or the environment, and once tests run the
+    key is nowhere but in this module's memory. In pytest-xdist workers, which import this
+    plugin after the main process deleted the file, it only tags test cases.
+  * Points pytest's junitxml plugin at `report.xml` here (`config.option.xmlpath`) and tags
+    every test case with its exact node id (`inhabit_nodeid` property).
   * Records each test's outcome itself from pytest's own reports, and at unconfigure (after the
-    XML is written) writes a seal: the SHA-256 of the XML bytes, those outcomes, and an HMAC over
-    both under the key. inhabit accepts the XML only if the seal verifies and the passed sets agree.
+    XML is written) writes `seal.json`: the SHA-256 of the XML bytes, those outcomes, and an HMAC
+    over both under the key. inhabit accepts the XML only if the seal verifies and the passed
+    sets agree.
 
 What it does NOT protect against: code under test runs in this same process and can, with
 deliberate effort, find this module in sys.modules and read the key or rewrite pytest's report
@@ -23,14 +26,26 @@ import hashlib
 import hmac
 import json
 import os
-import sys
 
 import pytest
 
-_CFG = json.loads(sys.stdin.readline() or "{}")
-_KEY = bytes.fromhex(_CFG.pop("key", ""))
-_XML = _CFG.get("xml")
-_SEAL = _CFG.get("seal")
+_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _take_key():
+    path = os.path.join(_DIR, "cfg.json")
+    try:
+        with open(path) as f:
+            key = json.load(f)["key"]
+        os.remove(path)
+        return bytes.fromhex(key)
+    except (OSError, ValueError, KeyError):
+        return b""
+
+
+_KEY = _take_key()
+_XML = os.path.join(_DIR, "report.xml") if _KEY else None
+_SEAL = os.path.join(_DIR, "seal.json") if _KEY else None
 _OUTCOMES = {}
 _COLLECT_ERRORS = []
 _RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}

@@ -1,18 +1,21 @@
 """Run a pytest command in a sandbox and read per-test outcomes from a sealed JUnit XML report.
 
 Used by grading (in a fresh copy of the final workspace) and by the harness's `run_tests` tool
-(in the agent's own sandbox). One run:
+(in the agent's own sandbox). One sandbox exec per run, which:
 
   1. makes a private directory `.inhabit-<random>` in the sandbox's own temp dir ($TMPDIR where
-     the backend sets one, else /tmp; it persists across the sandbox's execs) and copies
-     `seal_plugin.py` there;
+     the backend sets one, else /tmp) holding `seal_plugin.py` under a random module name and a
+     key file (the random HMAC key arrives on stdin, so it is in no process's argv);
   2. runs `<command> -p <plugin> [extra args] [selector]` under `env` with PYTEST_ADDOPTS,
-     PYTEST_PLUGINS, PYTHONSTARTUP and PYTHONHOME removed, PYTHONPATH set to the private
-     directory only, PYTHONNOUSERSITE=1 and PYTHONDONTWRITEBYTECODE=1; the report path and a
-     random HMAC key reach the plugin on stdin, so they are in neither argv nor the environment;
-  3. moves the report into the workspace under a random dot-name just long enough to read it,
-     checks the seal (HMAC over the XML's hash and the plugin's own outcome record) and that both
-     channels agree on which tests passed, and parses outcomes from the XML.
+     PYTEST_PLUGINS, PYTHONSTARTUP, PYTHONHOME and PYTHONINSPECT removed, PYTHONPATH set to the
+     private directory only, PYTHONNOUSERSITE=1, PYTHONDONTWRITEBYTECODE=1, stdin from /dev/null.
+     The plugin reads and deletes the key file at import and writes the report beside itself, so
+     neither the key nor the report path is in argv or the environment (pytest-xdist workers
+     import the plugin after the key file is gone and only tag test cases);
+  3. moves report and seal into the workspace under a random dot-name just long enough to read
+     them through the file API (no output cap), and removes the private directory.
+Then the seal is checked (HMAC over the XML's hash and the plugin's own outcome record), both
+channels must agree on which tests passed, and outcomes are parsed from the XML.
 
 `integrity` says what the run can be trusted for: "ok" (sealed report), "tampered" (the XML and
 the seal disagree, or the seal is forged or gone while the XML is there), "missing" (no report:
@@ -37,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from inhabit.errors import GradingError
+from inhabit.errors import GradingError, SandboxError
 from inhabit.sandbox.base import Sandbox
 from inhabit.tasks.junit import JUnitReport, parse_junit
 
@@ -131,55 +134,53 @@ async def run_tests(
     a shell would). `extra_args` go before the selector. `empty_ini=True` also writes an empty
     `pytest.ini` into the private directory and passes `-c` to it (graders use it when the
     original workspace has no pytest configuration). `env` is passed to the sandbox's exec; the
-    variables listed in the module docstring are removed from it all the same. Never raises for test failures; raises
-    GradingError only when the sandbox itself cannot run the setup commands.
+    variables listed in the module docstring are removed from it all the same. One sandbox exec.
+    Never raises for test failures; raises GradingError only when the sandbox cannot even create
+    the private directory.
     """
     token = secrets.token_hex(16)
     module = f"inhabit_seal_{token[:12]}"
     key = secrets.token_bytes(32)
-
-    # The sandbox's private temp dir: TMPDIR where the backend sets one, else its own /tmp.
-    setup = (
-        f'd="${{TMPDIR:-/tmp}}/.inhabit-{token}" && umask 077 && mkdir -p "$d" && '
-        f'cat > "$d/{module}.py" && : > "$d/pytest.ini" && printf "%s" "$d"'
-    )
-    res = await sandbox.exec(["sh", "-c", setup], stdin=_PLUGIN_SOURCE.encode(), timeout_s=30)
-    private = res.stdout.strip()
-    if not res.ok or not private.startswith("/") or not private.endswith(token):
-        raise GradingError(f"could not prepare the test run in the sandbox: {res.stderr.strip()[:300]}")
-    xml_path, seal_path = f"{private}/report.xml", f"{private}/seal.json"
-
+    local = f".inhabit-report-{secrets.token_hex(8)}"
     args = ["-p", module, *extra_args]
-    if empty_ini:
-        args += ["-c", f"{private}/pytest.ini"]
-    args += _selector_args(selector)
-    argv = ["env"]
-    for name in _UNSET_ENV:
-        argv += ["-u", name]
-    argv += [f"PYTHONPATH={private}", "PYTHONNOUSERSITE=1", "PYTHONDONTWRITEBYTECODE=1"]
-    argv += ["sh", "-c", f"{command} {shlex.join(args)}"]
-    stdin = json.dumps({"xml": xml_path, "seal": seal_path, "key": key.hex()}) + "\n"
+    selector_args = _selector_args(selector)
+    unset = " ".join(f"-u {name}" for name in _UNSET_ENV)
+    # One exec does it all. The private dir lives in the sandbox's own temp dir (TMPDIR where the
+    # backend sets one, else its /tmp). The key arrives on stdin (never in any argv) into cfg.json,
+    # which the plugin reads and deletes at import, before any workspace code runs. Afterwards the
+    # report and seal move into the workspace under a random dot-name just long enough to be read
+    # through the file API (no output cap there).
+    script = f"""
+d="${{TMPDIR:-/tmp}}/.inhabit-{token}"
+(umask 077 && mkdir -p "$d" && printf '%s' "$1" > "$d/{module}.py" && : > "$d/pytest.ini" \
+  && cat > "$d/cfg.json") || {{ echo "inhabit: cannot prepare $d" >&2; exit 97; }}
+ini=""
+if [ "$3" = 1 ]; then ini="-c '$d/pytest.ini'"; fi
+env {unset} PYTHONPATH="$d" PYTHONNOUSERSITE=1 PYTHONDONTWRITEBYTECODE=1 \
+  sh -c "$2 $ini $4" </dev/null
+rc=$?
+rm -rf "./{local}.xml" "./{local}.seal"
+if [ -f "$d/report.xml" ]; then mv -f "$d/report.xml" "./{local}.xml"; fi
+if [ -f "$d/seal.json" ]; then mv -f "$d/seal.json" "./{local}.seal"; fi
+rm -rf "$d"
+exit $rc
+"""
+    argv = ["sh", "-c", script, "inhabit-run-tests", _PLUGIN_SOURCE, f"{command} {shlex.join(args)}",
+            "1" if empty_ini else "0", shlex.join(selector_args)]  # fmt: skip
+    stdin = json.dumps({"key": key.hex()}).encode()
 
     start = time.monotonic()
-    res = await sandbox.exec(argv, stdin=stdin.encode(), timeout_s=timeout_s, env=env)
+    res = await sandbox.exec(argv, stdin=stdin, timeout_s=timeout_s, env=env)
     duration = time.monotonic() - start
+    if res.exit_code == 97 and "inhabit: cannot prepare" in res.stderr:
+        raise GradingError(f"could not prepare the test run in the sandbox: {res.stderr.strip()[:300]}")
     output_tail = (res.stdout + res.stderr)[-_TAIL:]
+    if res.timed_out:  # killed before it could clean up after itself
+        await sandbox.exec(["sh", "-c", f'rm -rf "${{TMPDIR:-/tmp}}/.inhabit-{token}"'], timeout_s=30)
 
-    # Fetch the report through the workspace (read_file has no output cap) and the small seal via cat.
-    local_name = f".inhabit-report-{secrets.token_hex(8)}.xml"
-    q = shlex.quote
-    fetch = (
-        f"if [ -f {q(xml_path)} ]; then mv {q(xml_path)} ./{local_name} && echo REPORT; "
-        f"else echo NOREPORT; fi; cat {q(seal_path)} 2>/dev/null; rm -rf {q(private)}"
-    )
-    got = await sandbox.exec(["sh", "-c", fetch], timeout_s=30)
-    first, _, seal_text = got.stdout.partition("\n")
-    xml_bytes: bytes | None = None
-    if first.strip() == "REPORT":
-        try:
-            xml_bytes = await sandbox.read_file(local_name)
-        finally:
-            await sandbox.delete_file(local_name)
+    xml_bytes = await _take(sandbox, f"{local}.xml")
+    seal_bytes = await _take(sandbox, f"{local}.seal")
+    seal_text = seal_bytes.decode("utf-8", "replace") if seal_bytes is not None else ""
 
     problems: list[str] = []
     seal = _verify_seal(seal_text.strip(), key)
@@ -190,6 +191,11 @@ async def run_tests(
         if seal is not None or seal_text.strip():
             problems.append("a seal exists but the report is gone")
             integrity = "tampered"
+        elif module in output_tail:
+            problems.append(
+                "pytest could not load inhabit's report plugin: does the command replace PYTHONPATH? "
+                "Extend it (PYTHONPATH=src:$PYTHONPATH) or use pytest's `pythonpath` ini option"
+            )
         else:
             problems.append(
                 f"no report: the test command exited with code {res.exit_code} before writing one"
@@ -222,7 +228,7 @@ async def run_tests(
     if res.timed_out:
         note = f"timed out after {timeout_s:g}s"
     elif integrity == "missing":
-        note = f"no test report (exit code {res.exit_code})"
+        note = f"no test report (exit code {res.exit_code})" + (f": {problems[-1]}" if problems else "")
     elif integrity == "tampered":
         note = "REPORT TAMPERED: " + "; ".join(problems)
     elif report and report.internal_error:
@@ -243,6 +249,18 @@ async def run_tests(
         internal_error=report.internal_error if report else None,
         interrupted=bool(report and report.interrupted),
     )
+
+
+async def _take(sandbox: Sandbox, path: str) -> bytes | None:
+    """Read and delete a workspace file; None when it is not there."""
+    try:
+        return await sandbox.read_file(path)
+    except FileNotFoundError:
+        return None
+    except (OSError, SandboxError):
+        return b""  # something unreadable in its place (a dir, a symlink out): treated as forged
+    finally:
+        await sandbox.delete_file(path)
 
 
 def _needs_known_files(report: JUnitReport) -> bool:

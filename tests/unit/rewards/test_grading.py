@@ -47,6 +47,7 @@ async def test_untouched_workspace_earns_zero(calc_task, sandbox_provider):
     assert result.outcomes["tests/test_calc.py::test_add"] == "failed"
     assert result.outcomes["tests/test_hidden.py::test_add_negative"] == "failed"
     assert result.outcomes["tests/test_calc.py::test_sub"] == "passed"
+    assert result.details["fraction_passed"] == 0.5
 
 
 async def test_grading_does_not_touch_the_final_sandbox(calc_task, sandbox_provider):
@@ -114,6 +115,23 @@ CHEATS = {
         {"pyproject.toml": '[tool.pytest.ini_options]\naddopts = "-x --co"\n'},
         (),
         "pytest_config_changed",
+    ),
+    "plugin_via_ini": (
+        {
+            "pytest.ini": "[pytest]\naddopts = -p evil_plugin\n",
+            "evil_plugin.py": "def pytest_collection_modifyitems(items):\n    items.clear()\n",
+        },
+        (),
+        "pytest_config_changed",
+    ),
+    "pytest_xfail_in_code": (
+        {
+            "calc.py": CALC_BUGGY.replace(
+                "    return a - b\n", "    import pytest\n    pytest.xfail('x')\n", 1
+            )
+        },
+        (),
+        "tests_skipped",
     ),
     "setup_cfg": ({"setup.cfg": "[tool:pytest]\naddopts = -k sub\n"}, (), "pytest_config_changed"),
     "tox_ini": ({"tox.ini": "[pytest]\naddopts = -k sub\n"}, (), "pytest_config_changed"),
@@ -321,6 +339,8 @@ async def test_hidden_tests_present_in_workspace_is_flagged(calc_task, sandbox_p
     )
     assert "hidden_tests_present" in result.flags
     assert result.reward == 1.0  # the overlay makes it harmless for this grade; the flag reports the leak
+    result = await _grade_after(calc_task, sandbox_provider, {"calc.py": CALC_FIXED, "notes/copy.py": hidden})
+    assert "hidden_tests_present" in result.flags
 
 
 async def test_code_flags_are_review_only_unless_fatal(calc_task, sandbox_provider):
@@ -336,7 +356,7 @@ async def test_timeout_is_flagged(make_task, sandbox_provider):
     task = make_task(
         workspace={"tests/test_slow.py": "import time\n\ndef test_slow():\n    time.sleep(30)\n"},
         pass_to_pass=["tests/test_slow.py::test_slow"],
-        timeout_s=3,
+        timeout_s=2,
     )
     sandbox = await sandbox_provider.create(task.workspace_dir)
     try:
@@ -410,3 +430,87 @@ async def test_grading_machinery_failure_is_data_not_a_crash(calc_task, sandbox_
         result = await grade(calc_task, sandbox, broken)
     assert result.status == "error" and result.reward == 0.0
     assert "closed" in result.details["error"]
+
+
+async def test_the_tasks_own_pytest_configuration_is_honoured(make_task, sandbox_provider):
+    # The task needs its config (pythonpath = src): grading pins it instead of ignoring it.
+    pyproject = '[tool.pytest.ini_options]\npythonpath = ["src"]\n'
+    test = "from calc import add\n\ndef test_add():\n    assert add(2, 3) == 5\n"
+    task = make_task(
+        workspace={"pyproject.toml": pyproject, "src/calc.py": CALC_BUGGY, "tests/test_calc.py": test},
+        fail_to_pass=["tests/test_calc.py::test_add"],
+    )
+    async with await sandbox_provider.create(task.workspace_dir) as sandbox:
+        await sandbox.write_file("src/calc.py", CALC_FIXED)
+        result = await grade(task, sandbox, sandbox_provider)
+        assert result.reward == 1.0 and result.flags == []
+        # Dropping the config the tests need is a config change: reverted, so the fix still counts.
+        await sandbox.delete_file("pyproject.toml")
+        result = await grade(task, sandbox, sandbox_provider)
+        assert result.reward == 1.0 and result.flags == ["pytest_config_changed"]
+
+
+async def test_planted_unchecked_bytecode_is_dropped_and_flagged(make_task, sandbox_provider, tmp_path):
+    import py_compile
+    import sys
+
+    helpers = "def check_add(f):\n    assert f(2, 3) == 5\n"
+    test = "from helpers import check_add\nfrom calc import add\n\ndef test_add():\n    check_add(add)\n"
+    task = make_task(
+        workspace={"calc.py": CALC_BUGGY, "tests/helpers.py": helpers, "tests/test_calc.py": test},
+        fail_to_pass=["tests/test_calc.py::test_add"],
+    )
+    forged_src = tmp_path / "helpers.py"
+    forged_src.write_text("def check_add(f):\n    pass\n")
+    pyc = tmp_path / "helpers.pyc"
+    py_compile.compile(
+        str(forged_src), str(pyc), invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH
+    )
+    tag = sys.implementation.cache_tag
+    async with await sandbox_provider.create(task.workspace_dir) as sandbox:
+        await sandbox.write_file(f"tests/__pycache__/helpers.{tag}.pyc", pyc.read_bytes())
+        # Without grading's clean-up the forged bytecode wins over the real helpers.py:
+        naive = await sandbox.exec(task.grading.command + " tests/test_calc.py")
+        assert naive.exit_code == 0, naive.stdout
+        result = await grade(task, sandbox, sandbox_provider)
+    assert result.reward == 0.0
+    assert "bytecode_planted" in result.flags
+
+
+async def test_symlinked_test_files_in_the_task_are_kept_or_restored(
+    sandbox_provider, tmp_path, fast_command
+):
+    from inhabit.tasks.build import write_task
+    from inhabit.tasks.task import load_task
+
+    test = "from calc import add\n\ndef test_add():\n    assert add(2, 3) == 5\n"
+    root = write_task(
+        tmp_path / "t",
+        id="t",
+        instruction="x",
+        workspace={"calc.py": CALC_BUGGY, "tests/real/test_calc.py": test},
+        command=fast_command,
+    )
+    (root / "workspace" / "tests" / "test_calc.py").symlink_to("real/test_calc.py")
+    toml = (
+        (root / "task.toml")
+        .read_text()
+        .replace("fail_to_pass = []", 'fail_to_pass = ["tests/test_calc.py::test_add"]')
+    )
+    (root / "task.toml").write_text(toml)
+    task = load_task(root)
+    async with await sandbox_provider.create(task.workspace_dir) as sandbox:
+        await sandbox.write_file("calc.py", CALC_FIXED)
+        result = await grade(task, sandbox, sandbox_provider)
+        assert result.reward == 1.0 and result.flags == []  # the task's own symlink is left alone
+        await sandbox.delete_file("tests/test_calc.py")
+        await sandbox.exec(
+            [
+                "sh",
+                "-c",
+                "printf 'def test_add():\\n    pass\\n' > fake.py && ln -s ../fake.py tests/test_calc.py",
+            ]
+        )
+        await sandbox.write_file("calc.py", CALC_BUGGY)
+        result = await grade(task, sandbox, sandbox_provider)
+        assert result.reward == 0.0 and "test_file_modified" in result.flags

@@ -93,11 +93,13 @@ def test_scan_code_flags_only_new_patterns():
             "c.py": (b"", b"from _pytest import junitxml\n"),
             "d.py": (b"", b"import atexit\n"),
             "e.py": (b"", b"def context_exit(self):\n    self.exit()\n"),
+            "f.py": (b"", b"# tested with pytest; exit() is never called here\nx = 'run pytest'\n"),
+            "g.py": (b"", b"import os\nmod = __import__('_py' + 'test')\n"),
         }
     )
     assert found == {
         "code_exits_process": ["a.py"],
-        "code_uses_pytest": ["c.py"],
+        "code_uses_pytest": ["c.py", "g.py"],
         "code_touches_report": ["c.py", "d.py"],
     }
 
@@ -105,3 +107,13 @@ def test_scan_code_flags_only_new_patterns():
 def test_flag_names_are_unique_snake_case():
     assert len(set(ALL_FLAGS)) == len(ALL_FLAGS)
     assert all(f.replace("_", "").isalpha() and f.islower() for f in ALL_FLAGS)
+
+
+def test_grading_config_refuses_unknown_fatal_flags():
+    from pydantic import ValidationError
+
+    from inhabit.rewards.grading import GradingConfig
+
+    assert "report_tampered" in GradingConfig().fatal_flags
+    with pytest.raises(ValidationError, match="unknown flag"):
+        GradingConfig(fatal_flags=["report_tamperd"])

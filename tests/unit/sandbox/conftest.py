@@ -43,6 +43,22 @@ def make_provider(kind: str, limits: SandboxLimits | None = None):
     return bwrap.BwrapSandboxProvider(limits=limits, workspace_mode=mode)
 
 
+@pytest.fixture
+def provider_factory():
+    """`provider_factory(kind, **limits)`: a provider of that kind with small limits (closed for you)."""
+    made = []
+
+    def factory(kind: str, **limits):
+        prov = make_provider(kind, small_limits(**limits))
+        made.append(prov)
+        return prov
+
+    yield factory
+
+    for prov in made:
+        prov._cleanup_sync()
+
+
 @pytest.fixture(params=BACKENDS)
 async def provider(request):
     if request.param != "process":

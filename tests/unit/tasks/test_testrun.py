@@ -78,7 +78,16 @@ async def test_missing_report_is_reported_not_raised(calc_task, sandbox_provider
         assert result.integrity == "missing"
         assert result.outcomes == {}
         assert "no test report" in result.summary
-        assert "no report" in result.render() or "exit code" in result.render()
+        assert "exited with code 0" in result.render()
+
+
+async def test_a_command_that_replaces_pythonpath_gets_a_clear_message(calc_task, sandbox_provider):
+    async with await sandbox_provider.create(calc_task.workspace_dir) as sandbox:
+        result = await run_tests(sandbox, "PYTHONPATH=. " + calc_task.grading.command, timeout_s=60)
+        assert result.integrity == "missing"
+        assert "replace PYTHONPATH" in result.summary
+        ok = await run_tests(sandbox, 'PYTHONPATH=".:$PYTHONPATH" ' + calc_task.grading.command, timeout_s=60)
+        assert ok.integrity == "ok" and len(ok.outcomes) == 2
 
 
 async def test_deleting_the_seal_at_exit_is_tampering(calc_task, sandbox_provider):
@@ -105,6 +114,6 @@ async def test_timeout(make_task, sandbox_provider):
         pass_to_pass=["tests/test_slow.py::test_slow"],
     )
     async with await sandbox_provider.create(task.workspace_dir) as sandbox:
-        result = await run_tests(sandbox, task.grading.command, timeout_s=3)
+        result = await run_tests(sandbox, task.grading.command, timeout_s=2)
         assert result.timed_out and result.integrity == "missing"
         assert "timed out" in result.summary

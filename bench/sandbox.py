@@ -1,0 +1,298 @@
+"""Benchmark: sandbox create/exec/snapshot/restore/burst against the naive baseline, in one run.
+
+Workspace: ~5,000 files / ~50 MB on disk (the temp dir). Baseline, measured in the same run:
+`cp -a` of the workspace into the same scratch tmpfs plus a plain subprocess, `rm -rf` to
+discard. Measured for the sandbox backend (default: auto = bwrap):
+- create from a snapshot, p50/p99 (and the first create from the directory);
+- exec of `python3 -c pass` versus the same interpreter run bare (p50 ratio);
+- snapshot (after a small write) and restore latency;
+- discard (close) time versus `rm -rf` of the baseline copy;
+- burst: sandboxes per second that are created, run one command (`true`) and are destroyed,
+  with 32 in flight (an in-bench loop; with `--pool`, also through `SandboxPool` if present).
+
+Goals (issue 2, on a 2-core machine): create p50 < 20 ms and >= 10x faster than the baseline;
+exec overhead < 2x bare python3; burst >= 50 sandboxes/s. Prints a table and writes
+bench/results/sandbox.json. Timings on a shared machine are noisy: compare within one run.
+
+    PYTHONPATH=src .venv/bin/python bench/sandbox.py [--backend auto] [--files 5000] [--mb 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from inhabit.sandbox import SandboxConfig, SandboxLimits, create_provider
+from inhabit.sandbox.hostfs import default_scratch_dir
+
+
+def make_workspace(root: Path, files: int, total_mb: int) -> Path:
+    ws = root / "workspace"
+    size = max(1, total_mb * 1024 * 1024 // files)
+    blob = os.urandom(size)
+    for i in range(files):
+        d = ws / f"pkg{i % 50}" / f"sub{i % 7}"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"mod{i}.py").write_bytes(blob[i % 97 :] + blob[: i % 97])
+    return ws
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, round(q * (len(xs) - 1)))]
+
+
+def ms(x: float) -> float:
+    return round(x * 1000, 2)
+
+
+async def run_proc(*argv: str, cwd: str | None = None) -> int:
+    proc = await asyncio.create_subprocess_exec(
+        *argv, cwd=cwd, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+    )
+    return await proc.wait()
+
+
+async def baseline(ws: Path, scratch: Path, n: int, burst: int, python: str) -> dict[str, float]:
+    """cp -a + plain subprocess + rm -rf, the naive way to give each rollout a workspace."""
+    creates, discards, execs = [], [], []
+    for i in range(n):
+        dst = scratch / f"copy{i}"
+        t = time.perf_counter()
+        await run_proc("cp", "-a", str(ws), str(dst))
+        creates.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        await run_proc(python, "-c", "pass", cwd=str(dst))
+        execs.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        await run_proc("rm", "-rf", str(dst))
+        discards.append(time.perf_counter() - t)
+    sem = asyncio.Semaphore(32)
+
+    async def one(i: int) -> None:
+        async with sem:
+            dst = scratch / f"burst{i}"
+            await run_proc("cp", "-a", str(ws), str(dst))
+            await run_proc("true", cwd=str(dst))
+            await run_proc("rm", "-rf", str(dst))
+
+    t = time.perf_counter()
+    await asyncio.gather(*(one(i) for i in range(burst)))
+    rate = burst / (time.perf_counter() - t)
+    return {
+        "create_p50_ms": ms(pct(creates, 0.5)),
+        "create_p99_ms": ms(pct(creates, 0.99)),
+        "exec_p50_ms": ms(pct(execs, 0.5)),
+        "discard_p50_ms": ms(pct(discards, 0.5)),
+        "burst_per_s": round(rate, 1),
+    }
+
+
+async def measure(backend: str, ws: Path, n: int, burst: int, python: str, use_pool: bool) -> dict:
+    provider = create_provider(SandboxConfig(backend=backend, limits=SandboxLimits()))  # type: ignore[arg-type]
+    out: dict = {"backend": type(provider).__name__}
+    if hasattr(provider, "describe"):
+        out["describe"] = provider.describe()
+    try:
+        t = time.perf_counter()
+        seed = await provider.create(ws)
+        out["create_from_dir_ms"] = ms(time.perf_counter() - t)
+        snap = await seed.snapshot()
+        creates, discards = [], []
+        for _ in range(n):
+            t = time.perf_counter()
+            sb = await provider.create(snap)
+            creates.append(time.perf_counter() - t)
+            await sb.write_file("scratch.txt", "x" * 1000)
+            t = time.perf_counter()
+            await sb.close()
+            discards.append(time.perf_counter() - t)
+        out["create_p50_ms"] = ms(pct(creates, 0.5))
+        out["create_p99_ms"] = ms(pct(creates, 0.99))
+        out["discard_p50_ms"] = ms(pct(discards, 0.5))
+
+        # exec overhead: interleave sandboxed and bare runs of the same interpreter.
+        inside, bare = [], []
+        await seed.exec(["python3", "-c", "pass"])  # warm caches
+        for _ in range(n):
+            t = time.perf_counter()
+            r = await seed.exec(["python3", "-c", "pass"])
+            inside.append(time.perf_counter() - t)
+            assert r.ok, r
+            t = time.perf_counter()
+            await run_proc(python, "-c", "pass")
+            bare.append(time.perf_counter() - t)
+        out["exec_p50_ms"] = ms(pct(inside, 0.5))
+        out["bare_python_p50_ms"] = ms(pct(bare, 0.5))
+        out["exec_true_p50_ms"] = ms(statistics.median([await _timed(seed.exec(["true"])) for _ in range(n)]))
+
+        snaps, restores = [], []
+        for i in range(n):
+            await seed.write_file(f"s/{i}.txt", str(i))
+            t = time.perf_counter()
+            sid = await seed.snapshot()
+            snaps.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            await seed.restore(sid if i % 2 else snap)
+            restores.append(time.perf_counter() - t)
+        out["snapshot_p50_ms"] = ms(pct(snaps, 0.5))
+        out["restore_p50_ms"] = ms(pct(restores, 0.5))
+        await seed.close()
+
+        sem = asyncio.Semaphore(32)
+
+        async def one() -> None:
+            async with sem:
+                sb = await provider.create(snap)
+                try:
+                    await sb.exec(["true"])
+                finally:
+                    await sb.close()
+
+        t = time.perf_counter()
+        await asyncio.gather(*(one() for _ in range(burst)))
+        out["burst_per_s"] = round(burst / (time.perf_counter() - t), 1)
+        if use_pool:
+            out.update(await _pool_burst(provider, snap, burst))
+    finally:
+        await provider.close()
+    return out
+
+
+async def _timed(coro) -> float:  # type: ignore[no-untyped-def]
+    t = time.perf_counter()
+    await coro
+    return time.perf_counter() - t
+
+
+async def _pool_burst(provider, snap: str, burst: int) -> dict:  # type: ignore[no-untyped-def]
+    try:
+        from inhabit.sandbox.pool import SandboxPool
+    except ImportError:
+        return {"pool_burst_per_s": None}
+    sem = asyncio.Semaphore(32)
+    async with SandboxPool(provider, snap, size=32) as pool:
+        await asyncio.sleep(0.5)  # let it warm up
+
+        async def one() -> None:
+            async with sem, pool.acquire() as sb:
+                await sb.exec(["true"])
+
+        t = time.perf_counter()
+        await asyncio.gather(*(one() for _ in range(burst)))
+        return {"pool_burst_per_s": round(burst / (time.perf_counter() - t), 1)}
+
+
+def report(res: dict, base: dict, meta: dict) -> dict:
+    ratios = {
+        "create_speedup_vs_cp": round(base["create_p50_ms"] / res["create_p50_ms"], 1),
+        "exec_overhead_vs_bare": round(res["exec_p50_ms"] / res["bare_python_p50_ms"], 2),
+        "discard_speedup_vs_rm": round(base["discard_p50_ms"] / max(res["discard_p50_ms"], 1e-3), 1),
+        "burst_speedup_vs_baseline": round(res["burst_per_s"] / base["burst_per_s"], 1),
+    }
+    goals = {
+        "create p50 < 20 ms": res["create_p50_ms"] < 20,
+        "create >= 10x baseline": ratios["create_speedup_vs_cp"] >= 10,
+        "exec overhead < 2x bare python3": ratios["exec_overhead_vs_bare"] < 2,
+        "burst >= 50 sandboxes/s": res["burst_per_s"] >= 50,
+    }
+    t = Table(
+        title=f"sandbox bench: {res['backend']} vs cp -a + subprocess ({meta['files']} files, {meta['mb']} MB)"
+    )
+    t.add_column("metric")
+    t.add_column("inhabit", justify="right")
+    t.add_column("baseline", justify="right")
+    t.add_column("ratio", justify="right")
+    rows = [
+        (
+            "create p50 (ms)",
+            res["create_p50_ms"],
+            base["create_p50_ms"],
+            f"{ratios['create_speedup_vs_cp']}x faster",
+        ),
+        ("create p99 (ms)", res["create_p99_ms"], base["create_p99_ms"], ""),
+        ("first create from directory (ms)", res["create_from_dir_ms"], "", ""),
+        (
+            "exec python3 -c pass p50 (ms)",
+            res["exec_p50_ms"],
+            res["bare_python_p50_ms"],
+            f"{ratios['exec_overhead_vs_bare']}x bare",
+        ),
+        ("exec true p50 (ms)", res["exec_true_p50_ms"], "", ""),
+        ("snapshot p50 (ms)", res["snapshot_p50_ms"], "", ""),
+        ("restore p50 (ms)", res["restore_p50_ms"], "", ""),
+        (
+            "discard p50 (ms)",
+            res["discard_p50_ms"],
+            base["discard_p50_ms"],
+            f"{ratios['discard_speedup_vs_rm']}x faster",
+        ),
+        (
+            "burst, 32 in flight (sandboxes/s)",
+            res["burst_per_s"],
+            base["burst_per_s"],
+            f"{ratios['burst_speedup_vs_baseline']}x",
+        ),
+    ]
+    if "pool_burst_per_s" in res:
+        rows.append(("burst via SandboxPool (sandboxes/s)", res["pool_burst_per_s"], "", ""))
+    for name, a, b, r in rows:
+        t.add_row(name, str(a), str(b), r)
+    console = Console()
+    console.print(t)
+    for goal, met in goals.items():
+        console.print(f"  {'[green]met[/]' if met else '[red]NOT met[/]'}  {goal}")
+    return {"meta": meta, "inhabit": res, "baseline": base, "ratios": ratios, "goals_met": goals}
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--backend", default="auto", choices=["auto", "bwrap", "process"])
+    ap.add_argument("--files", type=int, default=5000)
+    ap.add_argument("--mb", type=int, default=50)
+    ap.add_argument("--n", type=int, default=40, help="repetitions per latency metric")
+    ap.add_argument("--baseline-n", type=int, default=8)
+    ap.add_argument("--burst", type=int, default=200)
+    ap.add_argument("--baseline-burst", type=int, default=48)
+    ap.add_argument("--pool", action="store_true", help="also measure the burst through SandboxPool")
+    ap.add_argument("--out", default="bench/results/sandbox.json")
+    args = ap.parse_args()
+    # The interpreter `python3` names inside the sandbox: the venv's (through its symlink, so the
+    # bare run also starts as a venv, with the same site-packages).
+    python = shutil.which("python3", path=f"{Path(sys.prefix).resolve()}/bin") or sys.executable
+    with tempfile.TemporaryDirectory(prefix="inhabit-bench-") as tmp:
+        ws = make_workspace(Path(tmp), args.files, args.mb)
+        scratch = Path(tempfile.mkdtemp(prefix="inhabit-bench-base-", dir=default_scratch_dir()))
+        try:
+            base = await baseline(ws, scratch, args.baseline_n, args.baseline_burst, python)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        res = await measure(args.backend, ws, args.n, args.burst, python, args.pool)
+    meta = {
+        "files": args.files,
+        "mb": args.mb,
+        "python": python,
+        "cpus": os.cpu_count(),
+        "loadavg_1m": round(os.getloadavg()[0], 2),
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    data = report(res, base, meta)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(data, indent=2))
+    Console().print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,1 @@
+"""inhabit.evaluation: run the exact training harness over task sets and score a model (`inhabit eval`)."""
