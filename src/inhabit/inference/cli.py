@@ -27,7 +27,6 @@ def register(app: typer.Typer) -> None:
         """Serve a model with an OpenAI-compatible API plus the fields RL needs."""
         from inhabit.config import apply_overrides, read_toml, validate_config
         from inhabit.inference.config import ServeConfig
-        from inhabit.inference.server import serve as run
 
         data = read_toml(config) if config else {}
         data |= {"model": model, "host": host, "port": port}
@@ -36,4 +35,6 @@ def register(app: typer.Typer) -> None:
         if served_model_name is not None:
             data["served_model_name"] = served_model_name
         cfg = validate_config(ServeConfig, apply_overrides(data, override), source=config or "serve options")
+        from inhabit.inference.server import serve as run  # torch, transformers, uvicorn: only now
+
         run(cfg)

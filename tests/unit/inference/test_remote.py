@@ -106,3 +106,41 @@ async def test_retries_then_failed_completion_is_data():
     (c,) = await remote.generate([GenerationRequest([1])])
     assert c.finish_reason == "error"
     await remote.close()
+
+
+async def test_sglang_flavor_speaks_generate_and_update_from_disk():
+    """A stand-in answering as SGLang's native API documents (no SGLang build runs on this CPU)."""
+    seen: dict = {}
+    app = FastAPI()
+
+    @app.post("/generate")
+    async def generate(body: dict):
+        seen["generate"] = body
+        return {
+            "text": "ab",
+            "output_ids": [11, 12],
+            "meta_info": {
+                "finish_reason": {"type": "length", "length": 2},
+                "output_token_logprobs": [[-0.1, 11, None], [-0.2, 12, None]],
+            },
+        }
+
+    @app.post("/update_weights_from_disk")
+    async def update(body: dict):
+        seen["update"] = body
+        return {"success": body["model_path"] != "/bad", "message": "no such folder"}
+
+    with BackgroundServer(app) as srv:
+        remote = RemoteEngine(RemoteConfig(base_url=srv.url, flavor="sglang", retries=0))
+        req = GenerationRequest([1, 2, 3], SamplingParams(max_tokens=2, temperature=0.5, seed=4, stop=("x",)))
+        (c,) = await remote.generate([req])
+        assert seen["generate"]["input_ids"] == [1, 2, 3] and seen["generate"]["return_logprob"] is True
+        sp = seen["generate"]["sampling_params"]
+        assert sp["max_new_tokens"] == 2 and sp["temperature"] == 0.5 and sp["stop"] == ["x"]
+        assert c.token_ids == [11, 12] and c.logprobs == [-0.1, -0.2] and c.finish_reason == "length"
+        await remote.load_weights("/models/v1", version=1)
+        assert seen["update"] == {"model_path": "/models/v1"} and remote.version == 1
+        with pytest.raises(RemoteEngineError, match="refused"):
+            await remote.load_weights("/bad", version=2)
+        assert remote.version == 1
+        await remote.close()

@@ -168,3 +168,27 @@ def test_weight_reload_changes_version(client, server, moe_folder, moe_folder_b)
 
 def _auth() -> dict:
     return {"authorization": f"Bearer {KEY}"}
+
+
+def test_streaming_completions_never_send_the_stop_string(client, server):
+    tok = server.engine.tokenizer
+    prompt = tok("class Foo:\n    ", add_special_tokens=False)["input_ids"]
+    kw = dict(model="tiny-moe", prompt=prompt, max_tokens=24, seed=7)
+    free = client.completions.create(**kw).choices[0].text
+    stop = free[4:7]
+    if not stop.strip():
+        pytest.skip("sampled text has no usable stop string")
+    whole = client.completions.create(**kw, stop=[stop]).choices[0]
+    chunks = list(client.completions.create(**kw, stop=[stop], stream=True))
+    text = "".join(c.choices[0].text for c in chunks)
+    assert text == whole.text and stop not in text
+    assert chunks[-1].choices[0].finish_reason == whole.finish_reason == "stop"
+
+
+def test_without_api_key_weight_loading_is_disabled(server, moe_folder):
+    app = create_app(server.engine, server.engine.tokenizer, model_name="open")
+    with BackgroundServer(app) as open_srv:
+        assert httpx.get(open_srv.url + "/v1/models").json()["data"][0]["id"] == "open"
+        r = httpx.post(open_srv.url + "/v1/load_weights", json={"path": str(moe_folder), "version": 9})
+        assert r.status_code == 403 and r.json()["error"]["type"] == "permission_error"
+        assert httpx.get(open_srv.url + "/nope").json()["error"]["message"]

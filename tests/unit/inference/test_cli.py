@@ -1,0 +1,64 @@
+"""`inhabit serve` as a user runs it: a subprocess on 127.0.0.1 answering the OpenAI API."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+SRC = Path(__file__).resolve().parents[3] / "src"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_inhabit_serve_answers_and_stops(moe_folder):
+    port = _free_port()
+    env = os.environ | {"PYTHONPATH": str(SRC)}
+    cmd = [sys.executable, "-m", "inhabit", "serve", "--model", str(moe_folder), "--port", str(port),
+           "--api-key", "secret", "--served-model-name", "tiny", "--set", "engine.max_batch_size=4"]  # fmt: skip
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        for _ in range(720):  # up to 3 minutes: the machine may be busy
+            try:
+                if httpx.get(url + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
+            time.sleep(0.25)
+        headers = {"authorization": "Bearer secret"}
+        assert httpx.get(url + "/v1/models").status_code == 401
+        models = httpx.get(url + "/v1/models", headers=headers).json()
+        assert models["data"][0]["id"] == "tiny"
+        body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
+        r = httpx.post(url + "/v1/chat/completions", json=body, headers=headers, timeout=60)
+        assert r.status_code == 200 and len(r.json()["choices"][0]["token_ids"]) <= 3
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_bad_serve_config_is_one_clean_error(tmp_path):
+    env = os.environ | {"PYTHONPATH": str(SRC)}
+    cmd = [
+        sys.executable,
+        "-m",
+        "inhabit",
+        "serve",
+        "--model",
+        str(tmp_path),
+        "--set",
+        "engine.max_batch_size=0",
+    ]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "max_batch_size" in out.stderr and "Traceback" not in out.stderr
