@@ -49,6 +49,9 @@ class TurnRecord(_Wire):
     routed_experts: list[list[list[int]]] | None = Field(
         None, description="Per completion token, per MoE layer, the expert ids the router chose."
     )
+    prompt_routed_experts: list[list[list[int]]] | None = Field(
+        None, description="Per prompt position 0..P-2, per MoE layer, the expert ids chosen at generation."
+    )
     versions: list[int] | None = Field(
         None, description="Policy version that generated each completion token."
     )

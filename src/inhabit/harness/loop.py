@@ -60,6 +60,7 @@ def _turn_record(turn: PolicyTurn, kind: str, duration_s: float) -> TurnRecord:
         completion_token_ids=turn.completion_token_ids,
         logprobs=turn.logprobs,
         routed_experts=turn.routed_experts,
+        prompt_routed_experts=turn.prompt_routed_experts,
         versions=turn.versions,
         prompt_tokens=turn.prompt_tokens,
         completion_tokens=turn.completion_tokens,

@@ -7,8 +7,9 @@ jitter up to `max_retries`; other errors (400, 401, 404) fail at once. The polic
 Tokens: `count_tokens` is an estimate (characters / a ratio), calibrated from the server's
 `usage.prompt_tokens` whenever it returns one; exact counts need a local tokenizer (LocalPolicy).
 Token ids, logprobs, routed experts and versions are captured when the server returns them:
-standard `logprobs` content, plus the fields `prompt_token_ids`, `token_ids`, `routed_experts` and
-`versions` if present on the choice or the response (vLLM and inhabit's server extensions).
+standard `logprobs` content, plus the fields `prompt_token_ids`, `token_ids`, `routed_experts`
+(vLLM's base64 `.npy` layout, split into prompt and completion routes) and `policy_versions` (or
+`versions`) if present on the choice or the response (vLLM and inhabit's server extensions).
 """
 
 from __future__ import annotations
@@ -116,14 +117,17 @@ class OpenAIPolicy(Policy):
         logprobs = None
         if choice.logprobs is not None and choice.logprobs.content:
             logprobs = [t.logprob for t in choice.logprobs.content]
+        prompt_ids = _extra(response, choice, "prompt_token_ids")
+        prompt_routed, routed = _routes(_extra(response, choice, "routed_experts"), prompt_ids)
         return PolicyTurn(
             text=text,
             finish_reason=choice.finish_reason or "stop",
-            prompt_token_ids=_extra(response, choice, "prompt_token_ids"),
+            prompt_token_ids=prompt_ids,
             completion_token_ids=_extra(response, choice, "token_ids"),
             logprobs=logprobs,
-            routed_experts=_extra(response, choice, "routed_experts"),
-            versions=_extra(response, choice, "versions"),
+            routed_experts=routed,
+            prompt_routed_experts=prompt_routed,
+            versions=_extra(response, choice, "policy_versions") or _extra(response, choice, "versions"),
             prompt_tokens=usage.prompt_tokens if usage else None,
             completion_tokens=usage.completion_tokens if usage else None,
         )
@@ -145,3 +149,22 @@ def _extra(response: Any, choice: Any, name: str) -> Any:
         if extra.get(name) is not None:
             return extra[name]
     return None
+
+
+def _routes(value: Any, prompt_ids: list[int] | None) -> tuple[list | None, list | None]:
+    """(prompt routes, completion routes) from a server's `routed_experts`.
+
+    vLLM and `inhabit serve` send base64 `.npy` of shape (N-1, layers, k) over every position but
+    the last; splitting it needs the prompt length. A plain nested list is taken as completion
+    routes (older servers). Anything else is dropped rather than failing the turn.
+    """
+    if isinstance(value, list):
+        return None, value
+    if isinstance(value, str) and prompt_ids is not None:
+        from inhabit.inference.protocol import decode_routes
+
+        try:
+            return decode_routes(value, len(prompt_ids))
+        except ValueError:
+            return None, None
+    return None, None

@@ -32,6 +32,10 @@ class PolicyTurn:
     completion_token_ids: list[int] | None = None
     logprobs: list[float] | None = None
     routed_experts: list[list[list[int]]] | None = None
+    """MoE only: [completion token][layer][k] expert ids of the forward that produced each token."""
+    prompt_routed_experts: list[list[list[int]]] | None = None
+    """MoE only: [prompt position][layer][k] for prompt positions 0..P-2 (vLLM's layout), so a trainer
+    can replay the prompt's routing too."""
     versions: list[int] | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None

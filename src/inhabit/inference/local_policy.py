@@ -26,9 +26,8 @@ from inhabit.inference.engine import GenerationRequest, InferenceEngine, Samplin
 
 @dataclass(frozen=True)
 class LocalPolicyTurn(PolicyTurn):
-    """A PolicyTurn that also carries the prompt's routed experts (MoE models)."""
+    """A PolicyTurn that also says why the engine failed, when it did."""
 
-    prompt_routed_experts: list[list[list[int]]] | None = None
     error: str | None = None
 
 

@@ -177,7 +177,7 @@ def _turn_tokens(turn: Any) -> tuple | None:
     n = len(completion)
     versions = turn.versions if turn.versions is not None else [-1] * n
     routes = turn.routed_experts
-    prompt_routes = getattr(turn, "prompt_routed_experts", None)  # not in TurnRecord yet; see README
+    prompt_routes = turn.prompt_routed_experts
     if len(logprobs) != n or len(versions) != n or (routes is not None and len(routes) not in (0, n)):
         log.warning(
             "turn with %d tokens but %d logprobs / %d versions: left out", n, len(logprobs), len(versions)

@@ -152,11 +152,9 @@ def test_collate_right_pads_with_neutral_values() -> None:
 def test_prompt_routes_fill_positions_completion_routes_do_not_cover() -> None:
     from types import SimpleNamespace
 
-    t0 = turn([1, 2, 3], [10, 11])
-    # An engine that also reports prompt routes (positions 0..P-2): what TurnRecord may carry later.
-    t0 = SimpleNamespace(**t0.model_dump(), prompt_routed_experts=[[[0, 1]], [[2, 3]]])
-    t1 = turn([1, 2, 3, 10, 11, 20], [12])
-    t1 = SimpleNamespace(**t1.model_dump(), prompt_routed_experts=[[[3, 3]]] * 5)
+    # An engine that also reports prompt routes (positions 0..P-2), as TurnRecord carries them.
+    t0 = turn([1, 2, 3], [10, 11]).model_copy(update={"prompt_routed_experts": [[[0, 1]], [[2, 3]]]})
+    t1 = turn([1, 2, 3, 10, 11, 20], [12]).model_copy(update={"prompt_routed_experts": [[[3, 3]]] * 5})
     (s,) = segment_samples(SimpleNamespace(turns=[t0, t1]), advantage=1.0)
     r = s.routed_experts[:, 0].tolist()
     # positions 0, 1 from t0's prompt; 2, 3 from t0's completion (kept over t1's prefill); 4 from
