@@ -40,11 +40,11 @@ from inhabit.sandbox.base import Sandbox, SandboxProvider
 from inhabit.tasks.build import write_task
 from inhabit.tasks.check import check_task
 from inhabit.tasks.covmap import CoverageMap, build_coverage_map
-from inhabit.tasks.mutate import OPERATORS, Mutation, find_mutations
+from inhabit.tasks.mutate import OPERATORS, Mutation, MutationSites
 from inhabit.tasks.source import BuildError, code_files, default_command, prepare_source, tree_hash
 from inhabit.tasks.testrun import TestRunResult, run_tests
 
-__all__ = ["BuildConfig", "BuildReport", "BuildError", "build_tasks"]
+__all__ = ["BuildConfig", "BuildError", "BuildReport", "build_tasks"]
 
 log = get_logger(__name__)
 
@@ -53,7 +53,9 @@ class BuildConfig(Config):
     """Settings of one task build (every field changes which tasks come out, so a resume checks them)."""
 
     command: str | None = Field(None, description="Test command; None: pytest of this interpreter.")
-    plugins: bool = Field(False, description="Let pytest autoload plugins (the default command turns them off).")
+    plugins: bool = Field(
+        False, description="Let pytest autoload plugins (the default command turns them off)."
+    )
     per_function: int = Field(1, ge=1, le=50, description="Mutations tried per function.")
     max_candidates: int = Field(200, ge=1, description="Candidates tried at most (sampled over functions).")
     operators: tuple[str, ...] = Field(OPERATORS, description="Mutation operators to use.")
@@ -115,26 +117,33 @@ class _Run:
 
 
 def _candidates(source: Path, config: BuildConfig) -> tuple[list[Mutation], dict[str, str]]:
+    """Seeded sample: functions in random order, `per_function` random sites each (realized, so
+    verified, only when picked), deduplicated by mutated-file hash, until `max_candidates`."""
     rng = random.Random(config.seed)
     texts: dict[str, str] = {}
-    per_func: dict[tuple[str, str], list[Mutation]] = {}
+    groups: list[tuple[MutationSites, list]] = []
     for rel in code_files(source):
         try:
             text = (source / rel).read_text()
         except (UnicodeDecodeError, OSError):
             continue
         texts[rel] = text
-        for m in find_mutations(text, rel, operators=config.operators):
-            per_func.setdefault((rel, m.function), []).append(m)
-    chosen: list[Mutation] = []
-    for key in sorted(per_func):
-        ms = per_func[key]
-        chosen += rng.sample(ms, min(config.per_function, len(ms)))
-    rng.shuffle(chosen)
+        sites = MutationSites(text, rel, operators=config.operators)
+        groups += [(sites, group) for _, group in sorted(sites.by_function.items())]
+    rng.shuffle(groups)
     unique: dict[str, Mutation] = {}
-    for m in chosen:
-        unique.setdefault(m.key(texts[m.path]), m)
-    return list(unique.values())[: config.max_candidates], texts
+    for sites, group in groups:
+        taken = 0
+        for site in rng.sample(group, len(group)):
+            if taken == config.per_function or len(unique) == config.max_candidates:
+                break
+            m = sites.realize(site)
+            if m is not None:
+                key = m.key(texts[m.path])
+                if key not in unique:
+                    unique[key] = m
+                    taken += 1
+    return list(unique.values()), texts
 
 
 def _read_state(path: Path) -> tuple[dict | None, dict[str, dict]]:
@@ -174,7 +183,9 @@ async def _run_mutant(run: _Run, sandbox: Sandbox, clean: str, m: Mutation, text
         selector = sorted(run.cover.tests_for(m.path, lines) & run.passing)
         if not selector:
             return None, "uncovered"
-    res = await run_tests(sandbox, run.command, selector=selector, timeout_s=run.timeout_s, extra_args=["--tb=no"])
+    res = await run_tests(
+        sandbox, run.command, selector=selector, timeout_s=run.timeout_s, extra_args=["--tb=no"]
+    )
     return res, None
 
 

@@ -18,7 +18,7 @@ from inhabit.sandbox.base import Sandbox
 
 __all__ = ["CoverageMap", "build_coverage_map"]
 
-_PLUGIN = '''
+_PLUGIN = """
 import json, os
 import coverage
 import pytest
@@ -56,7 +56,7 @@ def pytest_sessionfinish(session):
     out["__tests__"] = tests
     with open(os.environ["INHABIT_COVMAP_OUT"], "w") as f:
         json.dump(out, f)
-'''
+"""
 
 
 class CoverageMap:
@@ -82,7 +82,11 @@ async def build_coverage_map(sandbox: Sandbox, command: str, *, timeout_s: float
     script = f"{command} -p inhabit_covmap --tb=no >/dev/null 2>&1"
     try:
         await sandbox.exec(
-            ["sh", "-c", f'PYTHONPATH="$PWD/{folder}" INHABIT_COVMAP_OUT="$PWD/{out}" sh -c {shlex.quote(script)}'],
+            [
+                "sh",
+                "-c",
+                f'PYTHONPATH="$PWD/{folder}" INHABIT_COVMAP_OUT="$PWD/{out}" sh -c {shlex.quote(script)}',
+            ],
             timeout_s=timeout_s,
         )
         try:

@@ -28,7 +28,7 @@ import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-__all__ = ["OPERATORS", "Mutation", "find_mutations", "function_spans"]
+__all__ = ["OPERATORS", "Mutation", "MutationSites", "Site", "find_mutations", "function_spans"]
 
 OPERATORS = (
     "flip_comparison",
@@ -137,7 +137,11 @@ def _own_nodes(func: ast.AST) -> Iterator[ast.AST]:
 
 
 def _is_docstring(node: ast.AST) -> bool:
-    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+    return (
+        isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+    )
 
 
 def _edits(node: ast.AST, parent_body: list[ast.stmt] | None) -> Iterator[tuple[str, ast.AST]]:
@@ -198,38 +202,66 @@ def _target(node: ast.AST) -> ast.AST:
     return node.test if isinstance(node, ast.If | ast.While | ast.IfExp) else node
 
 
-def find_mutations(
-    source: str, path: str, *, operators: tuple[str, ...] | None = None
-) -> list[Mutation]:
+@dataclass
+class Site:
+    """A place where an operator applies, not yet turned into verified text (`realize`)."""
+
+    operator: str
+    function: str
+    function_lines: tuple[int, int]
+    target: ast.AST
+    new: ast.AST
+
+
+class MutationSites:
+    """Every site of a module, grouped by function; realizing one costs a parse of the file, so a
+    builder samples sites first and realizes only those it will try."""
+
+    def __init__(self, source: str, path: str, *, operators: tuple[str, ...] | None = None) -> None:
+        self.source, self.path = source, path
+        self.by_function: dict[str, list[Site]] = {}
+        try:
+            self.tree: ast.Module | None = ast.parse(source)
+        except (SyntaxError, ValueError):
+            self.tree = None
+            return
+        wanted = set(operators or OPERATORS)
+        bodies: dict[int, list[ast.stmt]] = {}
+        for node in ast.walk(self.tree):
+            for name in ("body", "orelse", "finalbody"):
+                block = getattr(node, name, None)
+                if isinstance(block, list):
+                    for stmt in block:
+                        bodies[id(stmt)] = block
+        protected = _protected_constants(self.tree)
+        for qualname, func in function_spans(self.tree):
+            span = (func.lineno, func.end_lineno or func.lineno)
+            for node in _own_nodes(func):
+                if id(node) in protected:
+                    continue
+                for operator, new in _edits(node, bodies.get(id(node))):
+                    if operator in wanted:
+                        site = Site(operator, qualname, span, _target(node), new)
+                        self.by_function.setdefault(qualname, []).append(site)
+
+    def realize(self, site: Site) -> Mutation | None:
+        """The verified mutation of `site`, or None when no edit parses to the intended tree."""
+        assert self.tree is not None
+        return _make(self.source, self.tree, self.path, site.operator, site.function,
+                     site.function_lines, site.target, site.new)  # fmt: skip
+
+
+def find_mutations(source: str, path: str, *, operators: tuple[str, ...] | None = None) -> list[Mutation]:
     """Every verified single-edit mutation of the functions in `source` (file `path`)."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return []
-    wanted = set(operators or OPERATORS)
-    bodies: dict[int, list[ast.stmt]] = {}
-    for node in ast.walk(tree):
-        for field in ("body", "orelse", "finalbody"):
-            block = getattr(node, field, None)
-            if isinstance(block, list):
-                for stmt in block:
-                    bodies[id(stmt)] = block
-    protected = _protected_constants(tree)
+    sites = MutationSites(source, path, operators=operators)
     out: list[Mutation] = []
     seen: set[tuple] = set()
-    for qualname, func in function_spans(tree):
-        span = (func.lineno, func.end_lineno or func.lineno)
-        for node in _own_nodes(func):
-            if id(node) in protected:
-                continue
-            for operator, new in _edits(node, bodies.get(id(node))):
-                if operator not in wanted:
-                    continue
-                target = _target(node)
-                m = _make(source, tree, path, operator, qualname, span, target, new)
-                if m is not None and (m.start, m.end, m.replacement) not in seen:
-                    seen.add((m.start, m.end, m.replacement))
-                    out.append(m)
+    for group in sites.by_function.values():
+        for site in group:
+            m = sites.realize(site)
+            if m is not None and (m.start, m.end, m.replacement) not in seen:
+                seen.add((m.start, m.end, m.replacement))
+                out.append(m)
     return out
 
 
@@ -240,9 +272,7 @@ def _protected_constants(tree: ast.AST) -> set[int]:
         roots: list[ast.AST] = []
         if isinstance(node, ast.JoinedStr):
             roots.append(node)
-        elif isinstance(node, ast.AnnAssign):
-            roots.append(node.annotation)
-        elif isinstance(node, ast.arg) and node.annotation is not None:
+        elif isinstance(node, ast.AnnAssign) or (isinstance(node, ast.arg) and node.annotation is not None):
             roots.append(node.annotation)
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.returns is not None:
             roots.append(node.returns)
@@ -339,13 +369,17 @@ def _minimal_texts(source: str, operator: str, target: ast.AST, new: ast.AST) ->
     elif operator == "wrong_operator" and isinstance(target, ast.BoolOp) and isinstance(new, ast.BoolOp):
         pairs = list(zip(target.values, target.values[1:], strict=False))
         candidates.append(replace_between(pairs, _TOKENS[type(target.op)], _TOKENS[type(new.op)]))
-    elif operator == "wrong_operator" and isinstance(target, ast.AugAssign) and isinstance(new, ast.AugAssign):
+    elif (
+        operator == "wrong_operator" and isinstance(target, ast.AugAssign) and isinstance(new, ast.AugAssign)
+    ):
         old, tok = _TOKENS[type(target.op)] + "=", _TOKENS[type(new.op)] + "="
         candidates.append(replace_between([(target.target, target.value)], old, tok))
     elif operator == "swap_arguments" and isinstance(target, ast.Call):
         (a0, b0), (a1, b1) = span(target.args[0]), span(target.args[1])
         first, second = source[a0:b0], source[a1:b1]
-        candidates.append(text[: a0 - base] + second + text[b0 - base : a1 - base] + first + text[b1 - base :])
+        candidates.append(
+            text[: a0 - base] + second + text[b0 - base : a1 - base] + first + text[b1 - base :]
+        )
     elif operator == "negate_condition":
         candidates += [f"not {text}", f"not ({text})"]
     elif operator == "drop_unary" and isinstance(target, ast.UnaryOp):
@@ -357,22 +391,22 @@ def _minimal_texts(source: str, operator: str, target: ast.AST, new: ast.AST) ->
 
 
 def _replaced_dump(tree: ast.Module, target: ast.AST, new: ast.AST) -> str:
-    """The dump of `tree` with `target` replaced by `new` (what the edited text must parse to)."""
-    return ast.dump(_swap(tree, target, new))
-
-
-def _swap(tree: ast.Module, target: ast.AST, new: ast.AST) -> ast.AST:
-    # Rebuild the tree with `target` replaced, leaving the original untouched (shallow copies on the
-    # path; the rest is shared, which is fine for dumping).
-    def rebuild(node: ast.AST) -> ast.AST:
-        if node is target:
-            return new
-        clone = copy.copy(node)
-        for name, value in ast.iter_fields(node):
-            if isinstance(value, ast.AST):
-                setattr(clone, name, rebuild(value))
-            elif isinstance(value, list):
-                setattr(clone, name, [rebuild(v) if isinstance(v, ast.AST) else v for v in value])
-        return clone
-
-    return rebuild(tree)
+    """The dump of `tree` with `target` replaced by `new` (what the edited text must parse to):
+    swapped in place for the dump, then put back."""
+    for parent in ast.walk(tree):
+        for name, value in ast.iter_fields(parent):
+            if value is target:
+                setattr(parent, name, new)
+                try:
+                    return ast.dump(tree)
+                finally:
+                    setattr(parent, name, target)
+            if isinstance(value, list):
+                for i, item in enumerate(value):
+                    if item is target:
+                        value[i] = new
+                        try:
+                            return ast.dump(tree)
+                        finally:
+                            value[i] = target
+    raise AssertionError("mutation target is not in the tree")
