@@ -108,6 +108,7 @@ class _Run:
     command: str
     passing: set[str]
     timeout_s: float
+    baseline_s: float
     cover: CoverageMap | None
     prefix: str
     provider: SandboxProvider
@@ -250,7 +251,9 @@ async def _write(run: _Run, m: Mutation, text: str, key: str, index: int, failin
         fail_to_pass=f2p,
         pass_to_pass=p2p,
         command=run.command,
-        timeout_s=max(60.0, run.timeout_s),
+        # Grading runs print full tracebacks (validation used --tb=no, which is up to ~10x faster
+        # on mutants that break many tests): leave room for that and for a loaded machine.
+        timeout_s=min(3600.0, max(120.0, 20 * run.baseline_s + 60)),
         reference_patch=patch,
     )
     (root / "mutation.json").write_text(json.dumps(asdict(m) | {"key": key}, indent=1))
@@ -291,11 +294,12 @@ async def build_tasks(
     digest = tree_hash(source)
     name = Path(src).name.removesuffix(".tar.gz").removesuffix(".tgz").removesuffix(".zip")
     prefix = config.prefix or "".join(c if c.isalnum() or c in "._-" else "-" for c in name) or "task"
-    if header is not None:
-        if header["config"] != config.model_dump(mode="json") or header["tree"] != digest:
-            raise BuildError(
-                f"{out} holds a build with other settings or input; use another --out (or delete {work})"
-            )
+    if header is not None and (
+        header["config"] != config.model_dump(mode="json") or header["tree"] != digest
+    ):
+        raise BuildError(
+            f"{out} holds a build with other settings or input; use another --out (or delete {work})"
+        )
     command = config.command or default_command(source, plugins=config.plugins)
     report = BuildReport(out=str(out), project=prefix)
 
@@ -341,6 +345,7 @@ async def build_tasks(
             command=command,
             passing=passing,
             timeout_s=config.timeout_s or 3 * header["baseline_s"] + 20,
+            baseline_s=header["baseline_s"],
             cover=cover,
             prefix=prefix,
             provider=provider,

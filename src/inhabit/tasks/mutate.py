@@ -176,17 +176,18 @@ def _edits(node: ast.AST, parent_body: list[ast.stmt] | None) -> Iterator[tuple[
             yield "wrong_constant", ast.Constant("")
     elif isinstance(node, ast.Call):
         args = node.args
-        if len(args) >= 2 and not any(isinstance(a, ast.Starred) for a in args[:2]):
-            if ast.dump(args[0]) != ast.dump(args[1]):
-                new = copy.deepcopy(node)
-                new.args[0], new.args[1] = new.args[1], new.args[0]
-                yield "swap_arguments", new
+        starred = any(isinstance(a, ast.Starred) for a in args[:2])
+        if len(args) >= 2 and not starred and ast.dump(args[0]) != ast.dump(args[1]):
+            new = copy.deepcopy(node)
+            new.args[0], new.args[1] = new.args[1], new.args[0]
+            yield "swap_arguments", new
     elif isinstance(node, ast.If | ast.While | ast.IfExp):
         yield "negate_condition", ast.UnaryOp(ast.Not(), copy.deepcopy(node.test))
     elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.Not):
         yield "drop_unary", copy.deepcopy(node.operand)
     elif isinstance(node, ast.Return) and node.value is not None:
-        if not (isinstance(node.value, ast.Constant) and node.value.value is None):
+        returns_none = isinstance(node.value, ast.Constant) and node.value.value is None
+        if not returns_none:
             yield "return_none", ast.Return(ast.Constant(None))
     if (
         isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign | ast.Expr)
