@@ -46,6 +46,11 @@ def print_summary(summary: dict[str, Any], title: str) -> None:
         ("mean completion tokens", f"{summary['mean_completion_tokens']:.0f}"),
         ("samples with hack flags", summary["samples_flagged"]),
     ]
+    if "mean_composed_reward" in summary:
+        rows.append(("mean composed reward", f"{summary['mean_composed_reward']:.3f}"))
+        for name, part in summary["reward_parts"].items():
+            mean = "-" if part["mean"] is None else f"{part['mean']:.3f}"
+            rows.append((f"  part {name}", f"{mean} ({part['missing']} missing)"))
     rows += [(f"  flag {f}", n) for f, n in summary["flags"].items()]
     rows += [(f"  outcome {c}", n) for c, n in summary["causes"].items()]
     for name, value in rows:
@@ -80,6 +85,12 @@ def register(app: typer.Typer) -> None:
         trajectories: Path = typer.Option(
             None, "--trajectories", help="Also save each trajectory JSON here."
         ),
+        reward_config: Path = typer.Option(
+            None, "--reward-config", help="TOML RewardConfig: also compose lint, diff and judge parts."
+        ),
+        max_turn_tokens: int = typer.Option(
+            None, "--max-turn-tokens", help="Override the harness's max_turn_tokens."
+        ),
     ) -> None:
         """Run a model over tasks K times with the training harness; print and save its scores."""
         import asyncio
@@ -96,7 +107,14 @@ def register(app: typer.Typer) -> None:
             task_list = discover_tasks(tasks)
         except EvalError as e:
             raise typer.BadParameter(str(e), param_hint="--tasks") from e
-        harness = HarnessConfig(**({"max_turns": max_turns} if max_turns else {}))
+        overrides = {"max_turns": max_turns, "max_turn_tokens": max_turn_tokens}
+        harness = HarnessConfig(**{k: v for k, v in overrides.items() if v is not None})
+        composer = None
+        if reward_config is not None:
+            from inhabit.config import load_config
+            from inhabit.rewards.compose import RewardComposer, RewardConfig
+
+            composer = RewardComposer(load_config(RewardConfig, reward_config))
         records_path = out.with_suffix(".records.jsonl")
 
         async def run():
@@ -106,13 +124,18 @@ def register(app: typer.Typer) -> None:
             provider = create_provider(SandboxConfig(backend=backend))  # type: ignore[arg-type]
             try:
                 with Progress() as bar:
-                    bid = bar.add_task("eval", total=len(task_list) * samples)
+                    from inhabit.evaluation.runner import read_records
+
+                    done = len(read_records(records_path)) if resume else 0
+                    bid = bar.add_task("eval", total=len(task_list) * samples, completed=done)
                     return await run_eval(
                         task_list, policy, provider, records_path, samples=samples, concurrency=concurrency,
-                        resume=resume, harness=harness, save_trajectories=trajectories,
-                        on_record=lambda r: bar.update(bid, completed=len(records_path.read_text().splitlines())),
+                        resume=resume, harness=harness, save_trajectories=trajectories, composer=composer,
+                        on_record=lambda r: bar.advance(bid),
                     )  # fmt: skip
             finally:
+                if composer is not None:
+                    await composer.close()
                 await provider.close()
                 await policy.close()
 

@@ -63,6 +63,16 @@ def summarize(records: Iterable[EvalRecord], *, k: int | None = None) -> dict[st
         "causes": dict(Counter(_cause(r) for r in recs).most_common()),
         "per_task": {},
     }
+    composed = [r["composed_reward"] for r in recs if r.get("composed_reward") is not None]
+    if composed:
+        out["mean_composed_reward"] = sum(composed) / len(composed)
+        names = sorted({k for r in recs for k in r.get("reward_parts", {})})
+        out["reward_parts"] = {}
+        for name in names:
+            vals = [r["reward_parts"].get(name) for r in recs if "reward_parts" in r]
+            have = [v for v in vals if v is not None]
+            out["reward_parts"][name] = {"mean": sum(have) / len(have) if have else None,
+                                         "missing": len(vals) - len(have)}  # fmt: skip
     if by_task:
         p1, pk = [], []
         for task_id, rs in sorted(by_task.items()):

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from inhabit.errors import InhabitError
+from inhabit.evaluation.capture import CapturingProvider
 from inhabit.harness.config import HarnessConfig
 from inhabit.harness.policy import Policy
 from inhabit.log import get_logger
@@ -71,6 +72,17 @@ def record_of(traj: Trajectory, sample: int, seconds: float) -> dict[str, Any]:
     }
 
 
+async def _compose(composer: Any, traj: Trajectory, capture: CapturingProvider) -> dict[str, Any]:
+    if capture.changes is None:
+        return {"composed_reward": None, "reward_parts": {}, "reward_error": capture.error or "no workspace"}
+    out = await composer.compose(tests=traj.reward, changes=capture.changes, instruction=traj.instruction,
+                                 message=traj.final_message or "")  # fmt: skip
+    judges = {k: {"error": v.get("error"), "cached": v.get("cached")} for k, v in out.details.items()
+              if k.startswith("judge_")}  # fmt: skip
+    return {"composed_reward": out.reward, "reward_parts": out.parts, "missing_parts": out.missing,
+            "judges": judges}  # fmt: skip
+
+
 def read_records(path: Path) -> list[dict[str, Any]]:
     """Records from a records file; a last line cut by a crash is ignored."""
     out = []
@@ -95,8 +107,13 @@ async def run_eval(
     harness: HarnessConfig | None = None,
     on_record: Callable[[dict[str, Any]], None] | None = None,
     save_trajectories: Path | None = None,
+    composer: Any = None,
 ) -> list[dict[str, Any]]:
-    """Run every (task, sample) not yet recorded; return all records (old and new)."""
+    """Run every (task, sample) not yet recorded; return all records (old and new).
+
+    With `composer` (an `inhabit.rewards.compose.RewardComposer`), each record also holds the
+    composed reward and its parts (lint delta, diff size, judges) over what the agent changed;
+    success stays defined by the tests alone."""
     from inhabit.harness.rollout import run_rollout
 
     path = Path(records_path)
@@ -118,12 +135,15 @@ async def run_eval(
         while not queue.empty():
             task, sample = queue.get_nowait()
             t0 = time.monotonic()
+            capture = CapturingProvider(provider, task.workspace_dir) if composer is not None else None
             try:
-                traj = await run_rollout(task, policy, provider, config=harness)
+                traj = await run_rollout(task, policy, capture or provider, config=harness)
             except Exception as e:  # run_rollout turns failures into data; this is a last guard
                 traj = Trajectory(task_id=task.id, instruction=task.instruction, status="error",
                                   error=f"{type(e).__name__}: {e}")  # fmt: skip
             rec = record_of(traj, sample, time.monotonic() - t0)
+            if capture is not None:
+                rec |= await _compose(composer, traj, capture)
             async with lock:
                 with path.open("a") as f:
                     f.write(json.dumps(rec) + "\n")

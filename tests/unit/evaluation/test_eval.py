@@ -94,3 +94,43 @@ def test_cli_prints_table_writes_json_and_counts_failures(tmp_path, chat_server)
     assert summary["samples"] == 2 and summary["success_rate"] == 0.0 and summary["pass@2"] == 0.0
     assert summary["causes"] == {"turn_limit": 2}
     assert len(read_records(out.with_suffix(".records.jsonl"))) == 2
+
+
+def test_shipped_reward_config_parses():
+    from inhabit.config import load_config
+    from inhabit.rewards.compose import RewardConfig
+
+    cfg = load_config(RewardConfig, Path(__file__).resolve().parents[3] / "configs" / "reward.toml")
+    assert [j.name for j in cfg.judges] == ["minimality", "style"] and cfg.gate_on_tests
+
+
+async def test_eval_composes_shaped_parts_and_judges(tmp_path, sandbox_provider, chat_server):
+    from inhabit.rewards.compose import RewardComposer, RewardConfig
+    from inhabit.rewards.judge import JudgeConfig
+
+    task_root = write_calc_task(tmp_path / "calc", command=FAST_COMMAND)
+    _, agent_url = chat_server(fixer)
+    judge_state, judge_url = chat_server(lambda body: "Minimal.\nSCORE: 9/10")
+    composer = RewardComposer(
+        RewardConfig(
+            lint_weight=1.0,
+            diff_weight=1.0,
+            judges=[JudgeConfig(name="minimality", base_url=judge_url, weight=1.0)],
+        )
+    )
+    policy = OpenAIPolicy(agent_url)
+    recs = await run_eval(discover_tasks(task_root), policy, sandbox_provider, tmp_path / "r.jsonl",
+                          harness=HarnessConfig(max_turns=4), composer=composer)  # fmt: skip
+    await policy.close()
+    await composer.close()
+    (rec,) = recs
+    assert rec["success"] and rec["reward_parts"] == {
+        "tests": 1.0,
+        "lint": 1.0,
+        "diff": 1.0,
+        "judge_minimality": 0.9,
+    }
+    assert rec["composed_reward"] == pytest.approx(3.9 / 4) and rec["missing_parts"] == []
+    assert "+    return a + b" in judge_state["seen"][0]["messages"][0]["content"]  # the judge saw the diff
+    summary = summarize(recs)
+    assert summary["reward_parts"]["judge_minimality"] == {"mean": 0.9, "missing": 0}
