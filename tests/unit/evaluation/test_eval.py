@@ -134,3 +134,24 @@ async def test_eval_composes_shaped_parts_and_judges(tmp_path, sandbox_provider,
     assert "+    return a + b" in judge_state["seen"][0]["messages"][0]["content"]  # the judge saw the diff
     summary = summarize(recs)
     assert summary["reward_parts"]["judge_minimality"] == {"mean": 0.9, "missing": 0}
+
+
+@pytest.mark.slow
+def test_cli_eval_with_a_local_tiny_model_folder(tmp_path):
+    from inhabit.models.tiny import build_tiny_model, save_model_folder
+    from inhabit.models.tokenizer import default_tokenizer
+
+    tok = default_tokenizer()
+    folder = save_model_folder(build_tiny_model("dense-1m", vocab_size=len(tok), seed=0), tok, tmp_path / "m")
+    write_calc_task(tmp_path / "tasks" / "calc", command=FAST_COMMAND)
+    out = tmp_path / "eval.json"
+    args = ["eval", "--tasks", str(tmp_path / "tasks"), "--model", str(folder), "--out", str(out),
+            "--max-turns", "1", "--max-turn-tokens", "16", "--backend", "process", "--seed", "0"]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    summary = json.loads(out.read_text())
+    assert summary["samples"] == 1 and summary["success_rate"] == 0.0  # random weights babble
+    assert summary["mean_completion_tokens"] > 0 and summary["causes"] in (
+        {"turn_limit": 1},
+        {"tests_failed": 1},
+    )
