@@ -195,8 +195,12 @@ def _classify(run: _Run, res: TestRunResult, selected: bool) -> tuple[str, list[
         return "timeout", [], []
     if res.integrity != "ok":
         return "no_report", [], []
+    if not selected and not run.passing <= set(res.outcomes):
+        # Tests vanished from the report (a module that no longer imports): grading would count
+        # them as missing, not failed, and `task check` would reject the task; skip the work.
+        return "collection_error", [], []
     considered = run.passing if not selected else run.passing & set(res.outcomes)
-    failing = sorted(n for n in considered if res.outcomes.get(n) in ("failed", "error", None))
+    failing = sorted(n for n in considered if res.outcomes.get(n) in ("failed", "error"))
     passing = sorted(n for n in considered if res.outcomes.get(n) == "passed")
     if not failing:
         return "no_failure", failing, passing
