@@ -76,7 +76,9 @@ def register(app: typer.Typer) -> None:
             False, "--resume", help="Continue an interrupted eval (skip recorded samples)."
         ),
         max_turns: int = typer.Option(None, "--max-turns", help="Override the harness's max_turns."),
-        temperature: float = typer.Option(0.0, "--temperature", help="Sampling temperature."),
+        temperature: float = typer.Option(
+            None, "--temperature", help="Sampling temperature; default 0 for one sample, 0.8 for K > 1."
+        ),
         served_name: str = typer.Option(
             None, "--served-model", help="Model name at the endpoint (default: its first)."
         ),
@@ -120,7 +122,9 @@ def register(app: typer.Typer) -> None:
         async def run():
             from rich.progress import Progress
 
-            policy = make_policy(model, served_name=served_name, temperature=temperature, seed=seed)
+            # K greedy samples would be K copies of one answer: pass@K needs sampling.
+            temp = temperature if temperature is not None else (0.0 if samples == 1 else 0.8)
+            policy = make_policy(model, served_name=served_name, temperature=temp, seed=seed)
             provider = create_provider(SandboxConfig(backend=backend))  # type: ignore[arg-type]
             try:
                 with Progress() as bar:
@@ -145,7 +149,8 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"error: {e}", err=True)
             raise typer.Exit(2) from e
         summary = summarize(records, k=samples)
-        summary |= {"model": model, "tasks_dir": str(tasks), "records": str(records_path)}
+        summary |= {"model": model, "tasks_dir": str(tasks), "records": str(records_path),
+                    "temperature": temperature if temperature is not None else (0.0 if samples == 1 else 0.8)}  # fmt: skip
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(summary, indent=1))
         print_summary(summary, f"inhabit eval: {model} on {tasks}")
