@@ -208,3 +208,58 @@ async def test_build_from_a_real_sdist(tmp_path, sandbox_provider):
     assert report.kept >= 1
     for task_id in report.tasks:
         assert (await check_task(tmp_path / "out" / task_id, sandbox_provider)).valid
+
+
+IO = """def maybe_write(flag):
+    if flag:
+        with open("stray.txt", "w") as f:
+            f.write("x")
+    return flag
+
+
+def double(x):
+    return x * 2
+"""
+
+IO_TESTS = """import os
+
+from pkg.io import double, maybe_write
+
+
+def test_a_call():
+    assert maybe_write(False) is False
+
+
+def test_double():
+    assert double(2) == 4
+
+
+def test_z_no_stray_file():
+    assert not os.path.exists("stray.txt")
+"""
+
+
+async def test_tree_is_reset_between_mutants(tmp_path, sandbox_provider):
+    (tmp_path / "p" / "pkg").mkdir(parents=True)
+    (tmp_path / "p" / "tests").mkdir()
+    (tmp_path / "p" / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "p" / "pkg" / "io.py").write_text(IO)
+    (tmp_path / "p" / "tests" / "test_io.py").write_text(IO_TESTS)
+    cfg = BuildConfig(operators=("negate_condition", "return_none"), per_function=2, check=False)
+    report = await build_tasks(
+        tmp_path / "p", tmp_path / "out", sandbox_provider, cfg, concurrency=1, progress=False
+    )
+    state = [
+        json.loads(line)
+        for line in (tmp_path / "out" / ".build" / "state.jsonl").read_text().splitlines()[1:]
+    ]
+    order = [r["mutation"].split(" ")[0] for r in state]
+    assert order.index("negate_condition") < len(order) - 1  # a mutant ran after the one that writes
+    assert report.kept == 3
+    stray = "tests/test_io.py::test_z_no_stray_file"
+    for r in state:
+        spec = load_task(tmp_path / "out" / r["task_id"]).grading
+        if r["mutation"].startswith("negate_condition"):
+            assert spec.fail_to_pass == (stray,)
+        else:  # the stray file of the earlier mutant is gone: this test still passes
+            assert stray in spec.pass_to_pass
