@@ -1,8 +1,10 @@
-"""Fixtures for evaluation tests: a scripted OpenAI-compatible endpoint on 127.0.0.1, a sandbox
-provider and the calculator task (see tests/unit/tasks/conftest.py for the originals)."""
+"""Fixtures for evaluation tests: a sandbox provider (process backend unless INHABIT_TEST_SANDBOX
+says otherwise, as in tests/unit/tasks/conftest.py) and scripted OpenAI-compatible endpoints on
+127.0.0.1 (the agent's policy and LLM judges talk to them)."""
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
@@ -16,7 +18,9 @@ from inhabit.sandbox import SandboxConfig, SandboxLimits, create_provider
 @pytest.fixture
 async def sandbox_provider():
     limits = SandboxLimits(memory_mb=2048, default_timeout_s=60.0, output_bytes=256 * 1024)
-    provider = create_provider(SandboxConfig(backend="process", limits=limits))
+    # INHABIT_TEST_SANDBOX=bwrap runs the same tests on the isolating backend (slower to start).
+    backend = os.environ.get("INHABIT_TEST_SANDBOX", "process")
+    provider = create_provider(SandboxConfig(backend=backend, limits=limits))
     yield provider
     await provider.close()
 
