@@ -132,6 +132,8 @@ def _own_nodes(func: ast.AST) -> Iterator[ast.AST]:
         node = stack.pop()
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
             continue
+        if _is_docstring(node):  # bare string statements: docstrings, never code
+            continue
         yield node
         stack.extend(reversed(list(ast.iter_child_nodes(node))))
 

@@ -28,6 +28,7 @@ def clamp(x, lo, hi):
 
 class Box:
     def get(self, key: str = "k"):
+        "Short doc."
         return self.items[key]
 '''
 
@@ -50,7 +51,7 @@ def test_every_operator_fires_and_each_edit_is_minimal_and_parses():
         assert ast.dump(ast.parse(mutated)) != ast.dump(ast.parse(SOURCE))
         changed = _changed_lines(SOURCE, mutated)
         assert len(changed) == 2, (m.describe(), changed)  # one line out, one line in
-        assert "docstring" not in changed[0]
+        assert "docstring" not in changed[0] and "Short doc" not in changed[0]
     by = {(m.operator, m.original): m.replacement for m in ms}
     assert by[("flip_comparison", "x < lo")] == "x >= lo"
     assert by[("wrong_operator", "x * 2")] == "x // 2"
