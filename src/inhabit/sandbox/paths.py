@@ -7,10 +7,10 @@ absolute link resolves against the sandbox root, so `/workspace/x` means the wor
 other absolute target (`/etc/passwd`, `/root`) lies outside it. Whatever escapes the workspace
 raises `PathOutsideWorkspace`; nothing here ever touches a path outside `root`.
 
-What this does NOT protect against: a process inside a live sandbox swapping a directory for a
-symlink between our check and our use (a time-of-check race). Backends call these helpers only
-while no exec of that sandbox runs that could race (bwrap kills every process at the end of each
-exec), or accept the race where they isolate nothing anyway (process backend).
+What this does NOT protect against by itself: a process inside a live sandbox swapping a
+directory for a symlink between our check and our use (a time-of-check race). The backends
+therefore run host-side file operations only while no exec of that sandbox is in flight (see
+`inhabit.sandbox.gate`; a bwrap sandbox has no process outside its execs).
 """
 
 from __future__ import annotations

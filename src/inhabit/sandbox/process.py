@@ -150,19 +150,19 @@ class ProcessSandbox(Sandbox):
         self._pgids.discard(pgid)
 
     async def read_file(self, path: str) -> bytes:
-        async with self._gate.shared(self._check_open):
+        async with self._gate.shared(self._check_open, kind="file"):
             return await asyncio.to_thread(hostfs.read_file, self.workspace, path)
 
     async def write_file(self, path: str, data: bytes | str) -> None:
-        async with self._gate.shared(self._check_open):
+        async with self._gate.shared(self._check_open, kind="file"):
             await asyncio.to_thread(hostfs.write_file, self.workspace, path, data)
 
     async def delete_file(self, path: str) -> None:
-        async with self._gate.shared(self._check_open):
+        async with self._gate.shared(self._check_open, kind="file"):
             await asyncio.to_thread(hostfs.delete, self.workspace, path)
 
     async def list_files(self, path: str = ".", *, recursive: bool = True) -> list[FileEntry]:
-        async with self._gate.shared(self._check_open):
+        async with self._gate.shared(self._check_open, kind="file"):
             return await asyncio.to_thread(hostfs.list_files, self.workspace, path, recursive)
 
     async def snapshot(self) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from inhabit.errors import PathOutsideWorkspace, SandboxNotFound
+from inhabit.errors import PathOutsideWorkspace, SandboxError, SandboxNotFound
 
 
 async def test_exec_runs_in_workspace_and_reports(provider, workspace):
@@ -167,3 +167,35 @@ async def test_file_ops_racing_snapshots_all_land(provider, workspace):
         for snap_id in results[10:13]:
             async with await provider.create(snap_id) as child:
                 assert len(await child.list_files("c")) >= 10  # every write before it, at least
+
+
+async def test_reading_a_fifo_is_refused_not_hung(provider, workspace):
+    async with await provider.create(workspace) as sb:
+        assert (await sb.exec("mkfifo pipe")).ok
+        with pytest.raises(SandboxError):
+            await asyncio.wait_for(sb.read_file("pipe"), timeout=10)
+
+
+async def test_planted_symlinks_do_not_redirect_host_writes(provider, workspace, tmp_path):
+    target = tmp_path / "victim.txt"
+    target.write_text("original")
+    async with await provider.create(workspace) as sb:
+        # Every name a naive writer might use for its temp file, plus the file itself.
+        await sb.exec(f"ln -s {target} .f.txt.inhabit-tmp; ln -s {target} f.txt.tmp; ln -s {target} g.txt")
+        await sb.write_file("f.txt", "new")
+        with pytest.raises(PathOutsideWorkspace):
+            await sb.write_file("g.txt", "new")
+        assert await sb.read_file("f.txt") == b"new"
+    assert target.read_text() == "original"
+
+
+async def test_close_after_hostile_tree_changes_nothing_outside(provider, workspace, tmp_path):
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("x")
+    mode = victim.stat().st_mode
+    sb = await provider.create(workspace)
+    # Read-only dirs, links to host paths and a FIFO: cleanup must remove them, not follow them.
+    await sb.exec(f"mkdir -p ro/sub && ln -s {victim} ro/sub/link && mkfifo ro/fifo && chmod 500 ro/sub ro")
+    await sb.close()
+    assert (victim / "keep.txt").read_text() == "x" and victim.stat().st_mode == mode

