@@ -35,6 +35,9 @@ def build(
     plugins: bool = typer.Option(False, "--plugins", help="Let pytest autoload plugins."),
     seed: int = typer.Option(0, "--seed", help="Seed of the candidate and pass_to_pass samples."),
     no_check: bool = typer.Option(False, "--no-check", help="Skip `task check` on each written task."),
+    coverage_above_s: float = typer.Option(
+        10.0, "--coverage-above-s", help="Suites slower than this run only the tests covering the mutant."
+    ),
     backend: str = typer.Option("auto", "--backend", help=_BACKEND_HELP),
 ) -> None:
     """Synthesize bug-fix tasks by mutating a project's code; resumes an interrupted build in --out."""
@@ -47,7 +50,7 @@ def build(
 
     config = BuildConfig(
         command=command, plugins=plugins, per_function=per_function, max_candidates=max_candidates,
-        seed=seed, check=not no_check,
+        seed=seed, check=not no_check, coverage_above_s=coverage_above_s,
     )  # fmt: skip
 
     async def run():
