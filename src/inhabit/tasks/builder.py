@@ -7,9 +7,9 @@ Pipeline (`build_tasks`):
      under coverage to map each function to the tests that execute it (`tasks.covmap`);
   3. candidates: `per_function` mutations per function (`tasks.mutate`), seeded sample, capped
      at `max_candidates`, deduplicated by the hash of the mutated file;
-  4. each worker holds one sandbox, snapshots its pristine tree and restores it before every
-     mutant (a mutant may write stray files), writes the mutated file and runs the suite (or the
-     covering tests) with `--tb=no`; a mutant is kept when some, but not all, of the baseline's
+  4. `concurrency` workers take sandboxes from a recycling `SandboxPool` (a returned sandbox is
+     restored to the pristine snapshot before its next use: a mutant may write stray files),
+     write the mutated file and run the suite (or the covering tests) with `--tb=no`; a mutant is kept when some, but not all, of the baseline's
      passing tests fail, and confirmed on the full suite when the run was a selection;
   5. a kept mutant becomes a task directory: workspace = the mutated project, fail_to_pass = the
      tests it breaks (capped), pass_to_pass = a seeded sample of the rest, the instruction names
@@ -36,7 +36,8 @@ from pydantic import Field
 
 from inhabit.config import Config
 from inhabit.log import get_logger
-from inhabit.sandbox.base import Sandbox, SandboxProvider
+from inhabit.sandbox.base import SandboxProvider
+from inhabit.sandbox.pool import SandboxPool
 from inhabit.tasks.build import write_task
 from inhabit.tasks.check import check_task
 from inhabit.tasks.covmap import CoverageMap, build_coverage_map
@@ -175,18 +176,20 @@ def _instruction(failing: list[str], messages: dict[str, str], total: int) -> st
     return "\n".join(lines)
 
 
-async def _run_mutant(run: _Run, sandbox: Sandbox, clean: str, m: Mutation, text: str, full: bool):
-    await sandbox.restore(clean)
-    await sandbox.write_file(m.path, m.apply(text))
+async def _run_mutant(run: _Run, pool: SandboxPool, m: Mutation, text: str, full: bool):
     selector: list[str] | None = None
     if run.cover is not None and not full:
         lines = range(m.function_lines[0], m.function_lines[1] + 1)
         selector = sorted(run.cover.tests_for(m.path, lines) & run.passing)
         if not selector:
             return None, "uncovered"
-    res = await run_tests(
-        sandbox, run.command, selector=selector, timeout_s=run.timeout_s, extra_args=["--tb=no"]
-    )
+    # Every run gets a pristine tree: the pool restores a returned sandbox to the source snapshot
+    # before handing it out again (a mutant may leave stray files behind).
+    async with pool.acquire() as sandbox:
+        await sandbox.write_file(m.path, m.apply(text))
+        res = await run_tests(
+            sandbox, run.command, selector=selector, timeout_s=run.timeout_s, extra_args=["--tb=no"]
+        )
     return res, None
 
 
@@ -209,15 +212,15 @@ def _classify(run: _Run, res: TestRunResult, selected: bool) -> tuple[str, list[
     return "kept", failing, passing
 
 
-async def _candidate(run: _Run, sandbox: Sandbox, clean: str, m: Mutation, text: str, key: str, index: int):
+async def _candidate(run: _Run, pool: SandboxPool, m: Mutation, text: str, key: str, index: int):
     t0 = time.monotonic()
     rec: dict[str, Any] = {"kind": "candidate", "key": key, "mutation": m.describe()}
-    res, status = await _run_mutant(run, sandbox, clean, m, text, full=False)
+    res, status = await _run_mutant(run, pool, m, text, full=False)
     if res is not None:
         selected = run.cover is not None
         status, failing, passing = _classify(run, res, selected)
         if status == "kept" and selected:  # confirm on the full suite
-            res, _ = await _run_mutant(run, sandbox, clean, m, text, full=True)
+            res, _ = await _run_mutant(run, pool, m, text, full=True)
             assert res is not None
             status, failing, passing = _classify(run, res, False)
         if status == "kept":
@@ -310,10 +313,8 @@ async def build_tasks(
     candidates, texts = _candidates(source, config)
     if not candidates:
         raise BuildError(f"no mutable code found in {src} (looked for functions in .py files outside tests)")
-    sandboxes: list[Sandbox] = []
+    base = await provider.create(source)
     try:
-        base = await provider.create(source)
-        sandboxes.append(base)
         if header is None:
             baseline = await run_tests(base, command, timeout_s=3600, extra_args=["--tb=no"])
             if baseline.integrity != "ok" or not baseline.passed:
@@ -371,17 +372,16 @@ async def build_tasks(
                 if stale.exists():  # written by a build that died before recording it
                     shutil.rmtree(stale)
                 todo.append((i, m, key))
-        await _work(run, todo, texts, sandboxes, concurrency, progress)
     finally:
-        for sb in sandboxes:
-            await sb.close()
+        await base.close()
+    await _work(run, todo, texts, concurrency, progress)
     report.elapsed_s = round(time.monotonic() - t0, 3)
     report.statuses = dict(Counter(report.statuses).most_common())
     (out / "build-report.json").write_text(json.dumps(report.to_dict(), indent=1))
     return report
 
 
-async def _work(run: _Run, todo, texts, sandboxes: list[Sandbox], concurrency: int, progress: bool) -> None:
+async def _work(run: _Run, todo, texts, concurrency: int, progress: bool) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     queue: asyncio.Queue = asyncio.Queue()
@@ -393,20 +393,20 @@ async def _work(run: _Run, todo, texts, sandboxes: list[Sandbox], concurrency: i
     )  # fmt: skip
     bar_id = bar.add_task("", total=len(todo))
 
-    async def worker(n: int) -> None:
-        sandbox = sandboxes[0] if n == 0 else await run.provider.create(run.source)
-        if n:
-            sandboxes.append(sandbox)
-        clean = await sandbox.snapshot()
+    workers = max(1, min(concurrency, len(todo)))
+    pool = SandboxPool(run.provider, run.source, size=workers, recycle=True)
+
+    async def worker() -> None:
         while not queue.empty():
             i, m, key = queue.get_nowait()
             try:
-                await _candidate(run, sandbox, clean, m, texts[m.path], key, i)
+                await _candidate(run, pool, m, texts[m.path], key, i)
             except Exception as e:  # one broken candidate never stops the build
                 log.warning("candidate %s failed: %s: %s", m.describe(), type(e).__name__, e)
                 async with run.lock:
                     run.report.statuses["error"] = run.report.statuses.get("error", 0) + 1
             bar.update(bar_id, advance=1, description=f"kept {run.report.kept}")
 
-    with bar:
-        await asyncio.gather(*(worker(n) for n in range(max(1, min(concurrency, len(todo))))))
+    async with pool:
+        with bar:
+            await asyncio.gather(*(worker() for _ in range(workers)))
