@@ -1,9 +1,157 @@
-"""Commands that the evaluation part adds to `inhabit` (heavy imports stay inside command bodies)."""
+"""Commands that the evaluation part adds to `inhabit`: `inhabit eval` (heavy imports stay inside
+command bodies)."""
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
 
 import typer
 
 
+def make_policy(model: str, *, served_name: str | None, temperature: float, seed: int | None):  # type: ignore[no-untyped-def]
+    """URL -> OpenAIPolicy (any OpenAI-compatible endpoint); folder -> LocalPolicy (in process)."""
+    if model.startswith(("http://", "https://")):
+        from inhabit.harness.openai_policy import OpenAIPolicy
+
+        return OpenAIPolicy(model, served_name, temperature=temperature)
+    if not Path(model).is_dir():
+        raise typer.BadParameter(
+            f"{model} is neither an http(s) URL nor a model folder", param_hint="--model"
+        )
+    from inhabit.inference.local_policy import LocalPolicy
+
+    return LocalPolicy.from_path(model, temperature=temperature, seed=seed)
+
+
+def print_summary(summary: dict[str, Any], title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    def pct(x: float | None) -> str:
+        return "-" if x is None else f"{x:.1%}"
+
+    k = summary["k"]
+    table = Table(title=title)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    rows = [
+        ("tasks", summary["tasks"]),
+        ("samples", summary["samples"]),
+        ("success rate", pct(summary["success_rate"])),
+        ("pass@1", pct(summary["pass@1"])),
+        (f"pass@{k}", pct(summary.get(f"pass@{k}"))),
+        ("mean reward", f"{summary['mean_reward']:.3f}"),
+        ("mean turns", f"{summary['mean_turns']:.1f}"),
+        ("mean completion tokens", f"{summary['mean_completion_tokens']:.0f}"),
+        ("samples with hack flags", summary["samples_flagged"]),
+    ]
+    if "mean_composed_reward" in summary:
+        rows.append(("mean composed reward", f"{summary['mean_composed_reward']:.3f}"))
+        for name, part in summary["reward_parts"].items():
+            mean = "-" if part["mean"] is None else f"{part['mean']:.3f}"
+            rows.append((f"  part {name}", f"{mean} ({part['missing']} missing)"))
+    rows += [(f"  flag {f}", n) for f, n in summary["flags"].items()]
+    rows += [(f"  outcome {c}", n) for c, n in summary["causes"].items()]
+    for name, value in rows:
+        table.add_row(name, str(value))
+    Console().print(table)
+
+
 def register(app: typer.Typer) -> None:
     """Add this part's commands to the root app."""
+
+    @app.command("eval")
+    def eval_(
+        tasks: Path = typer.Option(..., "--tasks", help="A task directory or a folder of them."),
+        model: str = typer.Option(
+            ..., "--model", help="OpenAI-compatible base URL (http://.../v1) or model folder."
+        ),
+        samples: int = typer.Option(1, "--samples", "-k", min=1, help="Rollouts per task (K of pass@K)."),
+        concurrency: int = typer.Option(4, "--concurrency", "-j", min=1, help="Rollouts at once."),
+        out: Path = typer.Option(
+            Path("eval.json"), "--out", help="Summary JSON; records go to <out>.records.jsonl."
+        ),
+        resume: bool = typer.Option(
+            False, "--resume", help="Continue an interrupted eval (skip recorded samples)."
+        ),
+        max_turns: int = typer.Option(None, "--max-turns", help="Override the harness's max_turns."),
+        temperature: float = typer.Option(
+            None, "--temperature", help="Sampling temperature; default 0 for one sample, 0.8 for K > 1."
+        ),
+        served_name: str = typer.Option(
+            None, "--served-model", help="Model name at the endpoint (default: its first)."
+        ),
+        seed: int = typer.Option(None, "--seed", help="Sampling seed (local models)."),
+        backend: str = typer.Option("auto", "--backend", help="Sandbox backend: auto, bwrap or process."),
+        trajectories: Path = typer.Option(
+            None, "--trajectories", help="Also save each trajectory JSON here."
+        ),
+        reward_config: Path = typer.Option(
+            None, "--reward-config", help="TOML RewardConfig: also compose lint, diff and judge parts."
+        ),
+        max_turn_tokens: int = typer.Option(
+            None, "--max-turn-tokens", help="Override the harness's max_turn_tokens."
+        ),
+    ) -> None:
+        """Run a model over tasks K times with the training harness; print and save its scores."""
+        import asyncio
+        import json
+
+        from inhabit.evaluation.metrics import summarize
+        from inhabit.evaluation.runner import EvalError, discover_tasks, run_eval
+        from inhabit.harness.config import HarnessConfig
+        from inhabit.sandbox import SandboxConfig, create_provider
+
+        if backend not in ("auto", "bwrap", "process"):
+            raise typer.BadParameter("choose auto, bwrap or process", param_hint="--backend")
+        try:
+            task_list = discover_tasks(tasks)
+        except EvalError as e:
+            raise typer.BadParameter(str(e), param_hint="--tasks") from e
+        overrides = {"max_turns": max_turns, "max_turn_tokens": max_turn_tokens}
+        harness = HarnessConfig(**{k: v for k, v in overrides.items() if v is not None})
+        composer = None
+        if reward_config is not None:
+            from inhabit.config import load_config
+            from inhabit.rewards.compose import RewardComposer, RewardConfig
+
+            composer = RewardComposer(load_config(RewardConfig, reward_config))
+        records_path = out.with_suffix(".records.jsonl")
+
+        async def run():
+            from rich.progress import Progress
+
+            # K greedy samples would be K copies of one answer: pass@K needs sampling.
+            temp = temperature if temperature is not None else (0.0 if samples == 1 else 0.8)
+            policy = make_policy(model, served_name=served_name, temperature=temp, seed=seed)
+            provider = create_provider(SandboxConfig(backend=backend))  # type: ignore[arg-type]
+            try:
+                with Progress() as bar:
+                    from inhabit.evaluation.runner import read_records
+
+                    done = len(read_records(records_path)) if resume else 0
+                    bid = bar.add_task("eval", total=len(task_list) * samples, completed=done)
+                    return await run_eval(
+                        task_list, policy, provider, records_path, samples=samples, concurrency=concurrency,
+                        resume=resume, harness=harness, save_trajectories=trajectories, composer=composer,
+                        on_record=lambda r: bar.advance(bid),
+                    )  # fmt: skip
+            finally:
+                if composer is not None:
+                    await composer.close()
+                await provider.close()
+                await policy.close()
+
+        try:
+            records = asyncio.run(run())
+        except EvalError as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(2) from e
+        summary = summarize(records, k=samples)
+        summary |= {"model": model, "tasks_dir": str(tasks), "records": str(records_path),
+                    "temperature": temperature if temperature is not None else (0.0 if samples == 1 else 0.8)}  # fmt: skip
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(summary, indent=1))
+        print_summary(summary, f"inhabit eval: {model} on {tasks}")
+        typer.echo(f"wrote {out} and {records_path}")

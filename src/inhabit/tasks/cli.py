@@ -1,4 +1,5 @@
-"""Commands that the tasks part adds to `inhabit`: `inhabit task check DIR [--json]`.
+"""Commands that the tasks part adds to `inhabit`: `inhabit task check DIR [--json]`, and
+`inhabit tasks build|import-humaneval|import-swebench` (task builders).
 
 Heavy imports stay inside command bodies so `inhabit --help` stays fast.
 """
@@ -90,4 +91,7 @@ def _print_report(report) -> None:  # type: ignore[no-untyped-def]
 
 def register(app: typer.Typer) -> None:
     """Add this part's commands to the root app."""
+    from inhabit.tasks.builders_cli import tasks_app
+
     app.add_typer(task_app, name="task")
+    app.add_typer(tasks_app, name="tasks")

