@@ -1,0 +1,175 @@
+"""Trainer checkpoints that resume bit for bit, written atomically.
+
+A checkpoint is a folder:
+
+    config.json, generation_config.json, model.safetensors   the model (an ordinary Hugging Face
+                                                             folder: `inhabit serve` / the engine
+                                                             load it as is), plus the tokenizer
+                                                             files when the trainer has one
+    optimizer.pt        AdamW and LR-scheduler state dicts (torch.save)
+    rng.pt              torch, python `random` and numpy global RNG states
+    trainer_state.json  format, policy version, steps, the caller's data position (`data_state`),
+                        the TrainerConfig it was written with; written LAST: a folder without it
+                        is not a checkpoint
+
+Atomicity: everything is written (and fsynced) into a hidden sibling folder, which is then
+renamed over the target; an existing checkpoint at the target is moved aside first and deleted
+after. A crash leaves either the old checkpoint or the new one, never a mix, plus at worst a
+`.name.tmp-*` / `.name.old-*` leftover that `latest_checkpoint` ignores.
+
+Exactness: weights round-trip through safetensors in fp32 (MoE experts are written in the
+per-expert layout and fused again on load, a lossless copy), optimizer state through torch.save,
+and the schedule is a function of the update count stored in the scheduler state.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from inhabit.errors import TrainerError
+
+if TYPE_CHECKING:
+    from inhabit.trainer.trainer import Trainer
+
+FORMAT = 1
+STATE_FILE = "trainer_state.json"
+_STEP_DIR = re.compile(r"^v(\d+)$")
+
+
+class CheckpointError(TrainerError):
+    """A checkpoint folder is missing, incomplete or does not fit the trainer loading it."""
+
+
+def checkpoint_name(version: int) -> str:
+    """Folder name of the checkpoint of a policy version (`v000012`), as `latest_checkpoint` expects."""
+    return f"v{version:06d}"
+
+
+def latest_checkpoint(root: str | Path) -> Path | None:
+    """The complete checkpoint with the highest version under `root` (folders named by
+    `checkpoint_name`), or None when there is none."""
+    root = Path(root)
+    if not root.is_dir():
+        return None
+    best: tuple[int, Path] | None = None
+    for child in root.iterdir():
+        m = _STEP_DIR.match(child.name)
+        if m and (child / STATE_FILE).is_file() and (best is None or int(m[1]) > best[0]):
+            best = (int(m[1]), child)
+    return best[1] if best else None
+
+
+def save_checkpoint(trainer: Trainer, path: str | Path) -> Path:
+    """Write `trainer`'s full state to the folder `path` atomically (module docstring)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    try:
+        trainer.export_model(tmp)
+        torch.save(
+            {"optimizer": trainer.optimizer.state_dict(), "scheduler": trainer.scheduler.state_dict()},
+            tmp / "optimizer.pt",
+        )
+        torch.save(
+            {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()},
+            tmp / "rng.pt",
+        )
+        state = {
+            "format": FORMAT,
+            "version": trainer.version,
+            "steps": trainer.steps,
+            "data_state": trainer.data_state,
+            "config": trainer.config.model_dump(mode="json"),
+        }
+        try:
+            text = json.dumps(state, indent=2, sort_keys=True)
+        except TypeError as e:
+            raise CheckpointError(f"trainer.data_state must be JSON-able: {e}") from e
+        (tmp / STATE_FILE).write_text(text)
+        for f in tmp.iterdir():
+            _fsync(f)
+        _fsync(tmp)
+        old = None
+        if path.exists():
+            old = path.parent / f".{path.name}.old-{os.getpid()}"
+            if old.exists():
+                shutil.rmtree(old)
+            path.rename(old)
+        tmp.rename(path)
+        _fsync(path.parent)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return path
+
+
+def load_checkpoint(trainer: Trainer, path: str | Path) -> dict[str, Any]:
+    """Restore `trainer` (built with the same model architecture and config) from `path`."""
+    from inhabit.inference.errors import WeightLoadError
+    from inhabit.inference.weights_io import copy_into, read_state_dict, to_model_layout
+
+    path = Path(path)
+    state_file = path / STATE_FILE
+    if not state_file.is_file():
+        raise CheckpointError(
+            f"{path} is not a complete checkpoint (no {STATE_FILE}); pick another, e.g. latest_checkpoint()"
+        )
+    state = json.loads(state_file.read_text())
+    if state.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: checkpoint format {state.get('format')} is not {FORMAT}")
+    try:
+        weights = to_model_layout(trainer.model, read_state_dict(path))
+    except WeightLoadError as e:
+        raise CheckpointError(f"{path}: the weights do not fit this model: {e}") from e
+    missing = set(trainer.model.state_dict()) - set(weights) - _tied_names(trainer.model)
+    if missing:
+        raise CheckpointError(
+            f"{path}: the checkpoint lacks {len(missing)} weights, e.g. {sorted(missing)[:3]}"
+        )
+    copy_into(trainer.model, weights)
+    opt = torch.load(path / "optimizer.pt", map_location=trainer.config.device, weights_only=False)
+    trainer.optimizer.load_state_dict(opt["optimizer"])
+    trainer.scheduler.load_state_dict(opt["scheduler"])
+    rng = torch.load(path / "rng.pt", weights_only=False)
+    torch.set_rng_state(rng["torch"])
+    random.setstate(rng["python"])
+    np.random.set_state(rng["numpy"])
+    trainer.version = int(state["version"])
+    trainer.steps = int(state["steps"])
+    trainer.data_state = dict(state.get("data_state") or {})
+    return state
+
+
+def _tied_names(model: Any) -> set[str]:
+    """State-dict names that share storage with an earlier name (tied embeddings are saved once)."""
+    seen: dict[int, str] = {}
+    tied = set()
+    for name, t in model.state_dict(keep_vars=True).items():
+        key = t.data_ptr()
+        if key in seen:
+            tied.add(name)
+        else:
+            seen[key] = name
+    return tied
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,77 @@
+"""`TrainerConfig`: optimizer, schedule, micro-batching, loss and router replay of the RL trainer.
+
+In a run TOML it is the `[trainer]` table (with `[trainer.loss]` for the `LossConfig`):
+
+    [trainer]
+    lr = 1e-4
+    micro_batch_tokens = 4096
+    [trainer.loss]
+    variant = "sequence"
+    eps_low = 3e-4
+    eps_high = 4e-4
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from inhabit.config import Config
+from inhabit.trainer.losses import LossConfig
+
+
+class TrainerConfig(Config):
+    """Everything `Trainer` needs besides the model (see README, section "Trainer")."""
+
+    lr: float = Field(1e-5, gt=0.0, le=1.0, description="Peak learning rate of AdamW.")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas.")
+    adam_eps: float = Field(1e-8, gt=0.0, description="AdamW epsilon.")
+    weight_decay: float = Field(0.0, ge=0.0, le=1.0, description="AdamW decoupled weight decay.")
+    grad_clip: float | None = Field(
+        1.0, gt=0.0, description="Clip the global grad norm to this; None: no clip."
+    )
+    schedule: Literal["constant", "linear", "cosine"] = Field(
+        "constant", description="Learning-rate shape after warm-up (linear/cosine decay to min_lr_ratio*lr)."
+    )
+    warmup_steps: int = Field(0, ge=0, description="Optimizer updates of linear warm-up from 0 to lr.")
+    total_steps: int | None = Field(
+        None, ge=1, description="Optimizer updates the decay spans (needed by linear and cosine)."
+    )
+    min_lr_ratio: float = Field(0.0, ge=0.0, le=1.0, description="Floor of the decay, as a fraction of lr.")
+    micro_batch_tokens: int = Field(
+        4096, ge=16, description="Padded tokens (rows x longest row) per forward; gradients accumulate."
+    )
+    updates_per_step: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Optimizer updates per train_step (the batch is split into this many mini-batches; "
+        ">1 makes the PPO clip bind). The policy version still advances by one per train_step.",
+    )
+    temperature: float = Field(
+        1.0,
+        gt=0.0,
+        description="Sampling temperature of the rollouts: logits are divided by it, as the "
+        "engine does for its (tempered) logprobs. Must match the engine's sampling.",
+    )
+    loss: LossConfig = Field(default_factory=LossConfig, description="Policy loss (see losses.py).")
+    normalize_advantage_std: bool = Field(
+        False, description="Divide group-centred rewards by the group's std (GRPO) or not (Dr. GRPO)."
+    )
+    router_replay: bool = Field(
+        True, description="MoE: force the experts the engine chose (when samples carry routes)."
+    )
+    seed: int = Field(0, ge=0, description="Seeds torch, python and numpy RNGs when the Trainer is built.")
+    device: str = Field("cpu", description="torch device of the trained model (fp32).")
+    num_threads: int | None = Field(
+        None, ge=1, le=512, description="torch intra-op threads (default: torch's)."
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> TrainerConfig:
+        if self.schedule != "constant" and self.total_steps is None:
+            raise ValueError(f"schedule {self.schedule!r} needs total_steps (updates the decay spans)")
+        if not all(0.0 <= b < 1.0 for b in self.betas):
+            raise ValueError(f"betas must lie in [0, 1); got {self.betas}")
+        return self

@@ -1,0 +1,258 @@
+"""`Trainer`: the RL train step over samples, policy versions, weights for the engine, checkpoints.
+
+    trainer = Trainer(model, TrainerConfig(lr=1e-4), tokenizer=tok)   # version 0 = model as given
+    metrics = trainer.train_step(samples)        # one policy update; trainer.version is now 1
+    await engine.load_weights(trainer.state_dict_for_engine(), trainer.version)
+    trainer.save(run / "checkpoints" / "v000001")   # later: Trainer(...).load(that dir)
+
+A train step: pack the samples into micro-batches under `micro_batch_tokens`, run each forward in
+fp32 (the model's own dtype, CPU by default) with the routes the engine recorded forced on MoE
+layers (`router_replay`), score the generated tokens under the tempered distribution
+log_softmax(logits / temperature), apply the policy loss (losses.py) with gradient accumulation
+so the gradient is that of the whole batch, clip the global grad norm, step AdamW and the
+schedule, and advance the policy version by one. With `updates_per_step = k > 1` the batch is
+split round-robin into k mini-batches, each its own optimizer update, all measured against the
+logprobs of a no-grad pass over the whole batch before the first update (the proximal policy).
+
+Only the positions that predict a generated token go through the LM head (on tiny models the
+vocabulary projection is most of the compute), and the forward never builds a KV cache.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from inhabit.errors import TrainerError
+from inhabit.log import get_logger
+from inhabit.trainer.batching import MicroBatch, collate, pack_microbatches
+from inhabit.trainer.config import TrainerConfig
+from inhabit.trainer.losses import LossStats, policy_loss
+from inhabit.trainer.metrics import MismatchAccumulator, StepMetrics
+from inhabit.trainer.optim import build_optimizer
+from inhabit.trainer.samples import Sample
+
+log = get_logger(__name__)
+
+
+class Trainer:
+    """Owns a model, its optimizer and schedule, and the policy version (see module docstring)."""
+
+    def __init__(
+        self, model: Any, config: TrainerConfig | None = None, *, tokenizer: Any = None, version: int = 0
+    ) -> None:
+        from inhabit.models.routing import is_moe
+
+        self.config = config or TrainerConfig()
+        if self.config.num_threads:
+            torch.set_num_threads(self.config.num_threads)
+        seed_everything(self.config.seed)
+        self.model = model.to(device=self.config.device, dtype=torch.float32)
+        self.model.train()
+        self.tokenizer = tokenizer
+        self.is_moe = is_moe(self.model)
+        self.optimizer, self.scheduler = build_optimizer(self.model, self.config)
+        self.version = int(version)
+        """Policy version of the current weights; +1 per train_step."""
+        self.steps = 0
+        """train_step calls since the run began (restored by load)."""
+        self.data_state: dict[str, Any] = {}
+        """The caller's data position (JSON-able), saved and restored with checkpoints."""
+        pad = getattr(model.config, "pad_token_id", None)
+        self.pad_token_id = int(pad) if isinstance(pad, int) else 0
+
+    @classmethod
+    def from_pretrained(
+        cls, path: str | Path, config: TrainerConfig | None = None, *, version: int = 0
+    ) -> Trainer:
+        """A trainer over a local Hugging Face folder (model + tokenizer), e.g. a checkpoint."""
+        from inhabit.models.loading import load_model
+
+        model, tokenizer = load_model(path)
+        return cls(model, config, tokenizer=tokenizer, version=version)
+
+    # ------------------------------------------------------------------ public API
+
+    def train_step(self, samples: Sequence[Sample]) -> StepMetrics:
+        """One policy update from `samples` (any number; micro-batched); returns the step's metrics."""
+        return self._run(samples, update=True)
+
+    def measure(self, samples: Sequence[Sample]) -> StepMetrics:
+        """The metrics a train step would report on `samples` (mismatch, ratios), without updating."""
+        return self._run(samples, update=False)
+
+    def state_dict_for_engine(self) -> dict[str, torch.Tensor]:
+        """A detached CPU copy of the weights, in the model's own names (`engine.load_weights` takes it)."""
+        return {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+
+    def save(self, path: str | Path) -> Path:
+        """Write a checkpoint folder atomically (see checkpoint.py); return its path."""
+        from inhabit.trainer.checkpoint import save_checkpoint
+
+        return save_checkpoint(self, path)
+
+    def load(self, path: str | Path) -> Trainer:
+        """Restore weights, optimizer, schedule, RNGs, version and data position from a checkpoint."""
+        from inhabit.trainer.checkpoint import load_checkpoint
+
+        load_checkpoint(self, path)
+        return self
+
+    def export_model(self, path: str | Path) -> Path:
+        """Write an ordinary Hugging Face folder (plus the tokenizer when the trainer has one)."""
+        path = Path(path)
+        self.model.save_pretrained(path, safe_serialization=True)
+        if self.tokenizer is not None:
+            from inhabit.models.tokenizer import save_tokenizer
+
+            save_tokenizer(self.tokenizer, path)
+        return path
+
+    @property
+    def lr(self) -> float:
+        return float(self.optimizer.param_groups[0]["lr"])
+
+    # ------------------------------------------------------------------ the step
+
+    def _run(self, samples: Sequence[Sample], update: bool) -> StepMetrics:
+        t0 = time.perf_counter()
+        samples = [s for s in samples if s.num_loss_tokens > 0]
+        if not samples:
+            raise TrainerError("train_step got no sample with a generated token; skip the step instead")
+        cfg = self.config
+        k = min(cfg.updates_per_step, len(samples)) if update else 1
+        minibatches = [samples[j::k] for j in range(k)]
+        acc = MismatchAccumulator(self.version)
+        stats = LossStats()
+        proximal: list[list[torch.Tensor]] | None = None
+        if k > 1:  # the proximal policy: everyone's logprobs before the first update
+            proximal = [[self._forward(mb, acc, grad=False)[0] for mb in self._micro(m)] for m in minibatches]
+        losses, grad_norms = [], []
+        n_micro = 0
+        for j, mini in enumerate(minibatches):
+            n_tok = sum(s.num_loss_tokens for s in mini)
+            if update:
+                self.optimizer.zero_grad(set_to_none=True)
+            total = 0.0
+            for i, mb in enumerate(self._micro(mini)):
+                n_micro += 1
+                measure = acc if proximal is None else None
+                with torch.enable_grad() if update else torch.no_grad():
+                    lp, _ = self._forward(mb, measure, grad=update)
+                    prox = lp.detach() if proximal is None else proximal[j][i]
+                    loss, st = policy_loss(
+                        lp,
+                        prox,
+                        mb.behaviour_logprobs,
+                        mb.advantages,
+                        mb.loss_mask,
+                        cfg.loss,
+                        num_tokens=n_tok,
+                        num_sequences=len(mini),
+                    )
+                    if update:
+                        loss.backward()
+                total += float(loss.detach())
+                stats = stats.merge(st)
+            losses.append(total)
+            if update:
+                limit = cfg.grad_clip if cfg.grad_clip is not None else float("inf")
+                params = [p for p in self.model.parameters() if p.grad is not None]
+                grad_norms.append(float(torch.nn.utils.clip_grad_norm_(params, limit)))
+                self.optimizer.step()
+                self.scheduler.step()
+        if update:
+            self.optimizer.zero_grad(set_to_none=True)
+            self.version += 1
+            self.steps += 1
+        return self._metrics(samples, acc, stats, losses, grad_norms, n_micro, k if update else 0, t0)
+
+    def _micro(self, samples: Sequence[Sample]) -> list[MicroBatch]:
+        groups = pack_microbatches(samples, self.config.micro_batch_tokens)
+        return [collate([samples[i] for i in g], self.pad_token_id).to(self.config.device) for g in groups]
+
+    def _forward(
+        self, mb: MicroBatch, acc: MismatchAccumulator | None, grad: bool
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """[B, T] logprobs of each token under the trainer (0 where not a loss token), and entropies."""
+        from inhabit.models.routing import RoutingCapture, RoutingError, RoutingReplay
+
+        routes = mb.routed_experts if self.is_moe else None
+        capture = None
+        with contextlib.ExitStack() as stack, contextlib.nullcontext() if grad else torch.no_grad():
+            if routes is not None:
+                try:
+                    if self.config.router_replay:
+                        stack.enter_context(RoutingReplay(self.model, routes.permute(2, 0, 1, 3)))
+                    capture = stack.enter_context(RoutingCapture(self.model))
+                except RoutingError as e:
+                    raise TrainerError(f"samples' routed experts do not fit this model: {e}") from e
+            base = getattr(self.model, self.model.base_model_prefix)
+            hidden = base(
+                input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False
+            ).last_hidden_state
+        sel = mb.loss_mask[:, 1:]
+        assert not bool(mb.loss_mask[:, 0].any()), "token 0 has no prediction; it cannot be a loss token"
+        with contextlib.nullcontext() if grad else torch.no_grad():
+            logits = self.model.get_output_embeddings()(hidden[:, :-1][sel]).float() / self.config.temperature
+            logp = torch.log_softmax(logits, dim=-1)
+            token_lp = logp.gather(1, mb.input_ids[:, 1:][sel][:, None]).squeeze(1)
+            full = torch.zeros(sel.shape, dtype=token_lp.dtype, device=token_lp.device).masked_scatter(
+                sel, token_lp
+            )
+            lp = torch.cat([torch.zeros_like(full[:, :1]), full], dim=1)
+        with torch.no_grad():
+            entropy = -(logp.exp() * logp).sum(-1)
+        if acc is not None:
+            acc.add_logprobs(lp, mb.behaviour_logprobs, mb.loss_mask, mb.versions)
+            acc.add_entropy(float(entropy.sum()))
+            if capture is not None and capture.calls:
+                acc.add_routes(capture.calls[-1].permute(1, 2, 0, 3), routes)
+        return lp, entropy
+
+    def _metrics(
+        self,
+        samples: Sequence[Sample],
+        acc: MismatchAccumulator,
+        stats: LossStats,
+        losses: list[float],
+        grad_norms: list[float],
+        n_micro: int,
+        updates: int,
+        t0: float,
+    ) -> StepMetrics:
+        elapsed = time.perf_counter() - t0
+        tokens = sum(s.num_tokens for s in samples)
+        adv = torch.tensor([s.advantage for s in samples])
+        return StepMetrics(
+            version=self.version,
+            loss=sum(losses) / max(len(losses), 1),
+            grad_norm=max(grad_norms) if grad_norms else 0.0,
+            lr=self.lr,
+            samples=len(samples),
+            micro_batches=n_micro,
+            updates=updates,
+            tokens=tokens,
+            loss_tokens=sum(s.num_loss_tokens for s in samples),
+            reward_mean=sum(s.reward for s in samples) / len(samples),
+            advantage_mean=float(adv.mean()),
+            advantage_abs_mean=float(adv.abs().mean()),
+            **stats.summary(),
+            **acc.summary(),
+            step_s=elapsed,
+            tokens_per_s=tokens / elapsed if elapsed > 0 else 0.0,
+        )
+
+
+def seed_everything(seed: int) -> None:
+    """Seed torch, python's `random` and numpy's global RNG (all three are checkpointed)."""
+    torch.manual_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
