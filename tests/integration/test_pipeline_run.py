@@ -112,3 +112,13 @@ def test_resume_without_checkpoint_is_a_clear_error(tmp_path):
     result = CliRunner().invoke(app, ["train", write_config(tmp_path, "sync", 1), "--resume"])
     assert result.exit_code != 0
     assert "no checkpoint" in str(result.exception)
+
+
+def test_trainer_in_its_own_process(tmp_path):
+    """placement.trainer = "process": samples go to a child process, weights come back."""
+    config = write_config(tmp_path, "async", 2)
+    result = CliRunner().invoke(app, ["train", config, 'placement.trainer="process"', "eval.before=false"])
+    assert result.exit_code == 0, result.output
+    steps = [r for r in records(tmp_path / "run-async") if "version" in r and "eval" not in r]
+    assert [r["version"] for r in steps] == [1, 2]
+    assert steps[-1]["engine_version"] == 2  # the child's weights reached the engine

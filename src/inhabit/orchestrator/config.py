@@ -118,6 +118,19 @@ class MetricsConfig(Config):
     )
 
 
+class PlacementConfig(Config):
+    """Where the parts run on this machine (the trainer in this process or a child of its own)."""
+
+    trainer: Literal["thread", "process"] = Field(
+        "thread", description="thread: a worker thread of this process; process: a child process."
+    )
+    trainer_cpus: list[int] | None = Field(None, description="CPU ids the trainer process is pinned to.")
+    trainer_threads: int = Field(1, ge=1, description="torch threads of the trainer process.")
+    rollout_cpus: list[int] | None = Field(
+        None, description="CPU ids this process (engine, harness, sandboxes it starts) is pinned to."
+    )
+
+
 class RunConfig(Config):
     """A whole training run (see module docstring)."""
 
@@ -130,6 +143,7 @@ class RunConfig(Config):
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    placement: PlacementConfig = Field(default_factory=PlacementConfig)
     mode: Literal["async", "sync"] = Field(
         "async", description="async: rollouts and training overlap; sync: generate, then train, in turn."
     )

@@ -57,7 +57,7 @@ async def _train(cfg: RunConfig, resume: bool, display: RunDisplay) -> dict[str,
     from inhabit.orchestrator.pipeline import Pipeline
     from inhabit.orchestrator.prepare import prepare
     from inhabit.orchestrator.rollouts import RolloutRunner, TrajectoryLog
-    from inhabit.orchestrator.trainer_handle import InProcessTrainer
+    from inhabit.orchestrator.trainer_handle import InProcessTrainer, TrainerHandle
     from inhabit.orchestrator.weight_sync import InProcessWeightSync
     from inhabit.sandbox import create_provider
     from inhabit.trainer.checkpoint import checkpoint_name, latest_checkpoint
@@ -82,12 +82,27 @@ async def _train(cfg: RunConfig, resume: bool, display: RunDisplay) -> dict[str,
         raise OrchestratorError("no train tasks: check [tasks]")
 
     start = ckpt or prepared.model_dir
-    trainer = Trainer.from_pretrained(start, cfg.trainer)
+    pl = cfg.placement
+    handle: TrainerHandle
+    if pl.trainer == "process":
+        from inhabit.orchestrator.trainer_process import ProcessTrainer, pin
+
+        handle = ProcessTrainer(
+            prepared.model_dir, cfg.trainer, checkpoint=ckpt, cpus=pl.trainer_cpus, threads=pl.trainer_threads
+        )
+        pin(pl.rollout_cpus, cfg.threads)
+        data_state: dict[str, Any] = {}
+        if ckpt is not None:
+            data_state = json.loads((ckpt / "trainer_state.json").read_text()).get("data_state", {})
+    else:
+        trainer = Trainer.from_pretrained(start, cfg.trainer)
+        if ckpt is not None:
+            trainer.load(ckpt)
+        handle = InProcessTrainer(trainer)
+        data_state = trainer.data_state
     if ckpt is not None:
-        trainer.load(ckpt)
-        display.say(f"resuming from {ckpt} (version {trainer.version})")
-    handle = InProcessTrainer(trainer)
-    engine = EmbeddedEngine.from_path(start, cfg.engine, version=trainer.version)
+        display.say(f"resuming from {ckpt} (version {handle.version})")
+    engine = EmbeddedEngine.from_path(start, cfg.engine, version=handle.version)
     writer = MetricsWriter(
         run_dir, tensorboard=cfg.metrics.tensorboard, wandb=cfg.metrics.wandb,
         wandb_project=cfg.metrics.wandb_project, config=cfg.model_dump(),
@@ -122,7 +137,7 @@ async def _train(cfg: RunConfig, resume: bool, display: RunDisplay) -> dict[str,
             if cfg.checkpoint_every and step % cfg.checkpoint_every == 0 and step < cfg.steps:
                 handle.save(ckpt_root / checkpoint_name(handle.version))
 
-        ds = trainer.data_state
+        ds = data_state
         pipe = Pipeline(
             cfg, runner, handle, InProcessWeightSync(), prepared.train, on_step=on_step,
             cursor=int(ds.get("cursor", 0)), groups_started=int(ds.get("groups_started", 0)),
@@ -160,3 +175,4 @@ async def _train(cfg: RunConfig, resume: bool, display: RunDisplay) -> dict[str,
         writer.close()
         traj_log.close()
         await engine.close()
+        await handle.close()

@@ -28,7 +28,7 @@ def expert_actions(t: QuickTask) -> list[list[tuple[str, dict[str, str]]]]:
         [("read_file", {"path": f"{t.module}.py"})],
         [
             ("edit_file", {"path": f"{t.module}.py", "old": f.line(t.wrong_op), "new": f.line()}),
-            ("finish", {"message": f"Fixed {f.name}."}),
+            ("finish", {"message": "Fixed the bug."}),
         ],
     ]
 

@@ -1,6 +1,6 @@
 """A family of tiny bug-fix tasks (DESIGN.md task format 1) for the quickstart.
 
-Each task is a module of three two-argument functions whose names say what they compute
+Each task is a module of two two-argument functions whose names say what they compute
 (`total`, `minus`, `scale`, ...); one function has its operator swapped for another. The visible
 test file has one test per function, so the buggy function's test fails; `hidden/` adds a second
 case per function that only grading sees. Every function uses its own argument names, so the
@@ -29,6 +29,7 @@ OPS: dict[str, list[str]] = {
 }
 ARGS = [("a", "b"), ("x", "y"), ("m", "n"), ("p", "q"), ("u", "v"), ("i", "j"), ("s", "t"), ("k", "w")]
 MODULES = ["calc", "arith", "ops", "mathx", "numeric", "helpers", "compute", "basic", "tools", "units"]
+FUNCTIONS = 2  # per module; the agent must find the one its test names
 CASES = [(7, 3), (9, 4), (6, 5), (8, 2)]
 
 
@@ -71,12 +72,12 @@ def make_task(rng: random.Random, index: int) -> QuickTask:
     ops = list(OPS)
     fns: list[Fn] = []
     used: set[str] = set()
-    for args in rng.sample(ARGS, 3):
+    for args in rng.sample(ARGS, FUNCTIONS):
         op = rng.choice(ops)
         name = rng.choice([n for n in OPS[op] if n not in used])
         used.add(name)
         fns.append(Fn(name, op, args))
-    bug = rng.randrange(3)
+    bug = rng.randrange(FUNCTIONS)
     wrong = rng.choice([o for o in ops if o != fns[bug].op])
     return QuickTask(
         id=f"qs-{index:04d}", module=rng.choice(MODULES), fns=tuple(fns), bug=bug, wrong_op=wrong
