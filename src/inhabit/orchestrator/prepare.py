@@ -144,19 +144,12 @@ def _build_model(
         examples = [transcript_example(tok, t) for t in trajs]
         t2 = time.monotonic()
         bc = mc.bootstrap
-        import os
-
-        import torch
-
-        threads = torch.get_num_threads()
-        torch.set_num_threads(len(os.sched_getaffinity(0)))  # nothing else runs during the bootstrap
         losses = train_bootstrap(
             model, examples, steps=bc.steps, batch_size=bc.batch_size, lr=bc.lr, seed=mc.init_seed,
             pad_id=int(tok.pad_token_id or 0),
             on_step=lambda s, loss: say(f"bootstrap step {s + 1}/{bc.steps}: loss {loss:.3f}")
             if (s + 1) % max(1, bc.steps // 10) == 0 else None,
         )  # fmt: skip
-        torch.set_num_threads(threads)
         info["bootstrap_s"] = round(time.monotonic() - t2, 2)
         info["bootstrap_final_loss"] = round(sum(losses[-10:]) / len(losses[-10:]), 4)
     tmp = out.with_name(out.name + ".tmp")
