@@ -20,7 +20,7 @@ import random
 from collections.abc import Iterator
 from pathlib import Path
 
-CORPUS_VERSION = 3
+CORPUS_VERSION = 5
 """Bump when the generated text changes, so cached tokenizers are retrained."""
 
 
@@ -193,7 +193,7 @@ def python_snippet(rng: random.Random) -> str:
 
 
 SYSTEM_PROMPT = (
-    "You are a coding agent working in a repository. Call tools with XML-like tags, for example "
+    "You are a coding agent working in a repository inside a sandbox. You act only through tools. Call tools with XML-like tags, for example "
     '<tool name="read_file"><path>calc.py</path></tool>. Several calls in one turn run in parallel. '
     "Tools: read_file, write_file, edit_file, list_dir, grep, semantic_search, lint, run, run_tests, "
     "finish. Call finish with a message when the task is done."
@@ -201,11 +201,15 @@ SYSTEM_PROMPT = (
 
 
 def _numbered(code: str) -> str:
-    return "\n".join(f"{i:>4}  {line}" for i, line in enumerate(code.splitlines(), 1))
+    lines = code.splitlines()
+    width = len(str(len(lines)))
+    return "\n".join(f"{i:>{width}}\t{line}" for i, line in enumerate(lines, 1))
 
 
-def _observation(tool: str, body: str) -> str:
-    return f'<result tool="{tool}">\n{body}\n</result>'
+def _observation(tool: str, body: str, index: int = 0, error: bool = False) -> str:
+    # The harness's observation wrapper (harness/prompts.py), one per call, in call order.
+    status = ' status="error"' if error else ""
+    return f'<observation index="{index}" tool="{tool}"{status}>\n{body}\n</observation>'
 
 
 def transcript(rng: random.Random) -> list[tuple[str, str]]:
@@ -216,7 +220,14 @@ def transcript(rng: random.Random) -> list[tuple[str, str]]:
     test_id = f"tests/test_{mod}.py::test_{fn}"
     msgs = [("system", SYSTEM_PROMPT)]
     task = f"The test {test_id} fails. Fix the bug in {mod}.py."
-    msgs.append(("user", task if rng.random() < 0.6 else f"{task} {prose(rng)}"))
+    task_text = "Task:\n" + (task if rng.random() < 0.6 else f"{task} {prose(rng)}")
+    if rng.random() < 0.15:  # a context segment after the harness summarized the earlier one
+        task_text += (
+            "\n\nSummary of your work so far (your earlier context was cleared):\n"
+            f"I read {mod}.py; {fn} is defined at line 1. The test {test_id} fails. "
+            f"Next: fix the operator in {fn} and run the test."
+        )
+    msgs.append(("user", task_text))
     msgs.append(
         (
             "assistant",
@@ -230,7 +241,7 @@ def transcript(rng: random.Random) -> list[tuple[str, str]]:
             "user",
             _observation("read_file", _numbered(code))
             + "\n"
-            + _observation("grep", f"tests/test_{mod}.py:{rng.randint(3, 40)}:def test_{fn}():"),
+            + _observation("grep", f"tests/test_{mod}.py:{rng.randint(3, 40)}:def test_{fn}():", 1),
         )
     )
     extra = rng.randrange(4)
@@ -244,9 +255,24 @@ def transcript(rng: random.Random) -> list[tuple[str, str]]:
         msgs.append(("user", _observation("semantic_search", f"{mod}.py:1-12 (score 0.83)\n{code[:120]}")))
     elif extra == 2:
         msgs.append(("assistant", f'<tool name="run"><command>python -c "import {mod}"</command></tool>'))
-        msgs.append(("user", _observation("run", "exit code 0\n(no output)")))
+        msgs.append(("user", _observation("run", "exit code: 0\n(no output)")))
     old_line = next((ln for ln in code.splitlines() if "return" in ln), code.splitlines()[-1]).strip()
     new_line = old_line.replace("-", "+", 1) if "-" in old_line else old_line.replace("+", "-", 1)
+    if rng.random() < 0.2:  # a failed call comes back as an error observation, then a retry
+        msgs.append(
+            (
+                "assistant",
+                f'<tool name="edit_file"><path>{mod}.py</path><old>{old_line} </old><new>x</new></tool>',
+            )
+        )
+        msgs.append(
+            (
+                "user",
+                _observation(
+                    "edit_file", f"the old text occurs 0 times in {mod}.py; it must occur once", error=True
+                ),
+            )
+        )
     if rng.random() < 0.8:
         msgs.append(
             (
@@ -282,6 +308,7 @@ def transcript(rng: random.Random) -> list[tuple[str, str]]:
                 "All checks passed!"
                 if rng.random() < 0.7
                 else f"{mod}.py:1:8: F401 [*] `os` imported but unused",
+                1,
             ),
         )
     )

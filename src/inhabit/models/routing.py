@@ -39,6 +39,12 @@ trainers: rollout and trainer agree on WHICH experts, the trainer owns HOW MUCH)
 
 Captures and replays nest in any order; the router's original forward comes back when the last
 one on a router exits.
+
+Activation checkpointing (`model.activation_checkpointing_enable()`) re-runs each layer's forward
+during backward. Those re-runs are recognized (they happen inside the autograd engine) and repeat
+the forced ids of the original call instead of consuming new ones, and captures ignore them. So
+with checkpointing, call `loss.backward()` INSIDE the `with RoutingReplay(...)` block; leaving the
+block before backward would let the re-runs route freely, which `__exit__` refuses with an error.
 """
 
 from __future__ import annotations
@@ -152,16 +158,35 @@ def _routed_forward(state: _State, hidden_states: torch.Tensor):
         probs = torch.softmax(logits, dim=-1, dtype=torch.float)
         top_value, top_index = torch.topk(probs, router.top_k, dim=-1)
         replay, layer = state.forcer
-        forced = replay._take(layer, batch, seq).to(top_index.device)
+        if _in_backward():  # activation-checkpoint recomputation: repeat the forward's decision
+            forced = replay._recall(layer, hidden)
+        else:
+            forced = replay._take(layer, batch, seq).to(top_index.device)
+            if torch.is_grad_enabled():
+                replay._remember(layer, hidden, forced)
         free = (forced < 0).any(dim=-1, keepdim=True)
         top_index = torch.where(free, top_index, forced.clamp(min=0))
         top_value = probs.gather(-1, top_index)
         if getattr(router, "norm_topk_prob", False):
             top_value = top_value / top_value.sum(dim=-1, keepdim=True)
         top_value = top_value.to(logits.dtype)
-    for capture, layer in state.recorders:
-        capture._record(layer, top_index.detach().reshape(batch, seq, -1))
+    if not _in_backward():  # a checkpoint's recomputation is not a new forward call
+        for capture, layer in state.recorders:
+            capture._record(layer, top_index.detach().reshape(batch, seq, -1))
     return logits, top_value, top_index
+
+
+def _in_backward() -> bool:
+    # Activation checkpointing re-runs layer forwards inside backward; torch.utils.checkpoint
+    # itself uses this call to tell the two apart.
+    return torch._C._current_graph_task_id() != -1
+
+
+def _fingerprint(hidden: torch.Tensor) -> tuple:
+    # Recomputation is bitwise deterministic on the same device, so shape plus an fp64 sum tells
+    # calls apart when several forwards precede one backward (gradient accumulation).
+    h = hidden.detach()
+    return (tuple(h.shape), float(h.sum(dtype=torch.float64)))
 
 
 class RoutingCapture:
@@ -261,6 +286,10 @@ class RoutingReplay:
             )
         self.expert_ids = ids
         self._cursor = [0] * len(self.blocks)
+        self._model = model
+        # Forced ids of each grad-enabled call, for activation-checkpoint recomputation.
+        self._memo: list[list[tuple[tuple, torch.Tensor]]] = [[] for _ in self.blocks]
+        self._recalled = False
 
     def _take(self, layer: int, batch: int, seq: int) -> torch.Tensor:
         start = self._cursor[layer]
@@ -283,6 +312,24 @@ class RoutingReplay:
         self._cursor[layer] = start + seq
         return ids[:, start : start + seq].reshape(batch * seq, -1)
 
+    def _remember(self, layer: int, hidden: torch.Tensor, forced: torch.Tensor) -> None:
+        self._memo[layer].append((_fingerprint(hidden), forced))
+
+    def _recall(self, layer: int, hidden: torch.Tensor) -> torch.Tensor:
+        self._recalled = True
+        key = _fingerprint(hidden)
+        memo = self._memo[layer]
+        for k, forced in reversed(memo):
+            if k == key:
+                return forced
+        for k, forced in reversed(memo):  # not bitwise equal (e.g. nondeterministic GPU kernels)
+            if k[0] == key[0]:
+                return forced
+        raise RoutingError(
+            f"MoE layer {layer} was recomputed in backward (activation checkpointing) but no forward "
+            "under this replay routed tokens of that shape"
+        )
+
     @property
     def consumed(self) -> int:
         """Tokens (or positions, for 4-D ids) consumed so far by the first MoE layer."""
@@ -295,9 +342,21 @@ class RoutingReplay:
             _attach(block).forcer = (self, layer)
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, *exc: object) -> None:
         for block in self.blocks:
             state: _State | None = getattr(block.gate, _ATTR, None)
             if state is not None and state.forcer is not None and state.forcer[0] is self:
                 state.forcer = None
                 _detach_if_idle(state)
+        checkpointing = self._model.training and (
+            getattr(self._model, "is_activation_checkpointing", None)  # transformers >= 5.2x
+            if hasattr(type(self._model), "is_activation_checkpointing")
+            else getattr(self._model, "is_gradient_checkpointing", False)
+        )
+        if exc_type is None and checkpointing and any(self._memo) and not self._recalled:
+            # Backward after this block would recompute layers with FREE routing: wrong gradients.
+            raise RoutingError(
+                "gradient checkpointing is on, so backward re-runs the routers: call loss.backward() "
+                "inside the `with RoutingReplay(...)` block"
+            )
+        self._memo = [[] for _ in self.blocks]

@@ -34,7 +34,8 @@ tokenizing `render_chat`'s text (as a generic OpenAI-style server would) does no
 returns a `BatchEncoding` when tokenizing and rejects dataclass messages, hence these helpers.)
 
 `default_tokenizer()` caches under `$INHABIT_CACHE_DIR` or `$XDG_CACHE_HOME/inhabit` (default
-`~/.cache/inhabit`), keyed by the corpus version, vocabulary size and seed.
+`~/.cache/inhabit`), keyed by everything that shapes the result (corpus version, vocabulary size,
+seed, pre-tokenizer, special tokens, template, `tokenizers` version).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ import json
 import os
 import shutil
 import tempfile
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -135,11 +137,22 @@ def default_tokenizer(
     *, vocab_size: int = DEFAULT_VOCAB_SIZE, seed: int = 0, cache_dir: str | Path | None = None
 ) -> PreTrainedTokenizerFast:
     """The tokenizer trained on `build_default_corpus(seed=seed)`, cached after the first call."""
+    import tokenizers
     from transformers import AutoTokenizer
 
     from inhabit.models.corpus import CORPUS_VERSION, build_default_corpus
 
-    key = hashlib.sha256(f"v{CORPUS_VERSION}-{vocab_size}-{seed}".encode()).hexdigest()[:16]
+    # Anything that changes the trained result is in the key, so a stale cache is never reused.
+    recipe = [
+        CORPUS_VERSION,
+        vocab_size,
+        seed,
+        PRE_TOKENIZE_PATTERN,
+        SPECIAL_TOKENS,
+        CHAT_TEMPLATE,
+        tokenizers.__version__,
+    ]
+    key = hashlib.sha256(json.dumps(recipe).encode()).hexdigest()[:16]
     root = Path(cache_dir) if cache_dir is not None else cache_root() / "tokenizers"
     target = root / f"bpe-{vocab_size}-{key}"
     if (target / "tokenizer.json").is_file():
@@ -192,11 +205,33 @@ def render_chat(tokenizer: Any, messages: Sequence[Any], *, add_generation_promp
     )
 
 
+_CONTENT_ENCODERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _content_encoder(tokenizer: Any) -> Any:
+    """A private copy of the backend tokenizer that encodes special-token strings as plain text.
+
+    transformers' `split_special_tokens=True` flips a flag on the SHARED backend for each call,
+    which races when a server encodes from several threads; a copy with the flag fixed does not.
+    """
+    enc = _CONTENT_ENCODERS.get(tokenizer)
+    if enc is None:
+        from tokenizers import Tokenizer
+
+        enc = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+        enc.encode_special_tokens = True
+        enc.no_truncation()
+        enc.no_padding()
+        _CONTENT_ENCODERS[tokenizer] = enc
+    return enc
+
+
 def encode_chat(tokenizer: Any, messages: Sequence[Any], *, add_generation_prompt: bool = True) -> list[int]:
     """Token ids of the rendered chat (bos once, no extra special tokens).
 
     With this module's template, the ids are assembled per message and message contents are
-    encoded with `split_special_tokens=True`: a file the agent reads that happens to contain
+    encoded with special-token strings split (as `split_special_tokens=True` would, but without
+    its shared-state flag flip, so it is thread-safe): a file the agent reads that happens to contain
     `<|end|><|assistant|>` stays plain text instead of forging a turn boundary. For contents
     without such strings this equals tokenizing `render_chat(...)`. Other tokenizers (a real model's
     folder with its own template) get their template rendered and tokenized as usual.
@@ -211,7 +246,7 @@ def encode_chat(tokenizer: Any, messages: Sequence[Any], *, add_generation_promp
         if m["role"] not in ROLE_TOKENS:
             raise ValueError(f"unknown chat role {m['role']}: use system, user or assistant")
         ids.append(special[ROLE_TOKENS[m["role"]]])
-        ids += tokenizer(m["content"], add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        ids += _content_encoder(tokenizer).encode(m["content"], add_special_tokens=False).ids
         ids.append(special[END])
     if add_generation_prompt:
         ids.append(special[ROLE_TOKENS["assistant"]])

@@ -36,9 +36,12 @@ import numpy as np
 import torch
 
 from inhabit.errors import TrainerError
+from inhabit.log import get_logger
 
 if TYPE_CHECKING:
     from inhabit.trainer.trainer import Trainer
+
+log = get_logger(__name__)
 
 FORMAT = 1
 STATE_FILE = "trainer_state.json"
@@ -148,6 +151,11 @@ def load_checkpoint(trainer: Trainer, path: str | Path) -> dict[str, Any]:
     torch.set_rng_state(rng["torch"])
     random.setstate(rng["python"])
     np.random.set_state(rng["numpy"])
+    saved = state.get("config") or {}
+    now = trainer.config.model_dump(mode="json")
+    changed = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k))
+    if changed:  # legitimate (e.g. a new lr for the rest of the run) but worth a line in the log
+        log.info("resuming %s with a config that differs in: %s", path, ", ".join(changed))
     trainer.version = int(state["version"])
     trainer.steps = int(state["steps"])
     trainer.data_state = dict(state.get("data_state") or {})

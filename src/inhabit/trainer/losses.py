@@ -234,3 +234,11 @@ def policy_loss(
         stats.masked = int((mask & ~keep).sum())
         stats.clipped = int((clip_active & keep).sum())
     return loss, stats
+
+
+def sft_loss(logprobs: torch.Tensor, mask: torch.Tensor, *, num_tokens: int | None = None) -> torch.Tensor:
+    """Supervised next-token loss: the negative log-likelihood of the masked tokens divided by
+    `num_tokens` (the whole step's count, for exact gradient accumulation; default: this batch's)."""
+    m = mask.to(logprobs.dtype)
+    n = int(mask.sum()) if num_tokens is None else num_tokens
+    return -(logprobs * m).sum() / max(n, 1)

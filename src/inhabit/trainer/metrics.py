@@ -16,7 +16,6 @@ updates (the weights of `version`), against the engine's (behaviour) logprobs:
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -56,9 +55,12 @@ class StepMetrics:
     fresh_mismatch_mean_abs: float | None
     staleness_mean: float
     staleness_max: int
+    """Policy versions between the trainer and the tokens it trained on (after any drop)."""
     routing_disagreement: float | None
     step_s: float
     tokens_per_s: float
+    stale_dropped: int = 0
+    """Samples left out by `train_step(max_staleness=...)`."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -130,8 +132,3 @@ class MismatchAccumulator:
             "routing_disagreement": self.disagree / self.routed if self.routed else None,
             "entropy": self.entropy_sum / n,
         }
-
-
-def finite(x: float) -> float:
-    """Grad norms can be inf/nan on a broken batch; keep metrics JSON-able (None is not a float)."""
-    return x if math.isfinite(x) else float("nan")

@@ -91,6 +91,20 @@ class Sample:
         return int(v.min()) if v.numel() else -1
 
 
+def split_stale(
+    samples: Sequence[Sample], version: int, max_staleness: int
+) -> tuple[list[Sample], list[Sample]]:
+    """(fresh, stale): a sample is stale when a generated token came from a version older than
+    `version - max_staleness`. Tokens of unknown version (-1) cannot be checked and pass."""
+    fresh, stale = [], []
+    for s in samples:
+        v = s.versions[s.loss_mask]
+        known = v[v >= 0]
+        too_old = bool(known.numel()) and version - int(known.min()) > max_staleness
+        (stale if too_old else fresh).append(s)
+    return fresh, stale
+
+
 def is_trainable(traj: Trajectory, keep_statuses: Sequence[str] = DEFAULT_KEEP_STATUSES) -> bool:
     """Whether a rollout enters training: a kept status and a reward."""
     return traj.status in keep_statuses and traj.reward is not None
@@ -250,4 +264,51 @@ def group_samples(
         if drop_zero_advantage and a == 0.0:
             continue
         out += trajectory_samples(traj, a, group_id=gid, rollout=i)
+    return out
+
+
+def chat_sample(
+    tokenizer: Any, messages: Sequence[Any], *, advantage: float = 1.0, source: str = ""
+) -> Sample:
+    """A supervised sample of a chat: the rendered conversation (`encode_chat`, no generation
+    prompt), loss on every assistant message's content and its closing end token (not on the role
+    marker, which the prompt supplies at generation time). For `Trainer.sft_step`.
+
+    Needs a tokenizer whose chat encoding grows by appending (the project's does: ids are built per
+    message); TrainerError otherwise.
+    """
+    from inhabit.errors import TrainerError
+    from inhabit.models.tokenizer import encode_chat
+
+    ids: list[int] = []
+    mask: list[bool] = []
+    for i, m in enumerate(messages):
+        role = m["role"] if isinstance(m, dict) else m.role
+        if role == "assistant":  # the prompt the model saw, then what it wrote
+            prompt = encode_chat(tokenizer, messages[:i], add_generation_prompt=True)
+            full = encode_chat(tokenizer, messages[: i + 1], add_generation_prompt=False)
+        else:
+            prompt = full = encode_chat(tokenizer, messages[: i + 1], add_generation_prompt=False)
+        if prompt[: len(ids)] != ids or full[: len(prompt)] != prompt:
+            raise TrainerError("this tokenizer's chat encoding does not grow by appending; cannot mask turns")
+        mask += [False] * (len(prompt) - len(ids)) + [role == "assistant"] * (len(full) - len(prompt))
+        ids = full
+    n = len(ids)
+    return Sample(
+        input_ids=torch.tensor(ids, dtype=torch.long),
+        loss_mask=torch.tensor(mask, dtype=torch.bool),
+        behaviour_logprobs=torch.zeros(n),
+        versions=torch.full((n,), -1, dtype=torch.long),
+        advantage=advantage,
+        source=source,
+    )
+
+
+def sft_samples(traj: Trajectory, tokenizer: Any) -> list[Sample]:
+    """One `chat_sample` per segment of a trajectory (e.g. a scripted expert's transcript through
+    the real harness), for `Trainer.sft_step`. Segments without an assistant message are skipped."""
+    out = []
+    for seg in traj.segments:
+        if any(m.role == "assistant" for m in seg.messages):
+            out.append(chat_sample(tokenizer, seg.messages, source=f"{traj.task_id}#{seg.index}"))
     return out

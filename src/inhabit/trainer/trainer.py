@@ -21,9 +21,10 @@ vocabulary projection is most of the compute), and the forward never builds a KV
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,10 +35,10 @@ from inhabit.errors import TrainerError
 from inhabit.log import get_logger
 from inhabit.trainer.batching import MicroBatch, collate, pack_microbatches
 from inhabit.trainer.config import TrainerConfig
-from inhabit.trainer.losses import LossStats, policy_loss
+from inhabit.trainer.losses import LossStats, policy_loss, sft_loss
 from inhabit.trainer.metrics import MismatchAccumulator, StepMetrics
 from inhabit.trainer.optim import build_optimizer
-from inhabit.trainer.samples import Sample
+from inhabit.trainer.samples import Sample, split_stale
 
 log = get_logger(__name__)
 
@@ -80,9 +81,59 @@ class Trainer:
 
     # ------------------------------------------------------------------ public API
 
-    def train_step(self, samples: Sequence[Sample]) -> StepMetrics:
-        """One policy update from `samples` (any number; micro-batched); returns the step's metrics."""
-        return self._run(samples, update=True)
+    def train_step(self, samples: Sequence[Sample], *, max_staleness: int | None = None) -> StepMetrics:
+        """One policy update from `samples` (any number; micro-batched); returns the step's metrics.
+
+        With `max_staleness`, samples holding a token generated more than that many versions before
+        `self.version` are dropped here, at the optimizer's door, whatever the caller's scheduling
+        (`StepMetrics.stale_dropped` counts them). Raises TrainerError when nothing trainable is left.
+        """
+        dropped = 0
+        if max_staleness is not None:
+            samples, stale = split_stale(samples, self.version, max_staleness)
+            dropped = len(stale)
+        metrics = self._run(samples, update=True, stale_dropped=dropped)
+        log.info(
+            "step v%d: loss %.4f grad %.3g lr %.3g | reward %.3f | ratio %.3f [%.3f, %.3f] trunc %.3f "
+            "mask %.3f clip %.3f | mismatch %.2e kl %.2e | routing %s | stale %.2f/%d (-%d) | %d tok %.1fs",
+            metrics.version,
+            metrics.loss,
+            metrics.grad_norm,
+            metrics.lr,
+            metrics.reward_mean,
+            metrics.ratio_mean,
+            metrics.ratio_min,
+            metrics.ratio_max,
+            metrics.truncated_fraction,
+            metrics.masked_fraction,
+            metrics.clip_fraction,
+            metrics.mismatch_mean_abs,
+            metrics.mismatch_kl_k3,
+            "-" if metrics.routing_disagreement is None else f"{metrics.routing_disagreement:.3f}",
+            metrics.staleness_mean,
+            metrics.staleness_max,
+            dropped,
+            metrics.tokens,
+            metrics.step_s,
+        )
+        return metrics
+
+    def sft_step(self, samples: Sequence[Sample]) -> StepMetrics:
+        """One supervised (next-token) update: mean negative log-likelihood of the loss-mask tokens at
+        temperature 1 (e.g. `chat_sample`s of scripted transcripts, the bootstrap stage). Same
+        micro-batching, optimizer, schedule and version bump as `train_step`; `loss` is the NLL per
+        token and the RL figures (ratios, mismatch) are 0."""
+        metrics = self._run(samples, update=True, sft=True)
+        log.info(
+            "sft v%d: nll %.4f grad %.3g lr %.3g | %d tok %.1fs",
+            metrics.version,
+            metrics.loss,
+            metrics.grad_norm,
+            metrics.lr,
+            metrics.tokens,
+            metrics.step_s,
+        )
+        return metrics
 
     def measure(self, samples: Sequence[Sample]) -> StepMetrics:
         """The metrics a train step would report on `samples` (mismatch, ratios), without updating."""
@@ -121,19 +172,25 @@ class Trainer:
 
     # ------------------------------------------------------------------ the step
 
-    def _run(self, samples: Sequence[Sample], update: bool) -> StepMetrics:
+    def _run(
+        self, samples: Sequence[Sample], update: bool, stale_dropped: int = 0, sft: bool = False
+    ) -> StepMetrics:
         t0 = time.perf_counter()
         samples = [s for s in samples if s.num_loss_tokens > 0]
         if not samples:
-            raise TrainerError("train_step got no sample with a generated token; skip the step instead")
+            raise TrainerError(
+                "no sample with a generated token"
+                + (f" ({stale_dropped} dropped as too stale)" if stale_dropped else "")
+                + "; skip the step instead"
+            )
         cfg = self.config
-        k = min(cfg.updates_per_step, len(samples)) if update else 1
+        k = min(cfg.updates_per_step, len(samples)) if update and not sft else 1
         minibatches = [samples[j::k] for j in range(k)]
         acc = MismatchAccumulator(self.version)
         stats = LossStats()
         proximal: list[list[torch.Tensor]] | None = None
         if k > 1:  # the proximal policy: everyone's logprobs before the first update
-            proximal = [[self._forward(mb, acc, grad=False)[0] for mb in self._micro(m)] for m in minibatches]
+            proximal = [[self._score(mb, acc) for mb in self._micro(m)] for m in minibatches]
         losses, grad_norms = [], []
         n_micro = 0
         for j, mini in enumerate(minibatches):
@@ -143,20 +200,25 @@ class Trainer:
             total = 0.0
             for i, mb in enumerate(self._micro(mini)):
                 n_micro += 1
-                measure = acc if proximal is None else None
-                with torch.enable_grad() if update else torch.no_grad():
-                    lp, _ = self._forward(mb, measure, grad=update)
-                    prox = lp.detach() if proximal is None else proximal[j][i]
-                    loss, st = policy_loss(
-                        lp,
-                        prox,
-                        mb.behaviour_logprobs,
-                        mb.advantages,
-                        mb.loss_mask,
-                        cfg.loss,
-                        num_tokens=n_tok,
-                        num_sequences=len(mini),
-                    )
+                measure = acc if proximal is None and not sft else None
+                with self._routing(mb, measure), torch.enable_grad() if update else torch.no_grad():
+                    if sft:
+                        lp = self._forward(mb, None, grad=update, temperature=1.0)
+                        loss = sft_loss(lp, mb.loss_mask, num_tokens=n_tok)
+                        st = LossStats(tokens=int(mb.loss_mask.sum()), sequences=mb.num_rows)
+                    else:
+                        lp = self._forward(mb, measure, grad=update)
+                        prox = lp.detach() if proximal is None else proximal[j][i]
+                        loss, st = policy_loss(
+                            lp,
+                            prox,
+                            mb.behaviour_logprobs,
+                            mb.advantages,
+                            mb.loss_mask,
+                            cfg.loss,
+                            num_tokens=n_tok,
+                            num_sequences=len(mini),
+                        )
                     if update:
                         loss.backward()
                 total += float(loss.detach())
@@ -172,50 +234,63 @@ class Trainer:
             self.optimizer.zero_grad(set_to_none=True)
             self.version += 1
             self.steps += 1
-        return self._metrics(samples, acc, stats, losses, grad_norms, n_micro, k if update else 0, t0)
+        metrics = self._metrics(samples, acc, stats, losses, grad_norms, n_micro, k if update else 0, t0)
+        return dataclasses.replace(metrics, stale_dropped=stale_dropped)
+
+    def _score(self, mb: MicroBatch, acc: MismatchAccumulator | None) -> torch.Tensor:
+        """Logprobs without gradient (the proximal policy, or a measurement)."""
+        with self._routing(mb, acc):
+            return self._forward(mb, acc, grad=False)
 
     def _micro(self, samples: Sequence[Sample]) -> list[MicroBatch]:
         groups = pack_microbatches(samples, self.config.micro_batch_tokens)
         return [collate([samples[i] for i in g], self.pad_token_id).to(self.config.device) for g in groups]
 
-    def _forward(
-        self, mb: MicroBatch, acc: MismatchAccumulator | None, grad: bool
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """[B, T] logprobs of each token under the trainer (0 where not a loss token), and entropies."""
+    @contextlib.contextmanager
+    def _routing(self, mb: MicroBatch, acc: MismatchAccumulator | None) -> Iterator[None]:
+        """MoE: force the recorded experts (router replay) and record the ones used, for the whole
+        forward + backward (activation checkpointing re-runs routers inside backward)."""
         from inhabit.models.routing import RoutingCapture, RoutingError, RoutingReplay
 
         routes = mb.routed_experts if self.is_moe else None
-        capture = None
-        with contextlib.ExitStack() as stack, contextlib.nullcontext() if grad else torch.no_grad():
-            if routes is not None:
-                try:
-                    if self.config.router_replay:
-                        stack.enter_context(RoutingReplay(self.model, routes.permute(2, 0, 1, 3)))
-                    capture = stack.enter_context(RoutingCapture(self.model))
-                except RoutingError as e:
-                    raise TrainerError(f"samples' routed experts do not fit this model: {e}") from e
+        if routes is None:
+            yield
+            return
+        with contextlib.ExitStack() as stack:
+            try:
+                if self.config.router_replay:
+                    stack.enter_context(RoutingReplay(self.model, routes.permute(2, 0, 1, 3)))
+                capture = stack.enter_context(RoutingCapture(self.model))
+            except RoutingError as e:
+                raise TrainerError(f"samples' routed experts do not fit this model: {e}") from e
+            yield
+            if acc is not None and capture.calls:
+                acc.add_routes(capture.calls[0].permute(1, 2, 0, 3), routes)
+
+    def _forward(
+        self, mb: MicroBatch, acc: MismatchAccumulator | None, grad: bool, temperature: float | None = None
+    ) -> torch.Tensor:
+        """[B, T] logprobs of each token under the trainer (0 where not a loss token)."""
+        assert not bool(mb.loss_mask[:, 0].any()), "token 0 has no prediction; it cannot be a loss token"
+        with contextlib.nullcontext() if grad else torch.no_grad():
             base = getattr(self.model, self.model.base_model_prefix)
             hidden = base(
                 input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False
             ).last_hidden_state
-        sel = mb.loss_mask[:, 1:]
-        assert not bool(mb.loss_mask[:, 0].any()), "token 0 has no prediction; it cannot be a loss token"
-        with contextlib.nullcontext() if grad else torch.no_grad():
-            logits = self.model.get_output_embeddings()(hidden[:, :-1][sel]).float() / self.config.temperature
+            # Only positions that predict a generated token go through the LM head.
+            sel = mb.loss_mask[:, 1:]
+            temp = self.config.temperature if temperature is None else temperature
+            logits = self.model.get_output_embeddings()(hidden[:, :-1][sel]).float() / temp
             logp = torch.log_softmax(logits, dim=-1)
             token_lp = logp.gather(1, mb.input_ids[:, 1:][sel][:, None]).squeeze(1)
-            full = torch.zeros(sel.shape, dtype=token_lp.dtype, device=token_lp.device).masked_scatter(
-                sel, token_lp
-            )
+            full = torch.zeros(sel.shape, dtype=token_lp.dtype, device=token_lp.device)
+            full = full.masked_scatter(sel, token_lp)
             lp = torch.cat([torch.zeros_like(full[:, :1]), full], dim=1)
-        with torch.no_grad():
-            entropy = -(logp.exp() * logp).sum(-1)
         if acc is not None:
+            with torch.no_grad():
+                acc.add_entropy(float(-(logp.exp() * logp).sum()))
             acc.add_logprobs(lp, mb.behaviour_logprobs, mb.loss_mask, mb.versions)
-            acc.add_entropy(float(entropy.sum()))
-            if capture is not None and capture.calls:
-                acc.add_routes(capture.calls[-1].permute(1, 2, 0, 3), routes)
-        return lp, entropy
+        return lp
 
     def _metrics(
         self,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from inhabit.models.loading import load_model
 from inhabit.models.routing import (
@@ -191,3 +193,48 @@ def test_nesting_and_layout_helpers(moe_model) -> None:
     assert len(per_token) == 8 and len(per_token[0]) == 2 and len(per_token[0][0]) == 2
     assert torch.equal(layer_major(per_token), recorded)
     assert outer.clear() and outer.calls == []
+
+
+def test_replay_under_activation_checkpointing_gives_the_same_gradients(moe_model) -> None:
+    ids = torch.randint(10, 4000, (2, 10), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad(), RoutingCapture(moe_model) as cap:
+        moe_model(ids)
+    recorded = cap.calls[0]
+    with torch.no_grad():  # make free routing disagree with the recording
+        for r in routers(moe_model):
+            r.weight.add_(torch.randn(r.weight.shape, generator=torch.Generator().manual_seed(4)))
+    moe_model.train()
+
+    def grads() -> dict[str, torch.Tensor]:
+        moe_model.zero_grad()
+        with RoutingReplay(moe_model, recorded), RoutingCapture(moe_model) as seen:
+            moe_model(ids, labels=ids).loss.backward()
+        assert len(seen.calls) == 1, "recomputation in backward is not a new forward call"
+        return {n: p.grad.clone() for n, p in moe_model.named_parameters() if p.grad is not None}
+
+    plain = grads()
+    moe_model.activation_checkpointing_enable()
+    checkpointed = grads()
+    assert plain.keys() == checkpointed.keys()
+    for name in plain:
+        torch.testing.assert_close(checkpointed[name], plain[name], rtol=1e-5, atol=1e-7, msg=name)
+
+    # Backward after leaving the block would recompute with free routing: refused loudly.
+    with pytest.raises(RoutingError, match="inside the `with"), RoutingReplay(moe_model, recorded):
+        moe_model(ids, labels=ids)
+    moe_model.activation_checkpointing_disable()
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_any_forced_ids_are_the_ones_used(moe_model, data) -> None:
+    n_exp, k = moe_model.config.num_experts, moe_model.config.num_experts_per_tok
+    batch = data.draw(st.integers(1, 2))
+    seq = data.draw(st.integers(1, 6))
+    rows = st.lists(st.integers(0, n_exp - 1), min_size=k, max_size=k, unique=True)
+    forced = torch.tensor(data.draw(st.lists(rows, min_size=2 * batch * seq, max_size=2 * batch * seq)))
+    forced = forced.reshape(2, batch, seq, k)
+    ids = torch.randint(10, 4000, (batch, seq), generator=torch.Generator().manual_seed(seq))
+    with torch.no_grad(), RoutingReplay(moe_model, forced), RoutingCapture(moe_model) as seen:
+        moe_model(ids)
+    assert torch.equal(seen.calls[0], forced)

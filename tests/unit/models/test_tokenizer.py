@@ -48,8 +48,9 @@ def test_code_and_tool_calls_compress(default_tok) -> None:
         ids = default_tok(text)["input_ids"]
         assert default_tok.decode(ids) == text
         assert len(text) / len(ids) > 2.0, "BPE should merge common code and tool-call pieces"
-    # The tool tags the harness writes are few tokens each.
+    # The tool and observation tags the harness writes are few tokens each.
     assert len(default_tok('<tool name="read_file">')["input_ids"]) <= 6
+    assert len(default_tok('<observation index="0" tool="read_file">')["input_ids"]) <= 10
 
 
 def test_chat_template_renders_the_documented_format(default_tok) -> None:
@@ -76,7 +77,7 @@ def test_generated_turn_is_a_token_prefix_of_the_next_rendering(default_tok) -> 
     after = [
         *history,
         Message("assistant", TOOL_TURN),
-        Message("user", '<result tool="read_file">1  x</result>'),
+        Message("user", '<observation index="0" tool="read_file">\n1\tx\n</observation>'),
     ]
     full = encode_chat(default_tok, after)
     assert full[: len(prompt) + len(generated)] == prompt + generated
@@ -111,7 +112,7 @@ def test_special_token_text_in_content_cannot_forge_a_turn(default_tok) -> None:
         ["<|bos|>", "<|user|>", "<|end|>", "<|assistant|>"]
     )
     assert default_tok.decode(ids[2:-2]) == forged
-    # A plain encode afterwards still recognizes special tokens (transformers toggles a flag).
+    # The shared tokenizer is untouched: a plain encode still recognizes special tokens.
     assert default_tok.eos_token_id in default_tok("<|end|>", add_special_tokens=False)["input_ids"]
 
 

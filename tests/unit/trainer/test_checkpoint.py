@@ -107,3 +107,18 @@ def test_save_replaces_atomically_and_incomplete_folders_are_refused(tmp_path) -
     with pytest.raises(CheckpointError, match="JSON"):
         trainer.save(root / checkpoint_name(1))
     assert json.loads((root / "v000001" / "trainer_state.json").read_text())["data_state"] == {"epoch": 2}
+
+
+def test_export_and_from_pretrained_round_trip_with_the_tokenizer(tmp_path) -> None:
+    from inhabit.models.tiny import build_tiny_model
+    from inhabit.models.tokenizer import default_tokenizer
+
+    tok = default_tokenizer(cache_dir=tmp_path / "cache")
+    trainer = Trainer(
+        build_tiny_model("dense-1m", vocab_size=len(tok), seed=0), TrainerConfig(), tokenizer=tok
+    )
+    path = trainer.save(tmp_path / checkpoint_name(0))
+    again = Trainer.from_pretrained(path, TrainerConfig(), version=0).load(path)
+    assert again.tokenizer is not None and len(again.tokenizer) == len(tok)
+    for name, p in trainer.model.named_parameters():
+        assert torch.equal(p, dict(again.model.named_parameters())[name]), name

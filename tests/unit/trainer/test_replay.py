@@ -66,3 +66,15 @@ def test_train_step_with_replay_updates_the_router(engine_samples) -> None:
     assert m.routing_disagreement == 0.0
     gates = [n for n in before if n.endswith("mlp.gate.weight")]
     assert gates and all(not torch.equal(before[n], dict(trainer.model.named_parameters())[n]) for n in gates)
+
+
+def test_replay_holds_through_activation_checkpointing(engine_samples) -> None:
+    """Checkpointed layers re-run their routers inside backward; the step keeps replay around it."""
+    plain = drifted_trainer(True, 1e-2)
+    plain.train_step(engine_samples)
+    ckpt = drifted_trainer(True, 1e-2)
+    ckpt.model.activation_checkpointing_enable()
+    m = ckpt.train_step(engine_samples)
+    assert m.routing_disagreement == 0.0
+    for (name, p), (_, q) in zip(plain.model.named_parameters(), ckpt.model.named_parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=0, atol=1e-6, msg=name)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from inhabit.trainer.batching import collate, pack_microbatches
-from inhabit.trainer.samples import Sample, group_samples, segment_samples, trajectory_samples
+from inhabit.trainer.samples import Sample, group_samples, segment_samples, split_stale, trajectory_samples
 from inhabit.types import Segment, Trajectory, TurnRecord
 
 
@@ -145,3 +147,47 @@ def test_collate_right_pads_with_neutral_values() -> None:
     assert mb.routed_experts.shape == (2, 5, 2, 2)
     assert (mb.routed_experts[0, :3] == 0).all() and (mb.routed_experts[0, 3:] == -1).all()
     assert (mb.routed_experts[1] == -1).all(), "a sample without routes routes freely"
+
+
+def test_prompt_routes_fill_positions_completion_routes_do_not_cover() -> None:
+    from types import SimpleNamespace
+
+    t0 = turn([1, 2, 3], [10, 11])
+    # An engine that also reports prompt routes (positions 0..P-2): what TurnRecord may carry later.
+    t0 = SimpleNamespace(**t0.model_dump(), prompt_routed_experts=[[[0, 1]], [[2, 3]]])
+    t1 = turn([1, 2, 3, 10, 11, 20], [12])
+    t1 = SimpleNamespace(**t1.model_dump(), prompt_routed_experts=[[[3, 3]]] * 5)
+    (s,) = segment_samples(SimpleNamespace(turns=[t0, t1]), advantage=1.0)
+    r = s.routed_experts[:, 0].tolist()
+    # positions 0, 1 from t0's prompt; 2, 3 from t0's completion (kept over t1's prefill); 4 from
+    # t1's prompt; 5 from t1's completion; 6 (last) unknown.
+    assert r == [[0, 1], [2, 3], [2, 3], [3, 0], [3, 3], [0, 1], [-1, -1]]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    versions=st.lists(st.lists(st.integers(-1, 20), min_size=1, max_size=6), min_size=0, max_size=8),
+    current=st.integers(0, 25),
+    bound=st.integers(0, 5),
+)
+def test_split_stale_lets_nothing_older_than_the_bound_through(versions, current, bound) -> None:
+    samples = []
+    for vs in versions:
+        n = len(vs) + 1
+        mask = torch.tensor([False] + [True] * len(vs))
+        samples.append(
+            Sample(
+                input_ids=torch.zeros(n, dtype=torch.long),
+                loss_mask=mask,
+                behaviour_logprobs=torch.zeros(n),
+                versions=torch.tensor([-1, *vs]),
+                advantage=1.0,
+            )
+        )
+    fresh, stale = split_stale(samples, current, bound)
+    assert len(fresh) + len(stale) == len(samples)
+    for s in fresh:
+        known = [v for v in s.versions[1:].tolist() if v >= 0]
+        assert all(current - v <= bound for v in known)
+    for s in stale:
+        assert any(current - v > bound for v in s.versions[1:].tolist() if v >= 0)

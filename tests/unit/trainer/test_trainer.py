@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -46,7 +48,7 @@ def on_policy(trainer: Trainer, samples: list[Sample]) -> list[Sample]:
     out = []
     for s in samples:
         mb = collate([s])
-        lp, _ = trainer._forward(mb, None, grad=False)
+        lp = trainer._score(mb, None)
         out.append(Sample(**{**s.__dict__, "behaviour_logprobs": lp[0].float()}))
     return out
 
@@ -82,6 +84,7 @@ def test_on_policy_samples_show_no_mismatch_and_unit_ratios(dense) -> None:
     ]
     m2 = trainer.measure(off)
     assert m2.mismatch_mean_abs == pytest.approx(0.5, abs=1e-4)
+    assert m2.mismatch_kl_k3 == pytest.approx(math.exp(0.5) - 1 - 0.5, abs=1e-4)  # k3 = r - 1 - log r
     assert m2.ratio_mean == pytest.approx(float(torch.exp(torch.tensor(0.5))), rel=1e-3)
     assert m2.truncated_fraction == 0.0  # e^0.5 = 1.65 < tis_cap 2
     assert trainer.version == 0, "measure does not update"
@@ -160,3 +163,17 @@ def test_config_bounds_and_schedules() -> None:
     assert [round(lr_factor(u, cfg), 4) for u in (0, 1, 2, 6, 10, 50)] == [0.5, 1.0, 1.0, 0.5, 0.0, 0.0]
     cos = TrainerConfig(schedule="cosine", total_steps=4, min_lr_ratio=0.1)
     assert lr_factor(0, cos) == pytest.approx(1.0) and lr_factor(2, cos) == pytest.approx(0.55)
+
+
+def test_max_staleness_drops_old_samples_at_the_optimizer(dense) -> None:
+    trainer = Trainer(dense, TrainerConfig(lr=1e-3), version=5)
+    base = synthetic_samples(3, 8)
+    samples = [
+        Sample(**{**s.__dict__, "versions": torch.where(s.loss_mask, v, -1)})
+        for s, v in zip(base, (2, 4, 5), strict=True)
+    ]
+    m = trainer.train_step(samples, max_staleness=1)
+    assert m.stale_dropped == 1 and m.samples == 2 and m.staleness_max == 1
+    with pytest.raises(TrainerError, match="dropped as too stale"):
+        trainer.train_step(samples[:1], max_staleness=1)
+    assert trainer.version == 6, "a refused step does not advance the version"
