@@ -98,7 +98,9 @@ async def _train(cfg: RunConfig, resume: bool, display: RunDisplay) -> dict[str,
         trainer = Trainer.from_pretrained(start, cfg.trainer)
         if ckpt is not None:
             trainer.load(ckpt)
-        handle = InProcessTrainer(trainer, threads=cfg.trainer.num_threads or cfg.threads)
+        handle = InProcessTrainer(
+            trainer, threads=cfg.trainer.num_threads or cfg.threads, max_staleness=cfg.max_staleness
+        )
         data_state = trainer.data_state
     if ckpt is not None:
         display.say(f"resuming from {ckpt} (version {handle.version})")

@@ -42,9 +42,10 @@ class TrainerHandle(abc.ABC):
 class InProcessTrainer(TrainerHandle):
     """An `inhabit.trainer.Trainer` in this process (see module docstring)."""
 
-    def __init__(self, trainer: Any, threads: int | None = None) -> None:
+    def __init__(self, trainer: Any, threads: int | None = None, max_staleness: int | None = None) -> None:
         self.trainer = trainer
         self.threads = threads
+        self.max_staleness = max_staleness  # the trainer re-checks the bound at the optimizer
         self.steps = int(trainer.data_state.get("pipeline_steps", trainer.steps))
 
     @property
@@ -62,7 +63,7 @@ class InProcessTrainer(TrainerHandle):
             import torch
 
             torch.set_num_threads(self.threads)
-        return self.trainer.train_step(samples)
+        return self.trainer.train_step(samples, max_staleness=self.max_staleness)
 
     def state_dict_for_engine(self) -> dict[str, Any]:
         return self.trainer.state_dict_for_engine()
