@@ -69,7 +69,7 @@ def register(app: typer.Typer) -> None:
             False, "--resume", help="Continue the quickstart run from its checkpoint."
         ),
     ) -> None:
-        """RL that visibly works on a CPU: build tasks, bootstrap a tiny model, RL, held-out before/after."""
+        """The quickstart on a CPU: build tasks, bootstrap a tiny model, async RL, held-out before/after."""
         from inhabit.config import load_config
         from inhabit.orchestrator.config import RunConfig
         from inhabit.orchestrator.run import train as run_train
