@@ -1,0 +1,111 @@
+"""Completed rollout groups waiting for the trainer, with the hard staleness bound.
+
+A group is the G rollouts of one task. Its age is measured in policy versions: `min_version` is the
+oldest version that generated any of its tokens (the engine stamps every token). When the trainer
+(about to train at version `v`) takes groups, every buffered group with
+`v - min_version > max_staleness` is dropped there and then and counted; so no token older than
+the bound ever reaches the optimizer, whatever order generation, completion and training happen
+in (tests/unit/orchestrator/test_buffer.py checks this with hypothesis over schedules).
+
+The producer side keeps drops rare rather than making them impossible: `may_start` admits a new
+group only while fewer than `(max_staleness + 1) * tasks_per_step` groups are outstanding (in
+flight or buffered), so a group started now is consumed within `max_staleness` further steps.
+Dropped groups' tasks are handed back (`take_requeue`) to be generated again with fresh weights.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+from typing import Any
+
+from inhabit.types import Trajectory
+
+
+def trajectory_min_version(traj: Trajectory) -> int:
+    """Oldest policy version among the trajectory's generated tokens (-1 when none is known)."""
+    found = [v for seg in traj.segments for turn in seg.turns for v in (turn.versions or ())]
+    return min(found) if found else -1
+
+
+@dataclass
+class Group:
+    """The rollouts of one task, as the rollout loop completes them."""
+
+    task_id: str
+    index: int
+    """Sequence number of the group in the run (order of starting)."""
+    trajectories: list[Trajectory]
+    start_version: int
+    """Engine version when the group started."""
+    task: Any = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def min_version(self) -> int:
+        """Oldest version of any generated token; a group with none known counts as `start_version`."""
+        vs = [v for t in self.trajectories if (v := trajectory_min_version(t)) >= 0]
+        return min(vs) if vs else self.start_version
+
+
+class GroupBuffer:
+    """FIFO of completed groups; `take` enforces `max_staleness` (see module docstring)."""
+
+    def __init__(self, max_staleness: int, tasks_per_step: int = 1) -> None:
+        assert max_staleness >= 0 and tasks_per_step >= 1
+        self.max_staleness = max_staleness
+        self.tasks_per_step = tasks_per_step
+        self._ready: collections.deque[Group] = collections.deque()
+        self.in_flight = 0
+        self.dropped_stale = 0
+        self._requeue: list[Any] = []
+
+    # producer side
+    def may_start(self) -> bool:
+        """Whether one more group may start now without (normally) outliving the bound."""
+        return self.in_flight + len(self._ready) < (self.max_staleness + 1) * self.tasks_per_step
+
+    def started(self) -> None:
+        self.in_flight += 1
+
+    def put(self, group: Group) -> None:
+        """A started group completed (also for groups whose rollouts all failed)."""
+        assert self.in_flight > 0, "put() without started()"
+        self.in_flight -= 1
+        self._ready.append(group)
+
+    def abandon(self) -> None:
+        """A started group will never be put (its generation was cancelled)."""
+        assert self.in_flight > 0
+        self.in_flight -= 1
+
+    # consumer side
+    def __len__(self) -> int:
+        return len(self._ready)
+
+    def evict_stale(self, trainer_version: int) -> list[Group]:
+        """Drop every buffered group too old for a trainer at `trainer_version`; return them."""
+        keep: collections.deque[Group] = collections.deque()
+        dropped = []
+        for g in self._ready:
+            if trainer_version - g.min_version > self.max_staleness:
+                dropped.append(g)
+            else:
+                keep.append(g)
+        self._ready = keep
+        self.dropped_stale += len(dropped)
+        self._requeue += [g.task for g in dropped if g.task is not None]
+        return dropped
+
+    def take(self, n: int, trainer_version: int) -> list[Group]:
+        """Up to `n` oldest groups that a trainer at `trainer_version` may train on (stale ones dropped)."""
+        self.evict_stale(trainer_version)
+        out = []
+        while self._ready and len(out) < n:
+            out.append(self._ready.popleft())
+        return out
+
+    def take_requeue(self) -> list[Any]:
+        """Tasks of dropped groups, to generate again."""
+        out, self._requeue = self._requeue, []
+        return out

@@ -1,0 +1,172 @@
+"""`RunConfig`: everything `inhabit train CONFIG [overrides...]` needs, one TOML file.
+
+    [model]      where the policy comes from: a Hugging Face folder, or a tiny model built from a
+                 preset/spec (optionally bootstrapped on the quickstart's expert transcripts)
+    [tasks]      task directories (a folder of them) or the quickstart's generated family
+    [trainer]    inhabit.trainer.TrainerConfig      [harness]  inhabit.harness.HarnessConfig
+    [sandbox]    inhabit.sandbox.SandboxConfig      [engine]   inhabit.inference EngineConfig
+    [rollout]    G per task, tasks per step, concurrency, sampling
+    [eval]       held-out evaluation before and after training
+    [metrics]    where step metrics go (metrics.jsonl always; TensorBoard, W&B)
+
+and at the top level: `mode` ("async" or "sync"), `max_staleness`, `steps`, `seed`, `run_dir`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from inhabit.config import Config
+from inhabit.harness.config import HarnessConfig
+from inhabit.inference.config import EngineConfig
+from inhabit.models.tiny import TinyModelSpec
+from inhabit.sandbox import SandboxConfig
+from inhabit.trainer.config import TrainerConfig
+
+
+class BootstrapConfig(Config):
+    """Next-token training on the scripted expert's transcripts (quickstart tasks only)."""
+
+    steps: int = Field(0, ge=0, description="Optimizer steps; 0 = no bootstrap (start from the init).")
+    batch_size: int = Field(8, ge=1, description="Transcripts per step.")
+    lr: float = Field(3e-3, gt=0, le=1, description="Peak AdamW learning rate (warm-up, cosine to 10%).")
+
+
+class ModelConfig(Config):
+    """The policy's starting weights."""
+
+    path: str | None = Field(None, description="A Hugging Face model folder; None: build a tiny model.")
+    preset: str | None = Field(None, description="Tiny-model preset (inhabit.models.tiny.PRESETS).")
+    spec: TinyModelSpec | None = Field(None, description="Tiny-model shape (when no preset/path).")
+    tokenizer: Literal["default", "quickstart"] = Field(
+        "default",
+        description="Tokenizer of a built model: the default BPE, or the quickstart's (the default plus "
+        "the harness system prompt as one added token).",
+    )
+    init_seed: int = Field(0, ge=0, description="Seed of the random init of a built model.")
+    bootstrap: BootstrapConfig = Field(default_factory=BootstrapConfig)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelConfig:
+        if sum(x is not None for x in (self.path, self.preset, self.spec)) != 1:
+            raise ValueError("set exactly one of model.path, model.preset, model.spec")
+        return self
+
+
+class TasksConfig(Config):
+    """Where tasks come from."""
+
+    source: Literal["dir", "quickstart"] = Field(
+        "dir", description="dir: task directories under `dir`; quickstart: the generated bug-fix family."
+    )
+    dir: str | None = Field(None, description="Folder whose subfolders are task directories (format 1).")
+    held_out_dir: str | None = Field(None, description="Folder of held-out task directories (source=dir).")
+    count: int = Field(400, ge=2, description="Quickstart: tasks to generate (train + held-out).")
+    held_out: int = Field(64, ge=0, description="Quickstart: of those, held out for evaluation.")
+    seed: int = Field(0, ge=0, description="Quickstart: generator seed.")
+
+    @model_validator(mode="after")
+    def _check(self) -> TasksConfig:
+        if self.source == "dir" and not self.dir:
+            raise ValueError("tasks.source='dir' needs tasks.dir (a folder of task directories)")
+        if self.source == "quickstart" and self.held_out >= self.count:
+            raise ValueError("tasks.held_out must be smaller than tasks.count")
+        return self
+
+
+class RolloutConfig(Config):
+    """How rollouts are generated."""
+
+    group_size: int = Field(8, ge=1, le=1024, description="G: rollouts per task (one group).")
+    tasks_per_step: int = Field(4, ge=1, description="Groups the trainer consumes per step.")
+    concurrency: int = Field(16, ge=1, description="Episodes running at the same time.")
+    temperature: float = Field(1.0, gt=0, le=10, description="Sampling temperature.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling.")
+    max_tokens: int = Field(256, ge=8, description="Tokens one model turn may generate.")
+    timeout_s: float = Field(
+        600.0, gt=0, description="Wall-clock cap on one rollout (episode + grading); past it: status error."
+    )
+    train_zero_advantage: bool = Field(
+        False,
+        description="Also train groups whose rollouts all got the same reward (their gradient is zero; "
+        "the step still runs and the version moves: for tests and timing, not for learning).",
+    )
+    min_group_size: int = Field(
+        2, ge=1, description="A group trains only if at least this many rollouts did not fail."
+    )
+
+
+class EvalConfig(Config):
+    """Held-out evaluation (success rate = mean reward over every held-out task x samples)."""
+
+    before: bool = Field(True, description="Evaluate the starting model before training.")
+    after: bool = Field(True, description="Evaluate the final model after training.")
+    samples: int = Field(8, ge=1, description="Samples per held-out task.")
+    max_tasks: int | None = Field(None, ge=1, description="Evaluate at most this many held-out tasks.")
+
+
+class MetricsConfig(Config):
+    """Where step metrics go (metrics.jsonl in the run folder always)."""
+
+    tensorboard: bool = Field(True, description="Also write TensorBoard events (run_dir/tensorboard).")
+    wandb: bool = Field(False, description="Also log to Weights & Biases (when wandb is importable).")
+    wandb_project: str = Field("inhabit", description="W&B project.")
+    progress: Literal["auto", "rich", "plain", "off"] = Field(
+        "auto", description="Terminal display: rich when stdout is a TTY (auto), plain lines, or nothing."
+    )
+
+
+class PlacementConfig(Config):
+    """Where the parts run on this machine (the trainer in this process or a child of its own)."""
+
+    trainer: Literal["thread", "process"] = Field(
+        "thread", description="thread: a worker thread of this process; process: a child process."
+    )
+    trainer_cpus: list[int] | None = Field(None, description="CPU ids the trainer process is pinned to.")
+    trainer_threads: int = Field(1, ge=1, description="torch threads of the trainer process.")
+    rollout_cpus: list[int] | None = Field(
+        None, description="CPU ids this process (engine, harness, sandboxes it starts) is pinned to."
+    )
+
+
+class RunConfig(Config):
+    """A whole training run (see module docstring)."""
+
+    model: ModelConfig
+    tasks: TasksConfig
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    harness: HarnessConfig = Field(default_factory=HarnessConfig)
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    placement: PlacementConfig = Field(default_factory=PlacementConfig)
+    mode: Literal["async", "sync"] = Field(
+        "async", description="async: rollouts and training overlap; sync: generate, then train, in turn."
+    )
+    max_staleness: int = Field(
+        2, ge=0, description="Hard bound: no token generated more than this many versions ago is trained."
+    )
+    steps: int = Field(10, ge=0, description="Trainer steps (policy versions) to run.")
+    seed: int = Field(0, ge=0, description="Seeds sampling, task order and the trainer.")
+    run_dir: str = Field("runs/default", description="Run folder: trajectories, metrics, checkpoints.")
+    checkpoint_every: int = Field(
+        0, ge=0, description="Save a checkpoint every N steps (0: only at the end)."
+    )
+    threads: int | None = Field(
+        None, ge=1, description="torch threads of this process (None: torch's default)."
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> RunConfig:
+        if self.rollout.min_group_size > self.rollout.group_size:
+            raise ValueError("rollout.min_group_size cannot exceed rollout.group_size")
+        if self.trainer.temperature != self.rollout.temperature:
+            raise ValueError(
+                f"trainer.temperature ({self.trainer.temperature}) must equal rollout.temperature "
+                f"({self.rollout.temperature}): the trainer scores tokens under the sampling distribution"
+            )
+        return self

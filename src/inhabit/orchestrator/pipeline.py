@@ -1,0 +1,265 @@
+"""The RL pipeline: rollout loop + trainer loop around a buffer with a hard staleness bound.
+
+    pipeline = Pipeline(cfg, prepared, provider, trainer=InProcessTrainer(...))
+    await pipeline.run()
+
+Async mode (`mode = "async"`): a producer keeps starting groups (G rollouts of one task, with the
+newest weights the engine holds) while `GroupBuffer.may_start` allows; the trainer loop takes
+`tasks_per_step` completed groups as soon as they are ready (stale ones are dropped by the buffer
+and their tasks generated again), trains one step in a worker thread (the event loop, and thus
+every rollout, keeps running), publishes version v+1 through the `WeightSync` and the engine swaps
+it in between two decoding steps. Sync mode (`mode = "sync"`) runs the same parts in lock-step:
+generate `tasks_per_step` groups with the current weights, then train, then publish.
+
+The group rule (failed rollouts): rollouts whose status is not finished/turn_limit (sandbox,
+engine, grading errors, timeouts) are recorded in trajectories.jsonl and left out of training.
+A group trains on the rest when at least `rollout.min_group_size` (default 2) rollouts remain,
+with advantages computed among those; otherwise the whole group is dropped (counted as
+`groups.too_few`). A step whose groups yield no sample with a non-zero advantage skips the
+update (the version does not move) and says so in its metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import Counter
+from typing import Any
+
+from inhabit.log import get_logger
+from inhabit.orchestrator.buffer import Group, GroupBuffer
+from inhabit.orchestrator.config import RunConfig
+from inhabit.orchestrator.rollouts import RolloutRunner
+from inhabit.orchestrator.trainer_handle import TrainerHandle
+from inhabit.orchestrator.weight_sync import WeightSync
+from inhabit.trainer.samples import DEFAULT_KEEP_STATUSES, group_samples, is_trainable
+from inhabit.types import Trajectory
+
+log = get_logger(__name__)
+
+
+class TaskStream:
+    """Train tasks in a reshuffled order per epoch, from a resumable cursor."""
+
+    def __init__(self, tasks: list[Any], seed: int, cursor: int = 0) -> None:
+        self.tasks, self.seed, self.cursor = tasks, seed, cursor
+
+    def next(self) -> Any:
+        n = len(self.tasks)
+        epoch, i = divmod(self.cursor, n)
+        order = list(range(n))
+        random.Random(self.seed * 7_919 + epoch).shuffle(order)
+        self.cursor += 1
+        return self.tasks[order[i]]
+
+
+def usable_groups(groups: list[Group], min_group_size: int) -> tuple[list[Group], list[Group]]:
+    """(trainable, dropped) by the group rule (module docstring)."""
+    ok, bad = [], []
+    for g in groups:
+        kept = sum(is_trainable(t, DEFAULT_KEEP_STATUSES) for t in g.trajectories)
+        (ok if kept >= min_group_size else bad).append(g)
+    return ok, bad
+
+
+def rollout_stats(trajs: list[Trajectory]) -> dict[str, Any]:
+    """Reward distribution, success, statuses, flags, turns, summaries of some rollouts."""
+    rewards = [t.reward for t in trajs if t.reward is not None and is_trainable(t)]
+    n = len(rewards)
+    mean = sum(rewards) / n if n else 0.0
+    var = sum((r - mean) ** 2 for r in rewards) / n if n else 0.0
+    hist = Counter(round(r, 2) for r in rewards)
+    return {
+        "rollouts": len(trajs),
+        "reward": {
+            "mean": mean,
+            "std": var**0.5,
+            "min": min(rewards) if rewards else 0.0,
+            "max": max(rewards) if rewards else 0.0,
+            "hist": {str(k): v for k, v in sorted(hist.items())},
+        },
+        "success_rate": sum(r >= 1.0 for r in rewards) / n if n else 0.0,
+        "status": dict(Counter(t.status for t in trajs)),
+        "failed": sum(not is_trainable(t) for t in trajs),
+        "hack_flags": dict(Counter(f for t in trajs for f in t.flags)),
+        "turns_mean": sum(t.num_turns for t in trajs) / max(1, len(trajs)),
+        "summaries_per_episode": sum(len(t.summaries) for t in trajs) / max(1, len(trajs)),
+        "completion_tokens": sum(
+            tt.completion_tokens or 0 for t in trajs for s in t.segments for tt in s.turns
+        ),
+        "rollout_s_mean": sum(t.timings.get("rollout_s", 0.0) for t in trajs) / max(1, len(trajs)),
+    }
+
+
+class Pipeline:
+    """Wires runner, buffer, trainer and weight sync (see module docstring)."""
+
+    def __init__(
+        self,
+        cfg: RunConfig,
+        runner: RolloutRunner,
+        trainer: TrainerHandle,
+        sync: WeightSync,
+        train_tasks: list[Any],
+        *,
+        on_step: Any = None,
+        cursor: int = 0,
+        groups_started: int = 0,
+    ) -> None:
+        self.cfg, self.runner, self.trainer, self.sync = cfg, runner, trainer, sync
+        self.stream = TaskStream(train_tasks, cfg.seed, cursor)
+        self.buffer = GroupBuffer(cfg.max_staleness, cfg.rollout.tasks_per_step)
+        self.on_step = on_step or (lambda step, record: None)
+        self.groups_started = groups_started
+        self.trainer_wait_s = 0.0
+        self.trainer_busy_s = 0.0
+        self._cond = asyncio.Condition()
+        self._t_start = time.monotonic()
+        self._last = time.monotonic()
+        self._last_tokens = 0
+        self._finished0 = 0
+        self.history: list[dict[str, Any]] = []
+
+    def data_state(self) -> dict[str, Any]:
+        return {"cursor": self.stream.cursor, "groups_started": self.groups_started}
+
+    async def run(self, steps: int) -> list[dict[str, Any]]:
+        """Run trainer steps until the trainer has done `steps` in total."""
+        self._t_start = self._last = time.monotonic()
+        self._last_tokens = self.runner.completion_tokens
+        self._finished0 = self.runner.finished
+        if self.cfg.mode == "sync":
+            await self._run_sync(steps)
+        else:
+            await self._run_async(steps)
+        return self.history
+
+    # ------------------------------------------------------------------ sync
+    async def _run_sync(self, steps: int) -> None:
+        tps = self.cfg.rollout.tasks_per_step
+        while self.trainer.steps < steps:
+            await self.sync.apply(self.runner.engine)
+            t0 = time.monotonic()
+            tasks = [self.stream.next() for _ in range(tps)]
+            groups = await asyncio.gather(*(self._group(t) for t in tasks))
+            self.trainer_wait_s += time.monotonic() - t0
+            await self._train(list(groups), dropped_stale=0)
+
+    # ------------------------------------------------------------------ async
+    async def _run_async(self, steps: int) -> None:
+        producer = asyncio.create_task(self._produce())
+        tps = self.cfg.rollout.tasks_per_step
+        try:
+            while self.trainer.steps < steps:
+                t0 = time.monotonic()
+                groups: list[Group] = []
+                stale_before = self.buffer.dropped_stale
+                while len(groups) < tps:
+                    groups += self.buffer.take(tps - len(groups), self.trainer.version)
+                    async with self._cond:
+                        self._cond.notify_all()  # slots freed (and maybe tasks to requeue)
+                        if len(groups) < tps:
+                            await self._cond.wait()
+                    if producer.done():
+                        producer.result()  # surfaces a producer crash (a bug) instead of hanging
+                self.trainer_wait_s += time.monotonic() - t0
+                await self._train(groups, dropped_stale=self.buffer.dropped_stale - stale_before)
+        finally:
+            producer.cancel()
+            await asyncio.gather(producer, return_exceptions=True)
+
+    async def _produce(self) -> None:
+        running: set[asyncio.Task] = set()
+        try:
+            while True:
+                async with self._cond:
+                    await self._cond.wait_for(self.buffer.may_start)
+                requeued = self.buffer.take_requeue()
+                task = requeued.pop(0) if requeued else self.stream.next()
+                self.buffer._requeue[:0] = requeued  # keep the rest for the next slots
+                await self.sync.apply(self.runner.engine)
+                self.buffer.started()
+                t = asyncio.create_task(self._finish_group(task))
+                running.add(t)
+                t.add_done_callback(running.discard)
+        finally:
+            for t in running:
+                t.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
+
+    async def _finish_group(self, task: Any) -> None:
+        try:
+            group = await self._group(task)
+        except asyncio.CancelledError:
+            self.buffer.abandon()
+            raise
+        async with self._cond:
+            self.buffer.put(group)
+            self._cond.notify_all()
+
+    async def _group(self, task: Any) -> Group:
+        index = self.groups_started
+        self.groups_started += 1
+        return await self.runner.run_group(task, index)
+
+    # ------------------------------------------------------------------ train
+    async def _train(self, groups: list[Group], *, dropped_stale: int) -> None:
+        cfg = self.cfg
+        version = self.trainer.version
+        ok, too_few = usable_groups(groups, cfg.rollout.min_group_size)
+        samples = []
+        for g in ok:
+            samples += group_samples(
+                g.trajectories,
+                group_id=f"{g.task_id}#{g.index}",
+                normalize_std=cfg.trainer.normalize_advantage_std,
+                drop_zero_advantage=not cfg.rollout.train_zero_advantage,
+            )
+        for s in samples:  # the hard bound, re-checked where it matters
+            assert s.min_version < 0 or version - s.min_version <= cfg.max_staleness, (s.source, version)
+        t0 = time.monotonic()
+        metrics: dict[str, Any] | None = None
+        if samples:
+            metrics = await self.trainer.step(samples)
+            await self.sync.publish(self.trainer.state_dict_for_engine(), self.trainer.version)
+            await self.sync.apply(self.runner.engine)
+        else:
+            await self.trainer.skip()
+        train_s = time.monotonic() - t0
+        self.trainer_busy_s += train_s
+        trajs = [t for g in groups for t in g.trajectories]
+        now = time.monotonic()
+        tokens = self.runner.completion_tokens
+        lags = [version - g.min_version for g in groups]
+        elapsed = now - self._t_start
+        record: dict[str, Any] = {
+            "version": self.trainer.version,
+            "mode": cfg.mode,
+            **rollout_stats(trajs),
+            "groups": {
+                "trained": len(ok),
+                "too_few": len(too_few),
+                "dropped_stale": dropped_stale,
+                "dropped_stale_total": self.buffer.dropped_stale,
+                "zero_advantage": sum(
+                    1 for g in ok if not any(s.group_id.endswith(f"#{g.index}") for s in samples)
+                ),
+            },
+            "samples": len(samples),
+            "updated": metrics is not None,
+            "policy_version_lag": {"mean": sum(lags) / len(lags), "max": max(lags)},
+            "engine_version": self.runner.engine.version,
+            "tokens_per_s": (tokens - self._last_tokens) / max(1e-9, now - self._last),
+            "train_s": train_s,
+            "interval_s": now - self._last,
+            "elapsed_s": elapsed,
+            "trainer_idle_fraction": self.trainer_wait_s
+            / max(1e-9, self.trainer_wait_s + self.trainer_busy_s),
+            "trajectories_per_min": (self.runner.finished - self._finished0) / max(1e-9, elapsed) * 60,
+            "trainer": metrics or {},
+        }
+        self._last, self._last_tokens = now, tokens
+        self.history.append(record)
+        self.trainer.set_data_state(self.data_state())
+        self.on_step(self.trainer.steps, record)

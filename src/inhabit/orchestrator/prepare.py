@@ -1,0 +1,161 @@
+"""Everything a run needs before its first step: tasks, tokenizer and the starting model folder.
+
+For `tasks.source = "quickstart"` the task family is generated into `<run_dir>/cache/tasks-*`,
+and a built model with `model.bootstrap.steps > 0` is trained on the scripted expert's transcripts
+(through the real harness, on the train split only) and saved to `<run_dir>/cache/bootstrap-*`.
+Both are keyed by the settings that shape them and reused when present, so a second run skips
+straight to RL; a run from nothing builds them (minutes on a CPU).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from inhabit.errors import OrchestratorError
+from inhabit.log import get_logger
+from inhabit.orchestrator.config import RunConfig
+from inhabit.sandbox.base import SandboxProvider
+from inhabit.tasks.task import Task, load_task
+
+log = get_logger(__name__)
+
+
+@dataclass
+class Prepared:
+    model_dir: Path
+    train: list[Task]
+    held_out: list[Task]
+    info: dict[str, Any]
+
+
+def _key(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def _load_dir(path: str | None) -> list[Task]:
+    if not path:
+        return []
+    root = Path(path)
+    if not root.is_dir():
+        raise OrchestratorError(f"task folder {root} does not exist")
+    tasks = [load_task(p) for p in sorted(root.iterdir()) if (p / "task.toml").is_file()]
+    if not tasks:
+        raise OrchestratorError(f"{root} holds no task directories (subfolders with task.toml)")
+    return tasks
+
+
+def _quickstart_tasks(cfg: RunConfig, cache: Path) -> tuple[list[Any], list[Task], list[Task], list[Any]]:
+    from inhabit.orchestrator.quickstart.tasks import generate, split_tasks, write_quick_task
+
+    tc = cfg.tasks
+    qts = generate(tc.count, tc.seed)
+    root = cache / f"tasks-{_key(tc.count, tc.seed, 'v1')}"
+    if not (root / ".done").exists():
+        shutil.rmtree(root, ignore_errors=True)
+        for qt in qts:
+            write_quick_task(root, qt)
+        (root / ".done").write_text("ok\n")
+    q_train, q_held = split_tasks(qts, tc.held_out)
+    train = [load_task(root / q.id) for q in q_train]
+    held = [load_task(root / q.id) for q in q_held]
+    return q_train, train, held, q_held
+
+
+def _tokenizer(cfg: RunConfig) -> Any:
+    from inhabit.models.tokenizer import default_tokenizer
+    from inhabit.orchestrator.quickstart.bootstrap import quickstart_tokenizer
+
+    return quickstart_tokenizer() if cfg.model.tokenizer == "quickstart" else default_tokenizer()
+
+
+def prepare(
+    cfg: RunConfig, provider: SandboxProvider, say: Callable[[str], None] = lambda s: None
+) -> Prepared:
+    cache = Path(cfg.run_dir) / "cache"
+    cache.mkdir(parents=True, exist_ok=True)
+    info: dict[str, Any] = {}
+    q_train: list[Any] = []
+    if cfg.tasks.source == "quickstart":
+        q_train, train, held, _ = _quickstart_tasks(cfg, cache)
+    else:
+        train, held = _load_dir(cfg.tasks.dir), _load_dir(cfg.tasks.held_out_dir)
+    say(f"tasks: {len(train)} train, {len(held)} held-out")
+    mc = cfg.model
+    if mc.path is not None:
+        return Prepared(Path(mc.path), train, held, info)
+    if mc.bootstrap.steps and cfg.tasks.source != "quickstart":
+        raise OrchestratorError("model.bootstrap needs tasks.source='quickstart' (the scripted expert)")
+    key = _key(
+        mc.model_dump(),
+        cfg.tasks.model_dump() if mc.bootstrap.steps else None,
+        cfg.harness.model_dump(),
+        "v1",
+    )
+    out = cache / f"model-{key}"
+    if (out / ".done").exists():
+        say(f"model: reusing {out}")
+        info |= json.loads((out / ".done").read_text() or "{}")
+        return Prepared(out, train, held, info)
+    info = _build_model(cfg, provider, q_train, train, out, say)
+    return Prepared(out, train, held, info)
+
+
+def _build_model(
+    cfg: RunConfig,
+    provider: SandboxProvider,
+    q_train: list[Any],
+    train: list[Task],
+    out: Path,
+    say: Callable[[str], None],
+) -> dict[str, Any]:
+    from inhabit.models.tiny import build_tiny_model, count_parameters, save_model_folder
+
+    mc = cfg.model
+    t0 = time.monotonic()
+    tok = _tokenizer(cfg)
+    spec = mc.preset if mc.preset is not None else mc.spec
+    assert spec is not None
+    vocab = max(len(tok), 64)
+    vocab = (vocab + 63) // 64 * 64
+    model = build_tiny_model(spec, vocab_size=vocab, seed=mc.init_seed)
+    info: dict[str, Any] = {
+        "parameters": str(count_parameters(model)),
+        "tokenizer_s": round(time.monotonic() - t0, 2),
+    }
+    say(f"model: {info['parameters']} parameters, vocabulary {vocab}")
+    if mc.bootstrap.steps:
+        from inhabit.orchestrator.quickstart.bootstrap import train_bootstrap, transcript_example
+        from inhabit.orchestrator.quickstart.expert import expert_transcripts
+
+        t1 = time.monotonic()
+        pairs = [(q, Path(t.root)) for q, t in zip(q_train, train, strict=True)]
+        trajs = asyncio.run(expert_transcripts(pairs, provider, cfg.harness))
+        info["expert_transcripts"] = len(trajs)
+        info["expert_s"] = round(time.monotonic() - t1, 2)
+        say(f"bootstrap: {len(trajs)} expert transcripts through the harness in {info['expert_s']:.0f} s")
+        examples = [transcript_example(tok, t) for t in trajs]
+        t2 = time.monotonic()
+        bc = mc.bootstrap
+        losses = train_bootstrap(
+            model, examples, steps=bc.steps, batch_size=bc.batch_size, lr=bc.lr, seed=mc.init_seed,
+            pad_id=int(tok.pad_token_id or 0),
+            on_step=lambda s, loss: say(f"bootstrap step {s + 1}/{bc.steps}: loss {loss:.3f}")
+            if (s + 1) % max(1, bc.steps // 10) == 0 else None,
+        )  # fmt: skip
+        info["bootstrap_s"] = round(time.monotonic() - t2, 2)
+        info["bootstrap_final_loss"] = round(sum(losses[-10:]) / len(losses[-10:]), 4)
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    save_model_folder(model, tok, tmp)
+    (tmp / ".done").write_text(json.dumps(info))
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return info

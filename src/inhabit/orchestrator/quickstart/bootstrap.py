@@ -1,0 +1,113 @@
+"""Bootstrap ("mid-training"): next-token training of a tiny model on the expert's transcripts.
+
+Each transcript's last context is rendered with the model's chat template exactly as the policy
+renders it at rollout time (`encode_chat`, message by message); the loss covers only the
+assistant turns (their text and the closing `<|end|>` the engine stops on), never the system
+prompt, task or observations. Training stops after a fixed number of optimizer steps: the
+quickstart stops it on purpose while the model is only partly competent, so that RL has room to
+show what it adds.
+
+The quickstart tokenizer is the project's default BPE plus one added (non-special) token holding
+the harness's system prompt, which never changes: the model sees exactly the same text, but it
+costs one position instead of ~1,200, which is what makes CPU training of the quickstart fit in
+minutes. Decoding is unchanged (the token decodes to the prompt's text).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from inhabit.types import Trajectory
+
+
+def quickstart_tokenizer(vocab_size: int = 4096, seed: int = 0) -> Any:
+    """The default tokenizer plus the harness system prompt as one added token."""
+    from tokenizers import AddedToken
+
+    from inhabit.harness.prompts import system_prompt
+    from inhabit.models.tokenizer import default_tokenizer
+
+    tok = default_tokenizer(vocab_size=vocab_size, seed=seed)
+    tok.add_tokens([AddedToken(system_prompt(), special=False, normalized=False)])
+    return tok
+
+
+def transcript_example(tokenizer: Any, traj: Trajectory) -> tuple[list[int], list[bool]]:
+    """(ids, loss_mask) of the trajectory's last context, loss on assistant tokens only."""
+    from inhabit.models.tokenizer import encode_chat
+
+    messages = traj.segments[-1].messages
+    ids: list[int] = []
+    mask: list[bool] = []
+    for k in range(1, len(messages) + 1):
+        full = encode_chat(tokenizer, messages[:k], add_generation_prompt=False)
+        assert full[: len(ids)] == ids, "per-message encoding must extend the previous prefix"
+        new = full[len(ids) :]
+        # new = [role marker, content..., <|end|>]; the role marker is prompt (the engine is given it).
+        learn = messages[k - 1].role == "assistant"
+        mask += [False] + [learn] * (len(new) - 1)
+        ids = full
+    return ids, mask
+
+
+def train_bootstrap(
+    model: Any,
+    examples: Sequence[tuple[list[int], list[bool]]],
+    *,
+    steps: int,
+    batch_size: int = 8,
+    lr: float = 3e-3,
+    warmup: int = 20,
+    seed: int = 0,
+    pad_id: int = 0,
+    on_step: Callable[[int, float], None] | None = None,
+) -> list[float]:
+    """`steps` AdamW updates of masked next-token loss; returns the loss per step."""
+    rng = random.Random(seed)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
+
+    def lr_at(step: int) -> float:  # warm-up, then cosine to 10%
+        if step < warmup:
+            return lr * (step + 1) / warmup
+        frac = (step - warmup) / max(1, steps - warmup)
+        return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+
+    order: list[int] = []
+    losses = []
+    for step in range(steps):
+        t0 = time.perf_counter()
+        if len(order) < batch_size:
+            more = list(range(len(examples)))
+            rng.shuffle(more)
+            order += more
+        batch = [examples[order.pop()] for _ in range(batch_size)]
+        n = max(len(ids) for ids, _ in batch)
+        inp = torch.full((len(batch), n), pad_id, dtype=torch.long)
+        tgt = torch.full((len(batch), n), -100, dtype=torch.long)
+        att = torch.zeros((len(batch), n), dtype=torch.long)
+        for r, (ids, mask) in enumerate(batch):
+            inp[r, : len(ids)] = torch.tensor(ids)
+            att[r, : len(ids)] = 1
+            labels = torch.tensor([i if m else -100 for i, m in zip(ids, mask, strict=True)])
+            tgt[r, : len(ids) - 1] = labels[1:]
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step)
+        logits = model(input_ids=inp, attention_mask=att).logits
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(float(loss))
+        if on_step is not None:
+            on_step(step, float(loss))
+        del t0
+    model.eval()
+    return losses

@@ -1,0 +1,124 @@
+"""`ProcessTrainer`: the trainer in a child process of its own (own cores, own torch threads).
+
+This models disaggregated hardware on one machine: the rollout side (engine, harness, sandboxes)
+and the trainer each get their own CPU cores (`os.sched_setaffinity`) and torch thread pools, so
+neither slows the other down by contention, and the async/sync comparison measures scheduling,
+not core sharing. Samples go to the child over a pipe; each step returns the step metrics and
+the new weights (a CPU state dict), which the pipeline publishes through its `WeightSync`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing as mp
+import os
+from pathlib import Path
+from typing import Any
+
+from inhabit.errors import OrchestratorError
+from inhabit.orchestrator.trainer_handle import TrainerHandle
+
+
+def pin(cpus: list[int] | None, threads: int | None) -> None:
+    """Pin this process to `cpus` and set torch's intra-op threads (None: leave as is)."""
+    if cpus:
+        os.sched_setaffinity(0, set(cpus))
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
+def _child(
+    conn: Any, start: str, config: dict, checkpoint: str | None, cpus: list[int] | None, threads: int
+) -> None:
+    pin(cpus, threads)
+    from inhabit.trainer.config import TrainerConfig
+    from inhabit.trainer.trainer import Trainer
+
+    trainer = Trainer.from_pretrained(start, TrainerConfig.model_validate(config))
+    if checkpoint:
+        trainer.load(checkpoint)
+    conn.send(("ready", trainer.version, trainer.data_state))
+    while True:
+        cmd, arg = conn.recv()
+        try:
+            if cmd == "step":
+                m = trainer.train_step(arg)
+                conn.send(("ok", m.as_dict(), trainer.state_dict_for_engine()))
+            elif cmd == "data_state":
+                trainer.data_state = arg
+                conn.send(("ok", None, None))
+            elif cmd == "save":
+                conn.send(("ok", str(trainer.save(arg)), None))
+            elif cmd == "close":
+                conn.send(("ok", None, None))
+                return
+        except Exception as e:  # report, keep serving: the parent decides
+            conn.send(("error", f"{type(e).__name__}: {e}", None))
+
+
+class ProcessTrainer(TrainerHandle):
+    """Runs `inhabit.trainer.Trainer` in a spawned child process (see module docstring)."""
+
+    def __init__(
+        self,
+        start: str | Path,
+        config: Any,
+        *,
+        checkpoint: str | Path | None = None,
+        cpus: list[int] | None = None,
+        threads: int = 1,
+    ) -> None:
+        ctx = mp.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(
+            target=_child,
+            args=(
+                child,
+                str(start),
+                config.model_dump(),
+                str(checkpoint) if checkpoint else None,
+                cpus,
+                threads,
+            ),
+            daemon=True,
+        )
+        self._proc.start()
+        tag, self.version, data_state = self._conn.recv()
+        assert tag == "ready"
+        self.steps = int(data_state.get("pipeline_steps", 0))
+        self._state: dict[str, Any] = {}
+
+    def _call(self, cmd: str, arg: Any = None) -> tuple[Any, Any]:
+        self._conn.send((cmd, arg))
+        tag, a, b = self._conn.recv()
+        if tag == "error":
+            raise OrchestratorError(f"trainer process failed on {cmd}: {a}")
+        return a, b
+
+    async def step(self, samples: list[Any]) -> dict[str, Any]:
+        metrics, state = await asyncio.to_thread(self._call, "step", list(samples))
+        self._state = state
+        self.version = int(metrics["version"])
+        self.steps += 1
+        return metrics
+
+    def state_dict_for_engine(self) -> dict[str, Any]:
+        return self._state
+
+    def set_data_state(self, state: dict[str, Any]) -> None:
+        self._call("data_state", {**state, "pipeline_steps": self.steps})
+
+    def save(self, path: Path) -> Path:
+        return Path(self._call("save", str(path))[0])
+
+    async def close(self) -> None:
+        if self._proc.is_alive():
+            try:
+                await asyncio.to_thread(self._call, "close")
+            except (EOFError, OSError):
+                pass
+            self._proc.join(timeout=10)
+        if self._proc.is_alive():
+            self._proc.terminate()

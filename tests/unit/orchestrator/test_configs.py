@@ -1,0 +1,47 @@
+"""Every shipped TOML under configs/ parses as the config it is for; RunConfig rejects mistakes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from inhabit.config import load_config
+from inhabit.errors import ConfigError
+from inhabit.orchestrator.config import RunConfig
+
+CONFIGS = Path(__file__).resolve().parents[3] / "configs"
+RUN_CONFIGS = sorted(p for p in CONFIGS.glob("*.toml") if "[model]" in p.read_text())
+
+
+def test_there_are_shipped_run_configs():
+    assert any(p.name == "quickstart.toml" for p in RUN_CONFIGS)
+
+
+@pytest.mark.parametrize("path", RUN_CONFIGS, ids=lambda p: p.name)
+def test_shipped_run_config_parses(path):
+    cfg = load_config(RunConfig, path)
+    assert cfg.rollout.group_size >= 1
+
+
+def test_every_toml_in_configs_is_parsed_by_some_test():
+    from inhabit.harness.config import HarnessConfig
+
+    for path in CONFIGS.glob("*.toml"):
+        if path in RUN_CONFIGS:
+            continue
+        load_config(HarnessConfig, path)  # the only other kind shipped today (configs/harness.toml)
+
+
+def test_quickstart_overrides_and_errors():
+    q = CONFIGS / "quickstart.toml"
+    cfg = load_config(RunConfig, q, ["mode=sync", "steps=3", "max_staleness=0"])
+    assert (cfg.mode, cfg.steps, cfg.max_staleness) == ("sync", 3, 0)
+    with pytest.raises(ConfigError, match="mode"):
+        load_config(RunConfig, q, ["mode=sometimes"])
+    with pytest.raises(ConfigError, match="temperature"):
+        load_config(RunConfig, q, ["rollout.temperature=0.5"])
+    with pytest.raises(ConfigError, match="min_group_size"):
+        load_config(RunConfig, q, ["rollout.min_group_size=99"])
+    with pytest.raises(ConfigError, match="stalenes"):
+        load_config(RunConfig, q, ["max_stalenes=1"])
