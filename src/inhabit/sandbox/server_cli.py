@@ -1,9 +1,74 @@
-"""Commands that the environment server (part of sandbox) adds to `inhabit` (heavy imports stay inside command bodies)."""
+"""The `inhabit env-server` command: serve sandboxes over HTTP (heavy imports stay inside the body).
+
+It refuses to bind a non-loopback host without a token. On loopback without one, it makes a
+random token and prints it once to stderr, so every request is still authenticated.
+"""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import typer
 
 
 def register(app: typer.Typer) -> None:
     """Add this part's commands to the root app."""
+
+    @app.command("env-server")
+    def env_server(
+        host: str = typer.Option("127.0.0.1", help="Interface to bind; anything but loopback needs a token."),
+        port: int = typer.Option(8765, help="TCP port."),
+        token: str | None = typer.Option(
+            None, envvar="INHABIT_ENV_TOKEN", help="Bearer token clients must send (>= 8 chars)."
+        ),
+        backend: str = typer.Option(
+            "auto", help="Sandbox backend: auto (bwrap where it works), bwrap, process."
+        ),
+        root: Path | None = typer.Option(
+            None, help="Clients may create sandboxes from directories under this one ('server:<dir>')."
+        ),
+        max_upload_mb: float = typer.Option(64, help="Cap on an uploaded workspace tarball."),
+        max_extracted_mb: float = typer.Option(512, help="Cap on what an upload unpacks to."),
+        max_file_mb: float = typer.Option(64, help="Cap on one file written through the API."),
+        max_sandboxes: int = typer.Option(256, help="Live sandboxes at once."),
+        idle_ttl_s: float = typer.Option(900, help="Close sandboxes no request touched for this long."),
+    ) -> None:
+        """Serve the sandbox interface over HTTP so rollouts on other machines can use it."""
+        import secrets
+
+        import uvicorn
+
+        from inhabit.config import validate_config
+        from inhabit.errors import ConfigError
+        from inhabit.sandbox.server import EnvServerConfig, create_app, is_loopback, make_provider_factory
+
+        if root is not None and not root.is_dir():
+            raise ConfigError(f"--root {root} is not a directory: give the folder that holds task workspaces")
+        if not token:
+            if not is_loopback(host):
+                raise ConfigError(
+                    f"refusing to serve on non-loopback host {host!r} without a token: "
+                    "pass --token or set INHABIT_ENV_TOKEN"
+                )
+            token = secrets.token_urlsafe(24)
+            typer.echo(f"env-server: no token given; clients must send INHABIT_ENV_TOKEN={token}", err=True)
+        config = validate_config(
+            EnvServerConfig,
+            {
+                "host": host,
+                "port": port,
+                "token": token,
+                "backend": backend,
+                "root": root,
+                "max_upload_mb": max_upload_mb,
+                "max_extracted_mb": max_extracted_mb,
+                "max_file_mb": max_file_mb,
+                "max_sandboxes": max_sandboxes,
+                "idle_ttl_s": idle_ttl_s,
+            },
+            source="env-server options",
+        )
+        factory = make_provider_factory(config.backend)
+        app_ = create_app(factory, config, token)
+        typer.echo(f"env-server: listening on http://{host}:{port} (backend {backend})", err=True)
+        uvicorn.run(app_, host=host, port=port, log_level="warning", timeout_graceful_shutdown=10)

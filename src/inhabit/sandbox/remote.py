@@ -1,0 +1,360 @@
+"""Sandboxes that live on an environment server (`inhabit env-server`), used through HTTP.
+
+`RemoteSandboxProvider(url, token)` is a `SandboxProvider` like any local backend, so a pool,
+the harness or the grader use remote sandboxes without knowing it:
+
+    provider = RemoteSandboxProvider("http://10.0.0.5:8765", token)
+    async with await provider.create("task/workspace") as sb:   # local dir: uploaded as tar.gz
+        print((await sb.exec("pytest -q")).stdout)
+
+`create(source)` reads `source` as: a local directory (packed and uploaded, bounded by the
+server's upload cap, which is checked before sending), `"server:<dir>"` (a directory under the
+server's `--root`), or else a snapshot id that this server returned. Every call has a timeout
+(exec's is its own `timeout_s` plus a margin); HTTP errors come back as the typed errors of
+`inhabit.errors` and the OS errors a local sandbox raises (404 -> SandboxNotFound or
+FileNotFoundError, 400 -> PathOutsideWorkspace, IsADirectoryError or
+SandboxError, 413/429 -> SandboxLimitExceeded, 401 -> EnvServerUnauthorized); only idempotent
+calls (reads, listing, writes, deletes, restore, close) are retried, and only on connection
+errors, never a create, exec or snapshot, which could otherwise happen twice.
+
+A sandbox not closed by the time the interpreter exits is closed by a last synchronous request.
+What this does NOT protect against: isolation is the server's backend's; the token travels in
+clear over plain HTTP; a client killed outright leaves its sandboxes until the server's idle TTL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import functools
+import io
+import os
+import tarfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from inhabit.errors import (
+    ConfigError,
+    PathOutsideWorkspace,
+    SandboxError,
+    SandboxLimitExceeded,
+    SandboxNotFound,
+)
+from inhabit.log import get_logger
+from inhabit.sandbox import cleanup
+from inhabit.sandbox.base import ExecResult, FileEntry, Sandbox, SandboxInfo, SandboxLimits, SandboxProvider
+from inhabit.sandbox.server_wire import API_PREFIX, ExecOut, HealthOut, SandboxOut
+
+log = get_logger(__name__)
+
+SERVER_DIR_PREFIX = "server:"
+TOKEN_ENV = "INHABIT_ENV_TOKEN"
+# Connection-level failures: the request may not have reached the server (or its answer was lost).
+_RETRYABLE = (
+    httpx.ConnectError,
+    httpx.ConnectTimeout,
+    httpx.ReadError,
+    httpx.WriteError,
+    httpx.RemoteProtocolError,
+)
+
+
+_OS_ERRORS: dict[str, type[OSError]] = {
+    "file_not_found": FileNotFoundError,
+    "is_a_directory": IsADirectoryError,
+    "not_a_directory": NotADirectoryError,
+    "permission_denied": PermissionError,
+}
+
+
+class EnvServerUnauthorized(SandboxError):
+    """The env server refused the bearer token (401)."""
+
+
+def error_from_response(resp: httpx.Response) -> Exception:
+    """Map an env-server error response to the typed error a local backend would raise."""
+    try:
+        body = resp.json()
+        detail, code = str(body.get("detail")), body.get("code")
+    except (ValueError, AttributeError):
+        detail, code = resp.text[:500], None
+    status = resp.status_code
+    if status == 401:
+        return EnvServerUnauthorized(
+            f"the env server refused the token: {detail}; check --token / INHABIT_ENV_TOKEN"
+        )
+    if code == "path_outside_workspace":
+        return PathOutsideWorkspace(detail)
+    if code in _OS_ERRORS:
+        return _OS_ERRORS[code](detail)
+    if status == 404 and code in ("sandbox_not_found", "snapshot_not_found"):
+        return SandboxNotFound(detail)
+    if status in (413, 429):
+        return SandboxLimitExceeded(detail)
+    return SandboxError(f"env server answered {status} ({code}): {detail}")
+
+
+class _Http:
+    """One httpx client with the token, timeouts, retries and error mapping."""
+
+    def __init__(self, url: str, token: str, *, timeout_s: float, retries: int) -> None:
+        self.url = url.rstrip("/")
+        self.retries = max(1, retries)
+        self.headers = {"Authorization": f"Bearer {token}"}
+        self.client = httpx.AsyncClient(
+            base_url=self.url + API_PREFIX,
+            headers=self.headers,
+            timeout=httpx.Timeout(timeout_s),
+            # No cap on connections: a rollout may hold hundreds of long execs at once, and a
+            # capped pool would make every other call wait behind them until it timed out.
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+        )
+
+    def delete_now(self, path: str) -> None:
+        """Synchronous best-effort DELETE, for interpreter exit (no event loop may be left)."""
+        with contextlib.suppress(Exception):
+            httpx.delete(self.url + API_PREFIX + path, headers=self.headers, timeout=1.0)
+
+    async def request(
+        self, method: str, path: str, *, idempotent: bool, timeout_s: float | None = None, **kw: Any
+    ) -> httpx.Response:
+        attempts = self.retries if idempotent else 1
+        timeout = httpx.Timeout(timeout_s) if timeout_s is not None else httpx.USE_CLIENT_DEFAULT
+        for attempt in range(attempts):
+            try:
+                resp = await self.client.request(method, path, timeout=timeout, **kw)
+            except _RETRYABLE as e:
+                if attempt + 1 >= attempts:
+                    raise SandboxError(f"cannot reach the env server at {self.url}: {e!r}") from e
+                await asyncio.sleep(0.1 * 3**attempt)
+                continue
+            except httpx.TimeoutException as e:
+                raise SandboxError(
+                    f"the env server at {self.url} did not answer {method} {path} in time"
+                ) from e
+            if resp.status_code >= 400:
+                raise error_from_response(resp)
+            return resp
+        raise AssertionError("unreachable: the loop returns or raises")
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+class RemoteSandbox(Sandbox):
+    """A sandbox on an env server; every method is one HTTP request."""
+
+    def __init__(
+        self, http: _Http, out: SandboxOut, *, exec_margin_s: float, owner: RemoteSandboxProvider
+    ) -> None:
+        self._http = http
+        self.sandbox_id = out.sandbox_id
+        self._info = SandboxInfo(
+            sandbox_id=out.sandbox_id,
+            backend=out.backend,  # the server's backend: what isolates this sandbox
+            isolated=out.isolated,
+            limits=out.limits,
+        )
+        self.url = http.url
+        self._exec_margin_s = exec_margin_s
+        self._owner = owner
+        self._closed = False
+        # A program that exits without closing still tells the server (else: the idle TTL).
+        self._cleanup_handle = cleanup.register(functools.partial(http.delete_now, self._p()))
+
+    @property
+    def info(self) -> SandboxInfo:
+        return self._info
+
+    def _p(self, suffix: str = "") -> str:
+        return f"/sandboxes/{self.sandbox_id}{suffix}"
+
+    async def exec(
+        self,
+        command: str | Sequence[str],
+        *,
+        timeout_s: float | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str = ".",
+        stdin: bytes | None = None,
+    ) -> ExecResult:
+        limits = self._info.limits
+        effective = min(
+            timeout_s if timeout_s is not None else limits.default_timeout_s, limits.max_timeout_s
+        )
+        body: dict[str, Any] = {
+            "command": command if isinstance(command, str) else list(command),
+            "timeout_s": timeout_s,
+            "env": dict(env) if env is not None else None,
+            "cwd": cwd,
+            "stdin_b64": base64.b64encode(stdin).decode() if stdin is not None else None,
+        }
+        resp = await self._http.request(
+            "POST", self._p("/exec"), idempotent=False, json=body, timeout_s=effective + self._exec_margin_s
+        )
+        out = ExecOut.model_validate(resp.json())
+        return ExecResult(**out.model_dump())
+
+    async def read_file(self, path: str) -> bytes:
+        resp = await self._http.request("GET", self._p("/files"), idempotent=True, params={"path": path})
+        return resp.content
+
+    async def write_file(self, path: str, data: bytes | str) -> None:
+        content = data.encode() if isinstance(data, str) else bytes(data)
+        await self._http.request(
+            "PUT",
+            self._p("/files"),
+            idempotent=True,
+            params={"path": path},
+            content=content,
+            headers={"Content-Type": "application/octet-stream"},
+        )
+
+    async def delete_file(self, path: str) -> None:
+        await self._http.request("DELETE", self._p("/files"), idempotent=True, params={"path": path})
+
+    async def list_files(self, path: str = ".", *, recursive: bool = True) -> list[FileEntry]:
+        resp = await self._http.request(
+            "GET",
+            self._p("/list"),
+            idempotent=True,
+            params={"path": path, "recursive": str(recursive).lower()},
+        )
+        return [FileEntry(path=e["path"], kind=e["kind"], size=e.get("size", 0)) for e in resp.json()]
+
+    async def snapshot(self) -> str:
+        resp = await self._http.request("POST", self._p("/snapshot"), idempotent=False)
+        return str(resp.json()["snapshot_id"])
+
+    async def restore(self, snapshot_id: str) -> None:
+        limits = self._info.limits
+        await self._http.request(
+            "POST",
+            self._p("/restore"),
+            idempotent=True,
+            json={"snapshot_id": snapshot_id},
+            timeout_s=limits.default_timeout_s + self._exec_margin_s,
+        )
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        cleanup.unregister(self._cleanup_handle)
+        self._owner._forget(self)
+        try:
+            await self._http.request("DELETE", self._p(), idempotent=True)
+        except SandboxNotFound:
+            pass  # already gone (closed by a retried request, or reaped): that is what we wanted
+        except SandboxError as e:
+            # The server's idle reaper closes it eventually; a close must not fail a rollout.
+            log.warning(
+                "closing remote sandbox %s failed (%s); the server reaps it after its TTL", self.sandbox_id, e
+            )
+
+
+def pack_directory(directory: Path, max_bytes: int | None = None) -> bytes:
+    """A gzip'd tar of `directory`'s contents (fast compression: uploads are CPU-bound on loopback)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=1) as tar:
+        for child in sorted(directory.iterdir()):
+            tar.add(child, arcname=child.name)
+            if max_bytes is not None and buf.tell() > max_bytes:
+                break  # already over: the caller refuses it, no need to pack the rest
+    return buf.getvalue()
+
+
+class RemoteSandboxProvider(SandboxProvider):
+    """Creates sandboxes on an env server; see the module docstring for what `source` may be.
+
+    One provider holds one pooled HTTP connection set: use it from one event loop (as with any
+    asyncio client), and `close()` it when done.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        token: str | None = None,
+        limits: SandboxLimits | None = None,
+        *,
+        timeout_s: float = 60.0,
+        exec_margin_s: float = 30.0,
+        retries: int = 3,
+    ) -> None:
+        token = token or os.environ.get(TOKEN_ENV)
+        if not token:
+            raise ConfigError(f"the env server at {url} needs a token: pass token= or set {TOKEN_ENV}")
+        self.url = url
+        self.limits = limits
+        self._http = _Http(url, token, timeout_s=timeout_s, retries=retries)
+        self._exec_margin_s = exec_margin_s
+        self._live: dict[str, RemoteSandbox] = {}
+        self._health: HealthOut | None = None
+
+    async def health(self) -> HealthOut:
+        """The server's status and size caps (also checks that the token is accepted)."""
+        resp = await self._http.request("GET", "/health", idempotent=True)
+        self._health = HealthOut.model_validate(resp.json())
+        return self._health
+
+    async def list_sandboxes(self) -> list[SandboxOut]:
+        """Every live sandbox on the server (all clients')."""
+        resp = await self._http.request("GET", "/sandboxes", idempotent=True)
+        return [SandboxOut.model_validate(x) for x in resp.json()]
+
+    async def create(self, source: str | Path, *, limits: SandboxLimits | None = None) -> RemoteSandbox:
+        limits = limits or self.limits
+        text = str(source)
+        if text.startswith(SERVER_DIR_PREFIX):
+            return await self._create_json({"directory": text[len(SERVER_DIR_PREFIX) :]}, limits)
+        if isinstance(source, Path) or Path(text).is_dir():
+            return await self._upload(Path(source), limits)
+        return await self._create_json({"snapshot_id": text}, limits)
+
+    async def _create_json(self, body: dict[str, Any], limits: SandboxLimits | None) -> RemoteSandbox:
+        body["limits"] = limits.model_dump() if limits is not None else None
+        resp = await self._http.request("POST", "/sandboxes", idempotent=False, json=body)
+        return self._adopt(resp)
+
+    async def _upload(self, directory: Path, limits: SandboxLimits | None) -> RemoteSandbox:
+        if not directory.is_dir():
+            raise SandboxError(f"{directory} is not a directory; give a workspace directory or a snapshot id")
+        cap = (self._health or await self.health()).max_upload_bytes
+        data = await asyncio.to_thread(pack_directory, directory, cap)
+        if len(data) > cap:
+            raise SandboxLimitExceeded(
+                f"{directory} packs to more than the server's upload cap of {cap} bytes; "
+                "put it under the server's --root and use 'server:<dir>', or raise --max-upload-mb"
+            )
+        params = {"limits": limits.model_dump_json()} if limits is not None else None
+        resp = await self._http.request(
+            "POST",
+            "/sandboxes/upload",
+            idempotent=False,
+            content=data,
+            params=params,
+            headers={"Content-Type": "application/gzip"},
+        )
+        return self._adopt(resp)
+
+    def _adopt(self, resp: httpx.Response) -> RemoteSandbox:
+        sb = RemoteSandbox(
+            self._http, SandboxOut.model_validate(resp.json()), exec_margin_s=self._exec_margin_s, owner=self
+        )
+        self._live[sb.sandbox_id] = sb
+        return sb
+
+    def _forget(self, sb: RemoteSandbox) -> None:
+        self._live.pop(sb.sandbox_id, None)
+
+    async def close(self) -> None:
+        """Close every sandbox this provider created, then the connection pool.
+
+        Snapshots stay on the server until it shuts down (it has no route to drop one).
+        """
+        await asyncio.gather(*(sb.close() for sb in list(self._live.values())), return_exceptions=True)
+        await self._http.aclose()

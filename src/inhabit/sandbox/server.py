@@ -1,0 +1,409 @@
+"""The environment server: the `Sandbox` interface served over HTTP (FastAPI + uvicorn).
+
+Rollouts on one machine use sandboxes that live on another: `inhabit env-server` wraps any local
+`SandboxProvider` (bwrap, process) and `RemoteSandboxProvider` (remote.py) speaks to it. Routes,
+all under `/v1` and all behind `Authorization: Bearer <token>`:
+
+    GET    /health                              backend, sandbox count, size limits
+    GET    /sandboxes                           live sandboxes
+    POST   /sandboxes                           JSON {directory | snapshot_id, limits?}
+    POST   /sandboxes/upload?limits=<json>      raw tar(.gz) body -> a sandbox of that workspace
+    GET    /sandboxes/{id}                      info
+    DELETE /sandboxes/{id}                      close (idempotent for the client: 404 if gone)
+    POST   /sandboxes/{id}/exec                 JSON ExecRequest -> ExecOut
+    GET    /sandboxes/{id}/files?path=P         raw bytes
+    PUT    /sandboxes/{id}/files?path=P         raw body
+    DELETE /sandboxes/{id}/files?path=P
+    GET    /sandboxes/{id}/list?path=P&recursive=true
+    POST   /sandboxes/{id}/snapshot             -> {snapshot_id}
+    POST   /sandboxes/{id}/restore              JSON {snapshot_id}
+
+Errors are JSON `{detail, code}` (server_wire.ERROR_CODES). A request without the right token gets
+401 before any route runs, so it changes nothing; tokens are compared in constant time. Bodies
+are capped while they stream in (413), directory sources must resolve under `--root`, snapshot
+ids are this server's own opaque ids (a client cannot name a host path as a "snapshot"), and
+sandboxes idle past the TTL are closed by a reaper; shutdown closes every sandbox.
+
+What this does NOT protect against: anyone holding the token can run arbitrary code in
+sandboxes, so isolation is exactly the backend's (the process backend has none); traffic is
+plain HTTP (put TLS in front for untrusted networks); one client can use up `--max-sandboxes`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import json
+import posixpath
+import shutil
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import Field, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from inhabit.config import Config
+from inhabit.errors import PathOutsideWorkspace, SandboxError, SandboxLimitExceeded, SandboxNotFound
+from inhabit.log import get_logger
+from inhabit.sandbox import hostfs
+from inhabit.sandbox.base import WORKSPACE_MOUNT, SandboxLimits, SandboxProvider
+from inhabit.sandbox.server_registry import (
+    DirectoryNotFound,
+    SandboxRegistry,
+    TooManySandboxes,
+    UnknownSnapshot,
+)
+from inhabit.sandbox.server_upload import BadUpload
+from inhabit.sandbox.server_wire import API_PREFIX
+
+log = get_logger(__name__)
+
+_MB = 1024 * 1024
+
+
+class EnvServerConfig(Config):
+    """Settings of one environment server (flags of `inhabit env-server`)."""
+
+    host: str = Field("127.0.0.1", description="Interface to bind; non-loopback needs a token.")
+    port: int = Field(8765, ge=0, le=65535, description="TCP port (0: any free port).")
+    token: str | None = Field(
+        None, min_length=8, description="Bearer token; else INHABIT_ENV_TOKEN; else a random one."
+    )
+    backend: str = Field("auto", description="Sandbox backend the server wraps (auto, bwrap, process).")
+    root: Path | None = Field(None, description="Directory sources must lie under it; None: none allowed.")
+    max_upload_mb: float = Field(64, gt=0, description="Cap on an uploaded (compressed) tarball.")
+    max_extracted_mb: float = Field(512, gt=0, description="Cap on the file data an upload unpacks to.")
+    max_upload_files: int = Field(50_000, ge=1, description="Cap on the entries of an uploaded tarball.")
+    max_file_mb: float = Field(64, gt=0, description="Cap on one file written through the API.")
+    max_sandboxes: int = Field(256, ge=1, description="Live sandboxes at once; more get 429.")
+    max_concurrent_uploads: int = Field(
+        4, ge=1, description="Uploads received and unpacked at once (each may use the caps above)."
+    )
+    idle_ttl_s: float = Field(900, gt=0, description="Sandboxes unused this long are closed.")
+    reap_interval_s: float = Field(10, gt=0, description="How often the idle reaper looks.")
+    spool_dir: Path | None = Field(
+        None, description="Where uploads are unpacked; default a tmpfs (/dev/shm) when present."
+    )
+
+
+def is_loopback(host: str) -> bool:
+    """True when binding `host` exposes the server to this machine only."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name other than localhost may resolve anywhere
+
+
+def check_workspace_path(path: str) -> str:
+    """Refuse paths that escape the workspace lexically; the backend also checks symlinks."""
+    if "\x00" in path:
+        raise PathOutsideWorkspace("paths may not contain NUL bytes")
+    norm = posixpath.normpath(path) if path else "."
+    if norm.startswith("/"):
+        if norm != WORKSPACE_MOUNT and not norm.startswith(WORKSPACE_MOUNT + "/"):
+            raise PathOutsideWorkspace(
+                f"{path!r} is outside the workspace; use a path relative to it or under {WORKSPACE_MOUNT}"
+            )
+    elif norm == ".." or norm.startswith("../"):
+        raise PathOutsideWorkspace(f"{path!r} escapes the workspace; use a path inside it")
+    return path
+
+
+# ---- auth and body caps (plain ASGI, so they run before any route or body parsing) ------------
+
+
+def _digest(token: str) -> bytes:
+    # Hashing first makes the comparison constant-time in the token's length as well.
+    return hashlib.sha256(token.encode()).digest()
+
+
+class _Guard:
+    """401 for requests without the right bearer token; 413 for bodies past their cap."""
+
+    def __init__(self, app: Any, token: str, upload_cap: int, body_cap: int) -> None:
+        self.app = app
+        self.expected = _digest(token)
+        self.upload_cap = upload_cap
+        self.body_cap = body_cap
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await self.app(scope, receive, send)
+            return
+        if scope["type"] != "http":  # no websocket routes: refuse rather than route unauthenticated
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        scheme, _, given = headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(_digest(given.strip()), self.expected):
+            await _send_json(
+                send,
+                401,
+                {
+                    "detail": "missing or wrong bearer token (send 'Authorization: Bearer <token>')",
+                    "code": "unauthorized",
+                },
+                extra=((b"www-authenticate", b"Bearer"),),
+            )
+            return
+        cap = self.upload_cap if scope["path"].rstrip("/").endswith("/sandboxes/upload") else self.body_cap
+        declared = headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > cap:
+            await _send_json(send, 413, _too_large(cap))
+            return
+        seen = 0
+
+        async def capped_receive() -> dict[str, Any]:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > cap:
+                    raise HTTPException(413, detail=_too_large(cap))
+            return message
+
+        await self.app(scope, capped_receive, send)
+
+
+def _too_large(cap: int) -> dict[str, str]:
+    return {
+        "detail": f"request body exceeds this server's cap of {cap} bytes; send less or raise the cap",
+        "code": "payload_too_large",
+    }
+
+
+async def _send_json(
+    send: Any, status: int, body: dict[str, Any], extra: tuple[tuple[bytes, bytes], ...] = ()
+) -> None:
+    data = json.dumps(body).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()), *extra]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": data})
+
+
+# ---- error mapping ---------------------------------------------------------------------------
+
+
+def _error(status: int, code: str, detail: str) -> JSONResponse:
+    return JSONResponse({"detail": detail, "code": code}, status_code=status)
+
+
+def _map_error(exc: Exception) -> JSONResponse:
+    """Turn a typed error from the backend or the registry into a status and a code."""
+    msg = str(exc) or type(exc).__name__
+    if isinstance(exc, UnknownSnapshot):
+        return _error(404, "snapshot_not_found", msg)
+    if isinstance(exc, SandboxNotFound):
+        return _error(404, "sandbox_not_found", msg)
+    if isinstance(exc, DirectoryNotFound):
+        return _error(404, "directory_not_found", msg)
+    if isinstance(exc, PathOutsideWorkspace):
+        return _error(400, "path_outside_workspace", msg)
+    if isinstance(exc, TooManySandboxes):
+        return _error(429, "too_many_sandboxes", msg)
+    if isinstance(exc, SandboxLimitExceeded):
+        return _error(413, "payload_too_large", msg)
+    if isinstance(exc, BadUpload):
+        return _error(400, "bad_request", msg)
+    if isinstance(exc, FileNotFoundError):
+        return _error(404, "file_not_found", f"no such file in the workspace: {exc.filename or msg}")
+    if isinstance(exc, IsADirectoryError):
+        return _error(400, "is_a_directory", msg)
+    if isinstance(exc, NotADirectoryError):
+        return _error(400, "not_a_directory", msg)
+    if isinstance(exc, PermissionError):
+        return _error(403, "permission_denied", f"permission denied in the workspace: {exc.strerror or msg}")
+    if isinstance(exc, SandboxError):
+        return _error(400, "sandbox_error", msg)
+    if isinstance(exc, ValueError):
+        return _error(400, "bad_request", msg)
+    log.exception("env-server: unexpected error", exc_info=exc)
+    return _error(500, "internal", f"internal error ({type(exc).__name__}: {msg}); see the server log")
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        parts = []
+        for err in exc.errors():
+            if err.get("type") == "json_invalid":
+                reason = (err.get("ctx") or {}).get("error", "")
+                parts.append(f"the body is not valid JSON ({reason})".replace(" ()", ""))
+                continue
+            loc = ".".join(str(p) for p in err.get("loc", ()))
+            parts.append(f"{loc}: {err.get('msg')}")
+        return _error(422, "validation", "invalid request: " + "; ".join(parts))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if isinstance(exc.detail, dict):  # our own 413 from the body cap
+            return JSONResponse(exc.detail, status_code=exc.status_code)
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "bad_request")
+        detail = str(exc.detail)
+        if exc.status_code in (404, 405):
+            detail = f"{detail}: {request.method} {request.url.path} (routes live under {API_PREFIX}/)"
+        return _error(exc.status_code, code, detail)
+
+    async def _typed(request: Request, exc: Exception) -> JSONResponse:
+        if isinstance(exc, FileNotFoundError):  # name the workspace path, never the host path
+            where = request.query_params.get("path", "")
+            return _error(404, "file_not_found", f"no such file in the workspace: {where!r}")
+        return _map_error(exc)
+
+    # Specific classes (not Exception) so Starlette answers them without logging a crash.
+    for cls in (
+        SandboxError,
+        FileNotFoundError,
+        IsADirectoryError,
+        NotADirectoryError,
+        PermissionError,
+        ValueError,
+    ):
+        app.add_exception_handler(cls, _typed)
+
+    @app.exception_handler(Exception)
+    async def _any(_: Request, exc: Exception) -> JSONResponse:
+        return _map_error(exc)
+
+
+# ---- the app ---------------------------------------------------------------------------------
+
+
+ProviderFactory = Callable[[], SandboxProvider]
+
+
+def make_provider_factory(backend: str) -> ProviderFactory:
+    """A factory of the named local backend (built inside the server's event loop)."""
+    from inhabit.errors import ConfigError
+    from inhabit.sandbox import SandboxConfig, create_provider
+
+    if backend not in ("auto", "bwrap", "process"):
+        raise ConfigError(f"env-server --backend must be auto, bwrap or process, not {backend!r}")
+    config = SandboxConfig(backend=backend)  # type: ignore[arg-type]
+
+    def factory() -> SandboxProvider:
+        return create_provider(config)
+
+    return factory
+
+
+def create_app(provider_factory: ProviderFactory, config: EnvServerConfig, token: str) -> FastAPI:
+    """Build the ASGI app; the provider is made at startup, inside the serving event loop."""
+    from inhabit.sandbox.server_routes import add_routes
+
+    state: dict[str, Any] = {}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        # tmpfs by default: unpacking hundreds of small files on a disk-backed /tmp costs ms each.
+        spool = hostfs.make_private_dir(
+            config.spool_dir or hostfs.default_scratch_dir(), "inhabit-env-server-"
+        )
+        provider = provider_factory()
+        registry = SandboxRegistry(provider, config, spool)
+        backend_name = getattr(provider, "backend", config.backend)
+        if backend_name != config.backend:
+            config.backend = backend_name  # report what 'auto' chose
+        state["registry"] = registry
+
+        async def reaper() -> None:
+            while True:
+                await asyncio.sleep(config.reap_interval_s)
+                await registry.reap()
+
+        reap_task = asyncio.create_task(reaper(), name="env-server-reaper")
+        log.info("env-server: serving backend %s", config.backend)
+        try:
+            yield
+        finally:
+            reap_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reap_task
+            await registry.close_all()
+            with contextlib.suppress(Exception):
+                await provider.close()
+            shutil.rmtree(spool, ignore_errors=True)
+            log.info("env-server: all sandboxes closed")
+
+    app = FastAPI(title="inhabit env-server", lifespan=lifespan, docs_url=None, redoc_url=None)
+    _install_error_handlers(app)
+    add_routes(app, lambda: state["registry"], config)
+    body_cap = int(2 * config.max_file_mb * _MB) + _MB  # a file, or exec stdin as base64 in JSON
+    app.add_middleware(_Guard, token=token, upload_cap=int(config.max_upload_mb * _MB), body_cap=body_cap)
+    return app
+
+
+def parse_limits(raw: str | None) -> SandboxLimits | None:
+    """Limits given as a JSON query parameter (upload route); ValueError maps to 400."""
+    if raw is None:
+        return None
+    try:
+        return SandboxLimits.model_validate_json(raw)
+    except ValidationError as e:
+        raise ValueError(f"invalid limits: {e.errors()[0].get('msg')}") from e
+
+
+# ---- running it ------------------------------------------------------------------------------
+
+
+class BackgroundServer:
+    """A real env server on 127.0.0.1 in a background thread (tests, notebooks, one-box runs).
+
+    with BackgroundServer(lambda: ProcessProvider(), token="secret-token") as srv:
+        provider = RemoteSandboxProvider(srv.url, "secret-token")
+    """
+
+    def __init__(
+        self, provider_factory: ProviderFactory, *, token: str, config: EnvServerConfig | None = None
+    ) -> None:
+        import uvicorn
+
+        self.config = config or EnvServerConfig(token=token)
+        self.token = token
+        # IPPROTO_TCP explicitly: asyncio only sets TCP_NODELAY on accepted sockets whose proto
+        # says TCP, and without it every response stalls ~40 ms on delayed ACKs.
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind(("127.0.0.1", 0))  # loopback only, any free port
+        self.port = self._sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        app = create_app(provider_factory, self.config, token)
+        self._server = uvicorn.Server(
+            uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
+        )
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True
+        )
+
+    def start(self, timeout_s: float = 20.0) -> BackgroundServer:
+        self._thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise SandboxError("the background env server did not start; see the log above")
+            time.sleep(0.01)
+        return self
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout_s)
+        self._sock.close()
+
+    def __enter__(self) -> BackgroundServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,118 @@
+"""Wire types of the environment server (`inhabit env-server`), shared by server and client.
+
+Every route lives under `/v1` and needs `Authorization: Bearer <token>`. JSON bodies are these
+pydantic models; file contents travel as raw bytes (`application/octet-stream` bodies for
+PUT/GET of `/v1/sandboxes/{id}/files?path=...`), exec's optional stdin as base64 in JSON, and a
+workspace upload as a raw tar (optionally gzip-compressed) body. Errors are JSON
+`{"detail": "<what went wrong and what to do>", "code": "<one of ERROR_CODES>"}`.
+
+This module protects nothing; it only fixes the shapes that cross the wire.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from inhabit.sandbox.base import SandboxLimits
+
+API_PREFIX = "/v1"
+
+# error code -> HTTP status; the client maps codes (not only statuses) back to typed errors.
+ERROR_CODES: dict[str, int] = {
+    "unauthorized": 401,
+    "bad_request": 400,
+    "path_outside_workspace": 400,
+    "sandbox_error": 400,
+    "is_a_directory": 400,
+    "not_a_directory": 400,
+    "permission_denied": 403,
+    "sandbox_not_found": 404,
+    "snapshot_not_found": 404,
+    "file_not_found": 404,
+    "directory_not_found": 404,
+    "payload_too_large": 413,
+    "validation": 422,
+    "too_many_sandboxes": 429,
+    "internal": 500,
+}
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CreateRequest(_Wire):
+    """Create a sandbox from exactly one of: a directory under the server's root, or a snapshot."""
+
+    directory: str | None = Field(None, description="Path relative to the server's --root.")
+    snapshot_id: str | None = Field(None, description="An id returned by this server's snapshot route.")
+    limits: SandboxLimits | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one_source(self) -> CreateRequest:
+        if (self.directory is None) == (self.snapshot_id is None):
+            raise ValueError("give exactly one of 'directory' or 'snapshot_id'")
+        return self
+
+
+class SandboxOut(_Wire):
+    sandbox_id: str
+    backend: str
+    isolated: bool
+    limits: SandboxLimits
+    idle_s: float = 0.0
+    active_requests: int = 0
+
+
+class ExecRequest(_Wire):
+    command: str | list[str] = Field(..., description="A shell string (sh -c) or an argv list.")
+    timeout_s: float | None = Field(None, gt=0)
+    env: dict[str, str] | None = None
+    cwd: str = "."
+    stdin_b64: str | None = Field(None, description="Bytes fed to the command's stdin, base64.")
+
+    @model_validator(mode="after")
+    def _non_empty(self) -> ExecRequest:
+        if not self.command:
+            raise ValueError("command must be a non-empty string or argv list")
+        return self
+
+
+class ExecOut(_Wire):
+    exit_code: int
+    stdout: str
+    stderr: str
+    duration_s: float
+    timed_out: bool = False
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+
+
+class FileEntryOut(_Wire):
+    path: str
+    kind: Literal["file", "dir", "symlink"]
+    size: int = 0
+
+
+class SnapshotOut(_Wire):
+    snapshot_id: str
+
+
+class RestoreRequest(_Wire):
+    snapshot_id: str
+
+
+class HealthOut(_Wire):
+    status: Literal["ok"] = "ok"
+    backend: str
+    sandboxes: int
+    max_upload_bytes: int
+    max_file_bytes: int
+    idle_ttl_s: float
+
+
+class ErrorOut(_Wire):
+    detail: str
+    code: str
