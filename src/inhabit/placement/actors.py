@@ -124,7 +124,9 @@ class EnvServerActor:
             time.sleep(0.02)
 
     def address(self) -> dict[str, Any]:
-        return {"url": self.url, "pid": os.getpid()}
+        import ray
+
+        return {"url": self.url, "pid": os.getpid(), "node_id": ray.get_runtime_context().get_node_id()}
 
     def stop(self) -> None:
         self._server.should_exit = True

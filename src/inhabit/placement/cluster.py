@@ -201,7 +201,7 @@ class RayPlacement:
         assert self.store_url is not None
         sync = StoreWeightSync(self.store_url, handle.version, dtype=self.cfg.engine.dtype)
         await sync.apply(engine)
-        runner = functools.partial(DispatchRunner, env_servers=env, ray=self.rc)
+        runner = functools.partial(DispatchRunner, env_servers=env, ray=self.rc, run_attempt=self.incarnation)
         return handle, data_state, engine, runner, sync
 
     def metrics(self, runner: Any) -> dict[str, Any]:

@@ -8,7 +8,8 @@ It is a `RolloutRunner` (the pipeline and evaluation call `run_group` as usual) 
 - Retries of lost work: an attempt whose engine actor died (`EngineLost`) or whose env server no
   longer answers is thrown away and the rollout runs again from the start on other actors (at
   most `max_attempts` times). The rollout keeps its id (`metadata.trajectory_id`:
-  purpose:group:rollout), only the finished attempt is recorded, so a fault neither loses a
+  purpose:group:rollout; unique within a run attempt, `metadata.run_attempt`, which a trainer
+  restart increments), only the finished attempt is recorded, so a fault neither loses a
   rollout nor counts it twice. Anything else that fails (the agent broke the sandbox, a bad
   turn) is data as always: the failed trajectory is kept.
 - Stragglers: a training group starts `G + oversample` rollouts and is complete when `G` have
@@ -75,12 +76,14 @@ class DispatchRunner(RolloutRunner):
         *,
         env_servers: Fleet | None,
         ray: RayConfig,
+        run_attempt: int = 1,
         **kwargs: Any,
     ) -> None:
         super().__init__(engine, tokenizer, provider, **kwargs)  # type: ignore[arg-type]
         self.pool = engine
         self.env_servers = env_servers
         self.ray = ray
+        self.run_attempt = run_attempt
         self.counts: Counter[str] = Counter()
         self.dispatch_s = 0.0
 
@@ -127,7 +130,10 @@ class DispatchRunner(RolloutRunner):
         self, task: Any, purpose: str, group: int, i: int, deadline: float | None
     ) -> Trajectory | None:
         """One rollout, retried on lost actors; None when cut by the deadline."""
-        meta = {"purpose": purpose, "group": group, "rollout": i, "trajectory_id": f"{purpose}:{group}:{i}"}
+        meta = {
+            "purpose": purpose, "group": group, "rollout": i, "trajectory_id": f"{purpose}:{group}:{i}",
+            "run_attempt": self.run_attempt,
+        }  # fmt: skip
         t0 = time.monotonic()
         avoid_e: set[int] = set()
         avoid_s: set[int] = set()
