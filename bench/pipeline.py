@@ -9,7 +9,7 @@ trainer trains (max_staleness 2). Reported per mode: trajectories per minute, tr
 fraction, mean reward of the last third of the steps. Goal: async >= 1.7x sync throughput with no
 loss in reward.
 
-    .venv/bin/python bench/pipeline.py [--steps 12] [--config configs/quickstart.toml]
+    .venv/bin/python bench/pipeline.py [--steps 12] [--model FOLDER] [overrides, e.g. rollout.tasks_per_step=2]
 
 The first run builds the quickstart tasks and bootstrap model into runs/bench-pipeline/cache
 (minutes); later runs reuse them. Prints a rich table and writes bench/results/pipeline.json.
@@ -76,6 +76,7 @@ def main() -> None:
     ap.add_argument("--config", default="configs/quickstart.toml")
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--run-dir", default="runs/bench-pipeline")
+    ap.add_argument("--model", default=None, help="a model folder to start from (skips the bootstrap)")
     ap.add_argument("overrides", nargs="*", help="dotted overrides for the config")
     args = ap.parse_args()
     base = load_config(
@@ -83,6 +84,10 @@ def main() -> None:
     )
     console = Console()
     root = Path(args.run_dir)
+    if args.model:
+        base = base.model_copy(
+            update={"model": base.model.model_copy(update={"path": args.model, "spec": None})}
+        )
     prepared = prepare(base, create_provider(base.sandbox), lambda s: console.print(s, highlight=False))
     load0 = os.getloadavg()
     results = {m: run_mode(base, m, prepared.model_dir, root, args.steps) for m in ("sync", "async")}

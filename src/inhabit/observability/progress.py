@@ -66,7 +66,8 @@ class RunDisplay:
     def step(self, step: int, record: dict[str, Any]) -> None:
         line = step_line(step, self.total, record)
         if self._progress is not None:
-            self._progress.update(self._task, completed=step, description=line.split(": ", 1)[1])
+            short = f"reward {record['reward']['mean']:.2f}  success {record['success_rate']:.0%}"
+            self._progress.update(self._task, completed=step, description=short)
             self._progress.console.print(line, highlight=False)
         elif self.mode != "off":
             print(line, flush=True)

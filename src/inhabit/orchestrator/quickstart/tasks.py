@@ -3,8 +3,10 @@
 Each task is a module of two two-argument functions whose names say what they compute
 (`total`, `minus`, `scale`, ...); one function has its operator swapped for another. The visible
 test file has one test per function, so the buggy function's test fails; `hidden/` adds a second
-case per function that only grading sees. Every function uses its own argument names, so the
-buggy `return` line occurs exactly once (what an `edit_file` of that line needs).
+case per function that only grading sees. The functions of a module share their argument
+names (a module's style) and the wrong operator differs from the other function's, so the buggy
+`return` line occurs exactly once (what an `edit_file` of that line needs): fixing it means
+finding the function the test names, copying its line and choosing the operator its name says.
 
 The family is deterministic per seed; `split_tasks` separates train from held-out by index, and
 held-out tasks are different modules (other name/argument/bug combinations), not copies.
@@ -70,15 +72,21 @@ class QuickTask:
 
 def make_task(rng: random.Random, index: int) -> QuickTask:
     ops = list(OPS)
+    args = rng.choice(ARGS)
     fns: list[Fn] = []
     used: set[str] = set()
-    for args in rng.sample(ARGS, FUNCTIONS):
+    for _ in range(FUNCTIONS):
         op = rng.choice(ops)
         name = rng.choice([n for n in OPS[op] if n not in used])
         used.add(name)
         fns.append(Fn(name, op, args))
     bug = rng.randrange(FUNCTIONS)
-    wrong = rng.choice([o for o in ops if o != fns[bug].op])
+    # The buggy line must occur once: its wrong operator differs from every other function's.
+    others = {f.op for i, f in enumerate(fns) if i != bug}
+    choices = [o for o in ops if o != fns[bug].op and o not in others]
+    if not choices:
+        return make_task(rng, index)
+    wrong = rng.choice(choices)
     return QuickTask(
         id=f"qs-{index:04d}", module=rng.choice(MODULES), fns=tuple(fns), bug=bug, wrong_op=wrong
     )
