@@ -8,7 +8,7 @@ the bf16 weights an engine would run are compared with the previous step's, and 
 report: the fraction of bf16 elements that changed; bytes of the full bf16 state raw and with
 zstd (level 3); bytes of the anchor (XOR of bit patterns + zstd level 3, per tensor: what slime
 and SkyRL ship today) and of inhabit's codec; encode and decode MB/s of both (MB of bf16 state
-per second, single thread, best of `--reps`; decoding applies the update to a copy of the old
+per second, single thread, best of `--reps` interleaved; decoding applies the update to a copy of the old
 weights in place, and inhabit's decode includes verifying every tensor's xxh3 checksum, which the
 anchor does not do); and whether both reproduce the new weights bit for bit.
 
@@ -109,8 +109,11 @@ def measure_step(new: dict, old: dict, reps: int) -> dict:
             codec.decode(e.blob, "bfloat16", work[k], inplace=True)
         work_o.update(work)
 
-    t_anchor_dec = best_of(reps, _anchor_dec, fresh)
-    t_ours_dec = best_of(reps, _ours_dec, fresh)
+    # Interleaved (anchor, ours, anchor, ...) so both see the same background load.
+    t_anchor_dec = t_ours_dec = float("inf")
+    for _ in range(reps):
+        t_anchor_dec = min(t_anchor_dec, best_of(1, _anchor_dec, fresh))
+        t_ours_dec = min(t_ours_dec, best_of(1, _ours_dec, fresh))
     exact_anchor = all(np.array_equal(work_a[k], new[k]) for k in new)
     exact_ours = all(np.array_equal(work_o[k], new[k]) for k in new)
     anchor_bytes = sum(len(b) for b in anchor.values())
@@ -381,7 +384,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10, help="AdamW steps per learning rate")
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--seq", type=int, default=32)
-    parser.add_argument("--reps", type=int, default=3, help="decode timings: best of this many")
+    parser.add_argument("--reps", type=int, default=5, help="decode timings: best of this many")
     parser.add_argument("--threads", type=int, default=2, help="torch threads for training")
     parser.add_argument("--no-swap", action="store_true", help="skip the engine hot-swap part")
     parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "weights.json"))

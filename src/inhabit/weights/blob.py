@@ -122,19 +122,19 @@ def _dctx() -> zstandard.ZstdDecompressor:
     return ctx
 
 
-def cctx(level: int, min_match: int = 0) -> zstandard.ZstdCompressor:
-    """A per-thread zstd compressor for (level, min_match); min_match 7 favours literal-heavy data."""
+def cctx(level: int, min_match: int = 0, threads: int = 0) -> zstandard.ZstdCompressor:
+    """A per-thread zstd compressor; min_match 7 favours literal-heavy data, threads > 0 makes
+    zstd split one big input across that many workers (the output is an ordinary frame)."""
     cache = getattr(_LOCAL, "cctx", None)
     if cache is None:
         cache = _LOCAL.cctx = {}
-    key = (level, min_match)
+    key = (level, min_match, threads)
     ctx = cache.get(key)
     if ctx is None:
-        if min_match:
-            params = zstandard.ZstdCompressionParameters.from_level(level, min_match=min_match)
-            ctx = zstandard.ZstdCompressor(compression_params=params)
-        else:
-            ctx = zstandard.ZstdCompressor(level=level)
+        params = zstandard.ZstdCompressionParameters.from_level(
+            level, min_match=min_match or 0, threads=threads
+        )
+        ctx = zstandard.ZstdCompressor(compression_params=params)
         cache[key] = ctx
     return ctx
 

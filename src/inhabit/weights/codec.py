@@ -46,6 +46,12 @@ class CodecConfig(Config):
     sparse_below: float = Field(
         0.4, ge=0.0, le=1.0, description="Changed fraction under which only the sparse encoding is tried."
     )
+    threads: int = Field(
+        0,
+        ge=0,
+        le=256,
+        description="zstd worker threads for dense planes of 8 MiB or more (big snapshot tensors); 0 = off.",
+    )
     dense_above: float = Field(
         0.7, ge=0.0, le=1.0, description="Changed fraction over which only dense encodings are tried."
     )
@@ -100,7 +106,7 @@ def encode(
 
 
 def _dense(kind: str, new: np.ndarray, base, info, cfg: CodecConfig, digest: int, base_digest: int) -> bytes:
-    streams = dense.encode_planes(dense.transform(kind, new, base, info), info, cfg.level)
+    streams = dense.encode_planes(dense.transform(kind, new, base, info), info, cfg.level, cfg.threads)
     return blob.pack(_CODE[kind], new.size, digest, base_digest if kind != "full" else 0, b"", streams)
 
 

@@ -40,9 +40,18 @@ def join_planes(streams: list[bytes], n: int, info: DtypeInfo) -> np.ndarray:
     return grid.reshape(-1).view(info.uint)
 
 
-def encode_planes(values: np.ndarray, info: DtypeInfo, level: int) -> list[tuple[int, bytes]]:
-    ctx = blob.cctx(level)
-    return [blob.compress_stream(p, ctx) for p in planes(values, info)]
+MT_PLANE_BYTES = 8 << 20
+"""Planes at least this big are compressed by zstd's own worker threads when asked to."""
+
+
+def encode_planes(
+    values: np.ndarray, info: DtypeInfo, level: int, threads: int = 0
+) -> list[tuple[int, bytes]]:
+    out = []
+    for p in planes(values, info):
+        ctx = blob.cctx(level, threads=threads if p.nbytes >= MT_PLANE_BYTES else 0)
+        out.append(blob.compress_stream(p, ctx))
+    return out
 
 
 def transform(kind: str, new: np.ndarray, base: np.ndarray | None, info: DtypeInfo) -> np.ndarray:

@@ -46,9 +46,18 @@ def versions() -> list[dict]:
 
 
 @pytest.fixture(params=["local", "memory"])
-def store_url(request, tmp_path) -> str:
+def any_store_url(request, tmp_path) -> str:
+    """A fresh store on each backend (for the tests where the backend matters most)."""
     if request.param == "local":
         return str(tmp_path / "store")
+    import uuid
+
+    return f"memory://weights-test-{uuid.uuid4().hex}"
+
+
+@pytest.fixture
+def store_url() -> str:
+    """A fresh in-memory store (the other tests; local disks are covered by any_store_url)."""
     import uuid
 
     return f"memory://weights-test-{uuid.uuid4().hex}"

@@ -143,3 +143,11 @@ def test_wrong_base_is_reported_as_such():
 def test_unsupported_dtype_is_a_clear_error():
     with pytest.raises(WeightsError, match="supported"):
         codec.encode(np.zeros(3, dtype=np.uint16), "complex64")
+
+
+def test_multithreaded_zstd_for_big_planes_round_trips():
+    rng = np.random.default_rng(4)
+    big = (rng.integers(0, 4, size=9 << 20, dtype=np.uint8) * 3).astype(np.uint8)  # one 9 MiB plane
+    enc = codec.encode(big, "uint8", config=codec.CodecConfig(threads=2))
+    assert len(enc.blob) < big.nbytes / 2
+    assert np.array_equal(codec.decode(enc.blob, "uint8"), big)

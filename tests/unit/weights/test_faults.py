@@ -29,8 +29,8 @@ def _flip_byte(path: Path, offset: int | None = None) -> None:
     path.write_bytes(bytes(data))
 
 
-def test_exception_between_shards_and_manifest_leaves_no_visible_version(store_url, versions):
-    store = Store(store_url)
+def test_exception_between_shards_and_manifest_leaves_no_visible_version(any_store_url, versions):
+    store = Store(any_store_url)
     pub = Publisher(store, PublisherConfig(shard_bytes=50_000))
     pub.publish(versions[0])
     sub = Subscriber(store)

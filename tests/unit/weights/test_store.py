@@ -11,8 +11,8 @@ from inhabit.weights.publish import Publisher, PublisherConfig
 from inhabit.weights.store import Store, VersionNotFound
 
 
-def test_versions_chains_and_manifests(store_url, versions):
-    store = Store(store_url)
+def test_versions_chains_and_manifests(any_store_url, versions):
+    store = Store(any_store_url)
     pub = Publisher(store, PublisherConfig(full_every=3, shard_bytes=40_000, keep_chains=None))
     manifests = [pub.publish(state) for state in versions[:7]]
     assert store.versions() == list(range(7)) and store.latest() == 6
@@ -46,8 +46,8 @@ def test_corrupt_manifest_is_detected(tmp_path, versions):
         store.manifest(1)
 
 
-def test_gc_keeps_newest_chains_and_leased_ones(store_url, versions):
-    store = Store(store_url)
+def test_gc_keeps_newest_chains_and_leased_ones(any_store_url, versions):
+    store = Store(any_store_url)
     pub = Publisher(store, PublisherConfig(full_every=2, keep_chains=None))
     for state in versions[:8]:  # chains [0,1] [2,3] [4,5] [6,7]
         pub.publish(state)

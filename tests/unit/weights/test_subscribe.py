@@ -13,9 +13,9 @@ from inhabit.weights.subscribe import Subscriber, SubscriberConfig
 from .conftest import assert_same_weights
 
 
-def test_follows_newest_version_bit_exact(store_url, versions, tmp_path):
-    pub = Publisher(store_url, PublisherConfig(full_every=4))
-    sub = Subscriber(store_url, SubscriberConfig(name="gen-0", cache_dir=str(tmp_path / "cache")))
+def test_follows_newest_version_bit_exact(any_store_url, versions, tmp_path):
+    pub = Publisher(any_store_url, PublisherConfig(full_every=4))
+    sub = Subscriber(any_store_url, SubscriberConfig(name="gen-0", cache_dir=str(tmp_path / "cache")))
     for v, state in enumerate(versions[:6]):
         pub.publish(state)
         result = sub.sync()
@@ -26,8 +26,8 @@ def test_follows_newest_version_bit_exact(store_url, versions, tmp_path):
     assert sub.sync().replayed == []  # nothing new
 
 
-def test_subscriber_that_missed_five_versions_catches_up(store_url, versions):
-    store = Store(store_url)
+def test_subscriber_that_missed_five_versions_catches_up(any_store_url, versions):
+    store = Store(any_store_url)
     pub = Publisher(store, PublisherConfig(full_every=10))
     sub = Subscriber(store)
     pub.publish(versions[0])
