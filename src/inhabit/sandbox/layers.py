@@ -12,6 +12,7 @@ written) plus a stack of frozen layers on top (overlay mode), or a full copy (co
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,14 +23,16 @@ from inhabit.sandbox import hostfs, mounts
 class Volume:
     """A sandbox's scratch space; freed when the last reference is released."""
 
-    def __init__(self, path: Path, size_bytes: int | None):
+    def __init__(self, path: Path, size_bytes: int | None, owner: tuple[int, int] | None = None):
         self.path = path
         self.refs = 1
         self.mounted = False
         path.mkdir(parents=True)
         if size_bytes is not None:
-            mounts.mount_tmpfs(path, size_bytes, mode=0o700)
+            mounts.mount_tmpfs(path, size_bytes, mode=0o700, owner=owner)
             self.mounted = True
+        elif owner is not None:
+            os.chown(path, *owner)
 
     def acquire(self) -> Volume:
         assert self.refs > 0, "volume already freed"

@@ -52,10 +52,30 @@ def _err(what: str) -> MountError:
     return MountError(e, f"{what}: {os.strerror(e)}")
 
 
-def mount_tmpfs(target: Path, size_bytes: int, mode: int = 0o755) -> None:
-    opts = f"size={size_bytes},mode={mode:o}".encode()
+def mount_tmpfs(
+    target: Path, size_bytes: int, mode: int = 0o755, owner: tuple[int, int] | None = None
+) -> None:
+    opts = f"size={size_bytes},mode={mode:o}"
+    if owner is not None:
+        opts += f",uid={owner[0]},gid={owner[1]}"
+    opts = opts.encode()
     if _libc.mount(b"tmpfs", os.fsencode(target), b"tmpfs", MS_NOSUID | MS_NODEV, opts) != 0:
         raise _err(f"mount tmpfs on {target}")
+
+
+MS_RDONLY = 0x1
+MS_REMOUNT = 0x20
+MS_BIND = 0x1000
+MS_REC = 0x4000
+
+
+def bind_ro(source: Path, target: Path) -> None:
+    """Bind `source` (recursively) on the existing `target`, read-only."""
+    if _libc.mount(os.fsencode(source), os.fsencode(target), None, MS_BIND | MS_REC, None) != 0:
+        raise _err(f"bind {source} on {target}")
+    flags = MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV
+    if _libc.mount(None, os.fsencode(target), None, flags, None) != 0:
+        raise _err(f"remount {target} read-only")
 
 
 def umount(target: Path, detach: bool = True) -> None:

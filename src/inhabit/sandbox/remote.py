@@ -7,9 +7,9 @@ the harness or the grader use remote sandboxes without knowing it:
     async with await provider.create("task/workspace") as sb:   # local dir: uploaded as tar.gz
         print((await sb.exec("pytest -q")).stdout)
 
-`create(source)` reads `source` as: a local directory (packed and uploaded, bounded by the
-server's upload cap, which is checked before sending), `"server:<dir>"` (a directory under the
-server's `--root`), or else a snapshot id that this server returned. Every call has a timeout
+`create(source)` reads `source` as: `"server:<dir>"` (a directory under the server's `--root`),
+a local directory (any `Path`, or a string with a '/': packed and uploaded, bounded by the
+server's upload cap, which is checked before sending), or else a snapshot id this server returned. Every call has a timeout
 (exec's is its own `timeout_s` plus a margin); HTTP errors come back as the typed errors of
 `inhabit.errors` and the OS errors a local sandbox raises (404 -> SandboxNotFound or
 FileNotFoundError, 400 -> PathOutsideWorkspace, IsADirectoryError or
@@ -31,7 +31,7 @@ import functools
 import io
 import os
 import tarfile
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +111,9 @@ class _Http:
             timeout=httpx.Timeout(timeout_s),
             # No cap on connections: a rollout may hold hundreds of long execs at once, and a
             # capped pool would make every other call wait behind them until it timed out.
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+            # Idle connections are dropped well before the server's keep-alive timeout (30 s in
+            # env-server), so a request never goes out on a connection the server is closing.
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64, keepalive_expiry=2.0),
         )
 
     def delete_now(self, path: str) -> None:
@@ -145,6 +147,42 @@ class _Http:
         await self.client.aclose()
 
 
+class _Order:
+    """Keeps a sandbox's calls in the order the program issued them, as a local backend does.
+
+    Concurrent HTTP requests may reach the server in any order, so without this a snapshot could
+    miss a write that was started before it. File ops and execs run concurrently; a snapshot
+    waits for every one started before it, a restore for the file ops (the server's restore
+    kills running commands, as a local one does); both hold later calls back until they are done.
+    """
+
+    def __init__(self) -> None:
+        self._lock = asyncio.Lock()
+        self._running = {"file": 0, "exec": 0}
+        self._idle = {"file": asyncio.Event(), "exec": asyncio.Event()}
+        for event in self._idle.values():
+            event.set()
+
+    @contextlib.asynccontextmanager
+    async def op(self, kind: str) -> AsyncIterator[None]:
+        async with self._lock:  # queue behind a snapshot/restore that was issued earlier
+            self._running[kind] += 1
+            self._idle[kind].clear()
+        try:
+            yield
+        finally:
+            self._running[kind] -= 1
+            if self._running[kind] == 0:
+                self._idle[kind].set()
+
+    @contextlib.asynccontextmanager
+    async def alone(self, *waits_for: str) -> AsyncIterator[None]:
+        async with self._lock:
+            for kind in waits_for:
+                await self._idle[kind].wait()
+            yield
+
+
 class RemoteSandbox(Sandbox):
     """A sandbox on an env server; every method is one HTTP request."""
 
@@ -163,6 +201,7 @@ class RemoteSandbox(Sandbox):
         self._exec_margin_s = exec_margin_s
         self._owner = owner
         self._closed = False
+        self._order = _Order()
         # A program that exits without closing still tells the server (else: the idle TTL).
         self._cleanup_handle = cleanup.register(functools.partial(http.delete_now, self._p()))
 
@@ -193,52 +232,63 @@ class RemoteSandbox(Sandbox):
             "cwd": cwd,
             "stdin_b64": base64.b64encode(stdin).decode() if stdin is not None else None,
         }
-        resp = await self._http.request(
-            "POST", self._p("/exec"), idempotent=False, json=body, timeout_s=effective + self._exec_margin_s
-        )
+        async with self._order.op("exec"):
+            resp = await self._http.request(
+                "POST",
+                self._p("/exec"),
+                idempotent=False,
+                json=body,
+                timeout_s=effective + self._exec_margin_s,
+            )
         out = ExecOut.model_validate(resp.json())
         return ExecResult(**out.model_dump())
 
     async def read_file(self, path: str) -> bytes:
-        resp = await self._http.request("GET", self._p("/files"), idempotent=True, params={"path": path})
+        async with self._order.op("file"):
+            resp = await self._http.request("GET", self._p("/files"), idempotent=True, params={"path": path})
         return resp.content
 
     async def write_file(self, path: str, data: bytes | str) -> None:
         content = data.encode() if isinstance(data, str) else bytes(data)
-        await self._http.request(
-            "PUT",
-            self._p("/files"),
-            idempotent=True,
-            params={"path": path},
-            content=content,
-            headers={"Content-Type": "application/octet-stream"},
-        )
+        async with self._order.op("file"):
+            await self._http.request(
+                "PUT",
+                self._p("/files"),
+                idempotent=True,
+                params={"path": path},
+                content=content,
+                headers={"Content-Type": "application/octet-stream"},
+            )
 
     async def delete_file(self, path: str) -> None:
-        await self._http.request("DELETE", self._p("/files"), idempotent=True, params={"path": path})
+        async with self._order.op("file"):
+            await self._http.request("DELETE", self._p("/files"), idempotent=True, params={"path": path})
 
     async def list_files(self, path: str = ".", *, recursive: bool = True) -> list[FileEntry]:
-        resp = await self._http.request(
-            "GET",
-            self._p("/list"),
-            idempotent=True,
-            params={"path": path, "recursive": str(recursive).lower()},
-        )
+        async with self._order.op("file"):
+            resp = await self._http.request(
+                "GET",
+                self._p("/list"),
+                idempotent=True,
+                params={"path": path, "recursive": str(recursive).lower()},
+            )
         return [FileEntry(path=e["path"], kind=e["kind"], size=e.get("size", 0)) for e in resp.json()]
 
     async def snapshot(self) -> str:
-        resp = await self._http.request("POST", self._p("/snapshot"), idempotent=False)
+        async with self._order.alone("file", "exec"):
+            resp = await self._http.request("POST", self._p("/snapshot"), idempotent=False)
         return str(resp.json()["snapshot_id"])
 
     async def restore(self, snapshot_id: str) -> None:
         limits = self._info.limits
-        await self._http.request(
-            "POST",
-            self._p("/restore"),
-            idempotent=True,
-            json={"snapshot_id": snapshot_id},
-            timeout_s=limits.default_timeout_s + self._exec_margin_s,
-        )
+        async with self._order.alone("file"):
+            await self._http.request(
+                "POST",
+                self._p("/restore"),
+                idempotent=True,
+                json={"snapshot_id": snapshot_id},
+                timeout_s=limits.default_timeout_s + self._exec_margin_s,
+            )
 
     async def close(self) -> None:
         if self._closed:
@@ -311,8 +361,8 @@ class RemoteSandboxProvider(SandboxProvider):
         text = str(source)
         if text.startswith(SERVER_DIR_PREFIX):
             return await self._create_json({"directory": text[len(SERVER_DIR_PREFIX) :]}, limits)
-        if isinstance(source, Path) or Path(text).is_dir():
-            return await self._upload(Path(source), limits)
+        if isinstance(source, Path) or Path(text).is_dir() or "/" in text:
+            return await self._upload(Path(source), limits)  # a path (snapshot ids have no '/')
         return await self._create_json({"snapshot_id": text}, limits)
 
     async def _create_json(self, body: dict[str, Any], limits: SandboxLimits | None) -> RemoteSandbox:
@@ -322,7 +372,10 @@ class RemoteSandboxProvider(SandboxProvider):
 
     async def _upload(self, directory: Path, limits: SandboxLimits | None) -> RemoteSandbox:
         if not directory.is_dir():
-            raise SandboxError(f"{directory} is not a directory; give a workspace directory or a snapshot id")
+            raise SandboxError(
+                f"{directory} is not a local directory; give a workspace directory, "
+                "'server:<dir>' for one under the server's --root, or a snapshot id"
+            )
         cap = (self._health or await self.health()).max_upload_bytes
         data = await asyncio.to_thread(pack_directory, directory, cap)
         if len(data) > cap:

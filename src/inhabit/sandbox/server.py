@@ -68,6 +68,9 @@ from inhabit.sandbox.server_wire import API_PREFIX
 log = get_logger(__name__)
 
 _MB = 1024 * 1024
+# Server-side keep-alive; the client (remote.py) drops idle connections much sooner, so it never
+# sends a request on a connection the server is just closing (which would fail a non-retried exec).
+KEEP_ALIVE_S = 30
 
 
 class EnvServerConfig(Config):
@@ -322,7 +325,10 @@ def create_app(provider_factory: ProviderFactory, config: EnvServerConfig, token
         async def reaper() -> None:
             while True:
                 await asyncio.sleep(config.reap_interval_s)
-                await registry.reap()
+                try:
+                    await registry.reap()
+                except Exception:  # one failed sweep must not stop reaping for good
+                    log.exception("env-server: idle reaping failed; retrying next interval")
 
         reap_task = asyncio.create_task(reaper(), name="env-server-reaper")
         log.info("env-server: serving backend %s", config.backend)
@@ -362,8 +368,11 @@ def parse_limits(raw: str | None) -> SandboxLimits | None:
 class BackgroundServer:
     """A real env server on 127.0.0.1 in a background thread (tests, notebooks, one-box runs).
 
-    with BackgroundServer(lambda: ProcessProvider(), token="secret-token") as srv:
+    with BackgroundServer(ProcessSandboxProvider, token="secret-token") as srv:
         provider = RemoteSandboxProvider(srv.url, "secret-token")
+
+    Server and client then share one process (and its GIL): fine for tests, but deploy
+    `inhabit env-server` as its own process.
     """
 
     def __init__(
@@ -382,7 +391,13 @@ class BackgroundServer:
         self.url = f"http://127.0.0.1:{self.port}"
         app = create_app(provider_factory, self.config, token)
         self._server = uvicorn.Server(
-            uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
+            uvicorn.Config(
+                app,
+                log_level="warning",
+                lifespan="on",
+                timeout_graceful_shutdown=5,
+                timeout_keep_alive=KEEP_ALIVE_S,
+            )
         )
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True

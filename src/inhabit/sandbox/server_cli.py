@@ -40,7 +40,13 @@ def register(app: typer.Typer) -> None:
 
         from inhabit.config import validate_config
         from inhabit.errors import ConfigError
-        from inhabit.sandbox.server import EnvServerConfig, create_app, is_loopback, make_provider_factory
+        from inhabit.sandbox.server import (
+            KEEP_ALIVE_S,
+            EnvServerConfig,
+            create_app,
+            is_loopback,
+            make_provider_factory,
+        )
 
         if root is not None and not root.is_dir():
             raise ConfigError(f"--root {root} is not a directory: give the folder that holds task workspaces")
@@ -71,4 +77,11 @@ def register(app: typer.Typer) -> None:
         factory = make_provider_factory(config.backend)
         app_ = create_app(factory, config, token)
         typer.echo(f"env-server: listening on http://{host}:{port} (backend {backend})", err=True)
-        uvicorn.run(app_, host=host, port=port, log_level="warning", timeout_graceful_shutdown=10)
+        uvicorn.run(
+            app_,
+            host=host,
+            port=port,
+            log_level="warning",
+            timeout_graceful_shutdown=10,
+            timeout_keep_alive=KEEP_ALIVE_S,
+        )

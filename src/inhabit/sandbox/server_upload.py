@@ -2,9 +2,10 @@
 
 An upload is a tar stream (plain or gzip/bz2/xz compressed) received into a spool file whose
 size is capped while it streams in. Unpacking goes member by member with Python's `data`
-extraction filter (no absolute paths, no `..`, no links leaving the destination, no devices, no
-setuid bits) and stops as soon as the declared sizes or the member count pass their caps, so a
-compression bomb costs at most the cap in CPU and disk.
+extraction filter (no absolute paths, no `..`, no writes through links leaving the destination,
+no hard links out, no devices, no setuid bits; symlinks themselves may point anywhere) and
+stops as soon as the declared sizes or the member count pass their caps, so a compression bomb
+costs at most the cap in CPU and disk.
 
 What this does NOT protect against: contents are untrusted data placed into a directory that
 becomes a sandbox workspace; whatever runs there is confined only by the sandbox backend.
@@ -16,6 +17,21 @@ import tarfile
 from pathlib import Path
 
 from inhabit.errors import SandboxError, SandboxLimitExceeded
+
+
+def _workspace_filter(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
+    """The `data` filter, except that a symlink may point anywhere (like one in a local workspace).
+
+    A workspace often holds links such as `.venv/bin/python -> /usr/bin/python3`; they resolve
+    inside the sandbox's own view, as they would for a local directory source. Writing through
+    one is still impossible: the `data` filter resolves every member's path with realpath, links
+    already unpacked included, and refuses any that lands outside `dest`. Hard links keep the
+    `data` rules (a hard link to a host file would be that file).
+    """
+    if member.issym():
+        vetted = tarfile.data_filter(member.replace(linkname="_", deep=False), dest)  # the name only
+        return vetted.replace(linkname=member.linkname, deep=False)
+    return tarfile.data_filter(member, dest)
 
 
 class BadUpload(SandboxError):
@@ -51,7 +67,7 @@ def unpack_tarball(archive: Path, dest: Path, *, max_bytes: int, max_files: int)
                         f"the uploaded workspace unpacks to more than {max_bytes} bytes; "
                         "upload a smaller workspace or raise the server's --max-extracted-mb"
                     )
-                tar.extract(member, dest, filter="data")
+                tar.extract(member, dest, filter=_workspace_filter)
     except tarfile.FilterError as e:
         raise BadUpload(f"the uploaded tarball has a refused member: {e}") from e
     except (tarfile.TarError, EOFError, OSError) as e:  # gzip.BadGzipFile is an OSError

@@ -9,8 +9,10 @@ generated passwd/group/hosts/hostname files naming the sandbox user (uid 1000, "
 
 Deliberately absent: the host's home directories, /root (except the interpreter prefix bound at
 its own path), /tmp, /var, /run (no unix sockets of host daemons can be reached), /work, /srv,
-/mnt, /media, /sys, other sandboxes' scratch, /etc/shadow and the rest of /etc. /proc is a fresh
-procfs of the sandbox's pid namespace; /dev is a minimal devtmpfs (null, zero, random, tty...).
+/mnt, /media, /sys, other sandboxes' scratch, /etc/shadow and the rest of /etc. /proc is a fresh,
+read-only procfs of the sandbox's pid namespace; /dev is a minimal tmpfs (null, zero, random...).
+Python roots the sandbox's host uid cannot reach at their own path (a pyenv under /root) are
+bound from a read-only bind the provider makes under its scratch dir.
 
 What this does NOT hide: anything inside the bound trees (e.g. every file under /usr and the
 venv is readable, which is what makes them useful) and the kernel itself (uname, /proc/cpuinfo).
@@ -83,8 +85,13 @@ def write_etc(dest: Path) -> Path:
     return dest
 
 
-def bwrap_args(etc_dir: Path, extra_ro: list[Path] | None = None) -> list[str]:
-    """bwrap arguments for the read-only system view (everything but workspace, /tmp, /proc, /dev)."""
+def bwrap_args(etc_dir: Path, sources: dict[Path, Path] | None = None) -> list[str]:
+    """bwrap arguments for the read-only system view (everything but workspace, /tmp, /proc, /dev).
+
+    `sources` maps a Python root to the host path to bind it from (a read-only bind the provider
+    made where the sandbox's host uid can reach it, e.g. for a prefix under /root).
+    """
+    sources = sources or {}
     args = ["--ro-bind", "/usr", "/usr"]
     for name in _TOP_LINKS_OR_DIRS:
         host = Path("/") / name
@@ -93,8 +100,8 @@ def bwrap_args(etc_dir: Path, extra_ro: list[Path] | None = None) -> list[str]:
         elif host.is_dir():
             args += ["--ro-bind", str(host), f"/{name}"]
     args += ["--ro-bind", str(write_etc(etc_dir)), "/etc"]
-    for root in [*python_roots(), *(extra_ro or [])]:
-        args += ["--ro-bind", str(root), str(root)]
+    for root in python_roots():
+        args += ["--ro-bind", str(sources.get(root, root)), str(root)]
     return args
 
 

@@ -15,7 +15,8 @@ pytestmark = pytest.mark.skipif(bwrap_problem() is not None, reason="bwrap does 
 
 
 def _mounts_under(root: Path) -> int:
-    return sum(str(root) in line for line in Path("/proc/self/mountinfo").read_text().splitlines())
+    """Sandbox mounts (volumes, overlays) under a provider's root; its shared views not counted."""
+    return sum(f"{root}/sb/" in line for line in Path("/proc/self/mountinfo").read_text().splitlines())
 
 
 async def test_auto_picks_bwrap_here():
@@ -103,3 +104,31 @@ async def test_close_racing_a_snapshot_leaves_nothing(provider_factory, workspac
         prov.drop_snapshot(snap_id)
     assert _mounts_under(prov.root) == before
     assert not list((prov.root / "sb").iterdir())
+
+
+async def test_idmapped_source_views_are_bounded(provider_factory, tmp_path, monkeypatch):
+    from inhabit.sandbox import bwrap
+
+    prov = provider_factory("bwrap")
+    if prov.owner is None:
+        pytest.skip("idmapped views are made only when running as root")
+    monkeypatch.setattr(bwrap, "_MAX_VIEWS", 2)
+    kept = []
+    for i in range(5):
+        src = tmp_path / f"src{i}"
+        src.mkdir()
+        (src / "f.txt").write_text(str(i))
+        sb = await prov.create(src)
+        assert (await sb.exec("cat f.txt && echo x >> f.txt")).stdout == str(i)
+        if i == 0:
+            kept.append(sb)  # in use: must survive eviction
+        else:
+            await sb.close()
+    views = [
+        line
+        for line in Path("/proc/self/mountinfo").read_text().splitlines()
+        if f"{prov.root}/idmap/" in line
+    ]
+    assert len(views) <= 3  # the bound plus the one still in use
+    assert (await kept[0].exec("cat f.txt")).stdout == "0x\n"
+    await kept[0].close()

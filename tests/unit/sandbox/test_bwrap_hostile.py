@@ -92,6 +92,38 @@ async def test_no_write_outside_workspace_reaches_host(hostile, workspace, tmp_p
     assert sorted(p.name for p in workspace.iterdir()) == ["calc.py", "link_in", "pkg"]
 
 
+async def test_no_write_to_kernel_tunables(hostile, workspace):
+    # Writes back the current value of a harmless global sysctl: if it succeeds, the sandbox
+    # could equally set kernel.core_pattern (a host-root escape).
+    before = Path("/proc/sys/vm/swappiness").read_text()
+    async with await hostile.create(workspace) as sb:
+        r = await sb.exec("v=$(cat /proc/sys/vm/swappiness); echo $v > /proc/sys/vm/swappiness && echo WROTE")
+        assert "WROTE" not in r.stdout
+        assert (await sb.exec("echo '|/bin/true' > /proc/sys/kernel/core_pattern && echo WROTE")).stdout == ""
+    assert Path("/proc/sys/vm/swappiness").read_text() == before
+
+
+async def test_sandbox_processes_are_not_host_root(hostile, workspace):
+    marker = f"{900 + secrets.randbelow(99)}.{secrets.randbelow(10**6)}"
+    async with await hostile.create(workspace) as sb:
+        task = asyncio.ensure_future(sb.exec(f"sleep {marker}"))
+        deadline = time.monotonic() + 5
+
+        def sleepers() -> list[int]:  # the command itself, not our launcher that names it
+            return [
+                p
+                for p in procs_with(marker)
+                if Path(f"/proc/{p}/cmdline").read_bytes().startswith(b"sleep\0")
+            ]
+
+        while not (pids := sleepers()) and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        uids = {int(Path(f"/proc/{pid}/status").read_text().split("Uid:")[1].split()[0]) for pid in pids}
+        await sb.close()
+        await task
+    assert pids and 0 not in uids, uids
+
+
 async def test_no_read_of_host_files_outside_the_view(hostile, workspace, tmp_path):
     secret = "SECRET-" + secrets.token_hex(8)
     host_secret = tmp_path / "secret.txt"
@@ -253,7 +285,7 @@ async def test_timeout_kills_command_and_children(bw, workspace):
 
 async def test_output_flood_is_capped(bw, workspace):
     async with await bw.create(workspace) as sb:
-        r = await sb.exec("yes flood; ", timeout_s=2)
+        r = await sb.exec("yes flood; ", timeout_s=1)
         assert r.timed_out
         assert r.stdout_truncated and len(r.stdout) == 64 * 1024
         r = await sb.exec("head -c 300000000 /dev/zero >&2; echo done")

@@ -109,13 +109,18 @@ def tar_bytes(files: dict[str, bytes], *, gz: bool = True) -> bytes:
     return buf.getvalue()
 
 
-def tar_link(name: str, target: str) -> bytes:
+def tar_link(name: str, target: str, then: dict[str, bytes] | None = None, *, hard: bool = False) -> bytes:
+    """A tar holding one link, then optionally files (for example written through the link)."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         info = tarfile.TarInfo(name)
-        info.type = tarfile.SYMTYPE
+        info.type = tarfile.LNKTYPE if hard else tarfile.SYMTYPE
         info.linkname = target
         tar.addfile(info)
+        for fname, data in (then or {}).items():
+            finfo = tarfile.TarInfo(fname)
+            finfo.size = len(data)
+            tar.addfile(finfo, io.BytesIO(data))
     return buf.getvalue()
 
 
@@ -184,6 +189,11 @@ async def test_unknown_sandbox_is_404(client, raw, workspace):
     resp = await raw.post("/sandboxes/sb_nope/exec", json={"command": "true"}, headers=AUTH)
     assert resp.status_code == 404
     await assert_healthy(raw, sb)
+
+
+async def test_a_missing_local_directory_is_named_as_such(client, tmp_path):
+    with pytest.raises(SandboxError, match="not a local directory"):
+        await client.create(str(tmp_path / "typo"))
 
 
 async def test_unknown_snapshot_is_404(client, raw, workspace):
@@ -281,21 +291,32 @@ async def test_oversized_bodies_are_413(client, raw, workspace, tmp_path):
     await assert_healthy(raw, sb)
 
 
-async def test_bad_tarballs_are_refused(client, raw, workspace):
+async def test_bad_tarballs_are_refused(client, raw, workspace, tmp_path):
     sb = await client.create(workspace)
     count = len(await client.list_sandboxes())
     bomb = tar_bytes({"zeros": bytes(2 * 1024 * 1024)})  # compresses to a few KB, unpacks to 2 MB
     assert len(bomb) < 100_000
     resp = await raw.post("/sandboxes/upload", content=bomb, headers=AUTH)
     assert resp.status_code == 413, resp.text
-    for body in (b"this is not a tarball", tar_bytes({"../escape.txt": b"x"}), tar_link("evil", "/etc")):
+    through_link = tar_link("evil", str(tmp_path), then={"evil/pwned.txt": b"x"})
+    (tmp_path / "host_secret").write_text("secret")
+    hardlink_out = tar_link("h", str(tmp_path / "host_secret"), hard=True)
+    for body in (b"this is not a tarball", tar_bytes({"../escape.txt": b"x"}), through_link, hardlink_out):
         resp = await raw.post("/sandboxes/upload", content=body, headers=AUTH)
         assert resp.status_code == 400 and resp.json()["code"] == "bad_request", resp.text
     resp = await raw.post(
         "/sandboxes/upload", params={"limits": '{"memory_mb": "lots"}'}, content=b"", headers=AUTH
     )
     assert resp.status_code == 400 and "limits" in resp.json()["detail"]
+    assert not (tmp_path / "pwned.txt").exists()
     assert len(await client.list_sandboxes()) == count
+    # A symlink may point anywhere (as in a local workspace); it resolves in the sandbox's view.
+    resp = await raw.post("/sandboxes/upload", content=tar_link("py", "/usr/bin/python3"), headers=AUTH)
+    assert resp.status_code == 201, resp.text
+    sid = resp.json()["sandbox_id"]
+    resp = await raw.post(f"/sandboxes/{sid}/exec", json={"command": "readlink py"}, headers=AUTH)
+    assert resp.json()["stdout"] == "/usr/bin/python3\n"
+    await raw.delete(f"/sandboxes/{sid}", headers=AUTH)
     # An absolute member name is tamed, not refused: it lands inside the workspace.
     resp = await raw.post("/sandboxes/upload", content=tar_bytes({"/abs.txt": b"inside"}), headers=AUTH)
     assert resp.status_code == 201

@@ -1,0 +1,369 @@
+"""One bwrap sandbox: exec (how bwrap is launched and limited), files, snapshot/restore, close.
+
+The provider in `inhabit.sandbox.bwrap` (read its docstring for what is and is not protected)
+prepares everything shared: the bwrap argv for the system view, cgroups, the sandbox host uid,
+idmapped source views. This module holds the per-sandbox life cycle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import os
+import resource
+import shlex
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from inhabit.errors import SandboxError, SandboxNotFound
+from inhabit.sandbox import cleanup, hostfs, idmap, layers, mounts, paths, sysview
+from inhabit.sandbox.base import (
+    WORKSPACE_MOUNT,
+    ExecResult,
+    FileEntry,
+    Sandbox,
+    SandboxInfo,
+    SandboxLimits,
+)
+from inhabit.sandbox.gate import Gate
+from inhabit.sandbox.layers import Snapshot, Volume
+from inhabit.sandbox.runner import kill_group, run_capped
+
+if TYPE_CHECKING:
+    from inhabit.sandbox.bwrap import BwrapSandboxProvider
+
+_LAUNCH_FAILED = "inhabit: could not join the sandbox cgroups or set its rlimits"
+
+
+def _nproc_wrap(cmd: list[str], n: int) -> list[str]:
+    """Set RLIMIT_NPROC inside the sandbox's user namespace, not on bwrap itself.
+
+    Since Linux 5.14 the process count is kept per (user namespace, uid) and checked at every
+    level: a limit set on bwrap would count all of the caller's processes on the host (one
+    sandbox's fork bomb would stop every other sandbox from starting). Set from inside, it
+    counts only this exec's processes. (bash spells it -u, dash -p.)
+    """
+    return ["/bin/sh", "-c", f'ulimit -u {n} 2>/dev/null || ulimit -p {n}; exec "$@"', "sh", *cmd]
+
+
+def _exit_code(rc: int) -> int:
+    # bwrap reports a child killed by signal N as 128+N; ExecResult wants -N.
+    return -(rc - 128) if 128 < rc < 160 else rc
+
+
+class BwrapSandbox(Sandbox):
+    """One bwrap sandbox: a workspace (overlay or copy), a private /tmp, a cgroup, its limits."""
+
+    def __init__(
+        self, provider: BwrapSandboxProvider, sandbox_id: str, volume: Volume, limits: SandboxLimits
+    ):
+        self.sandbox_id = sandbox_id
+        self._p = provider
+        self._volume = volume
+        self._limits = limits
+        home = volume.path
+        self.tmp = home / "tmp"
+        self.upper, self.work = home / "upper", home / "work"
+        self.workspace = home / ("merged" if provider.overlay else "ws")
+        self._stack: Snapshot | None = None  # overlay mode: the lowers now mounted
+        self._held: list[Volume] = []  # volumes of `_stack`'s layers we hold references to
+        self._layer_n = 0
+        self._groups: list[Path] = []
+        self._pgids: set[int] = set()
+        self._gate = Gate()
+        self._closed = False
+        self._cleanup_handle = cleanup.register(self._cleanup_sync)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def _setup(self, snap: Snapshot) -> None:
+        for d in (self.tmp, self.upper, self.work, self.workspace, self._volume.path / "layers"):
+            d.mkdir(exist_ok=True)
+        os.chmod(self.tmp, 0o1777)
+        self._own(self.tmp, self.upper)
+        if self._p.cgroups is not None:
+            self._groups = self._p.cgroups.create(self.sandbox_id, self._limits)
+        if self._p.overlay:
+            self._mount(snap)
+        else:
+            src = snap.copy_dir or snap.base
+            hostfs.copy_tree(src, self.workspace)
+            if self._p.owner is not None and snap.copy_dir is None:
+                idmap.chown_tree(self.workspace, *self._p.owner)
+
+    def _own(self, *dirs: Path) -> None:
+        """Give dirs to the sandbox host uid (the overlay's root takes its upper dir's owner)."""
+        if self._p.owner is not None:
+            for d in dirs:
+                os.chown(d, *self._p.owner)
+
+    def _mount(self, snap: Snapshot) -> list[Callable[[], None]]:
+        """Mount `snap`'s stack under the (empty) upper; returns freeing work for old layers."""
+        held = [v.acquire() for v in snap.volumes]
+        try:
+            mounts.mount_overlay(snap.lowers(), self.upper, self.work, self.workspace)
+        except BaseException:
+            layers.run_all([f for v in held if (f := v.release())])
+            raise
+        frees = [f for v in self._held if (f := v.release())]
+        self._held, self._stack = held, snap
+        return frees
+
+    def _kill_processes(self) -> None:
+        for pgid in list(self._pgids):
+            kill_group(pgid)
+        if self._p.cgroups is not None:
+            self._p.cgroups.kill(self._groups)
+
+    def _teardown(self) -> list[Callable[[], None]]:
+        """Mark closed and do the bookkeeping; return the slow steps (kill, rmdir, unmount)."""
+        if self._closed:
+            return []
+        self._closed = True
+        cleanup.unregister(self._cleanup_handle)
+        self._p._sandboxes.pop(self.sandbox_id, None)
+        ops: list[Callable[[], None]] = [self._kill_processes]
+        if self._p.cgroups is not None:
+            ops.append(functools.partial(self._p.cgroups.remove, self._groups))
+        own = self._volume.release()
+        if own is not None:
+            ops.append(own)  # unmounts the overlay with it
+        else:  # snapshots still use layers on this volume: free only what is ours alone
+            if self._p.overlay:
+                ops.append(functools.partial(mounts.umount, self.workspace))
+            ops += [functools.partial(hostfs.remove_tree, d) for d in (self.upper, self.work, self.tmp)]
+            if not self._p.overlay:
+                ops.append(functools.partial(hostfs.remove_tree, self.workspace))
+        ops += [f for v in self._held if (f := v.release())]
+        self._held = []
+        return ops
+
+    def _cleanup_sync(self) -> None:
+        layers.run_all(self._teardown())
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        for pgid in list(self._pgids):  # quick signals now; the cgroup sweep runs in the thread
+            kill_group(pgid)
+        done: asyncio.Future[None] | None = None
+        try:
+            # Let a snapshot/restore in progress finish its remount (bounded), so the teardown
+            # below never races it.
+            await self._gate.settle(timeout=10)
+        finally:
+            # The slow part (unmount, cgroup rmdir) runs in a worker thread so a burst of closes
+            # never stalls the event loop; a cancelled close still finishes in that thread.
+            ops = self._teardown()
+            if ops:
+                done = asyncio.get_running_loop().run_in_executor(None, layers.run_all, ops)
+        if done is not None:
+            await done
+
+    @property
+    def info(self) -> SandboxInfo:
+        return SandboxInfo(self.sandbox_id, "bwrap", isolated=True, limits=self._limits)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SandboxNotFound(f"sandbox {self.sandbox_id} is closed: create a new one")
+
+    # -- exec -----------------------------------------------------------------------------------
+
+    def _launcher(self) -> tuple[list[str], Callable[[], None] | None]:
+        """How bwrap is started: an argv prefix and/or a preexec function.
+
+        As root, a tiny /bin/sh joins the sandbox's cgroups and sets rlimits, then execs bwrap
+        through setpriv as the sandbox host uid (see `idmap`). Python then spawns with vfork,
+        where a preexec function would force a full fork of this (possibly large) process on
+        every exec (~15 ms under load). Unprivileged, rlimits are set pre-exec.
+        """
+        lim = self._limits
+        p = self._p
+        if p.launch_as_root:
+            steps = [f"echo $$ > {shlex.quote(str(g / 'cgroup.procs'))}" for g in self._groups]
+            steps += [
+                f"ulimit -S -t {lim.cpu_time_s}",  # SIGXCPU at the soft limit, SIGKILL a second later
+                f"ulimit -H -t {lim.cpu_time_s + 1}",
+                "ulimit -c 0",
+                f"ulimit -f {lim.disk_mb * 2048}",  # 512-byte blocks in POSIX sh
+            ]
+            if p.cgroups is None:
+                steps.append(f"ulimit -v {lim.memory_mb * 1024}")
+            script = (
+                f"{{ {' && '.join(steps)}; }} || {{ echo '{_LAUNCH_FAILED}' >&2; exit 125; }}; exec \"$@\""
+            )
+            return ["/bin/sh", "-c", script, "inhabit-launch", *p.drop_privileges], None
+        limits = [
+            (resource.RLIMIT_CPU, (lim.cpu_time_s, lim.cpu_time_s + 1)),  # SIGXCPU first, then KILL
+            (resource.RLIMIT_FSIZE, (lim.disk_mb * 1024 * 1024,) * 2),
+            (resource.RLIMIT_CORE, (0, 0)),
+            (resource.RLIMIT_AS, (lim.memory_mb * 1024 * 1024,) * 2),  # RLIMIT_NPROC: see _nproc_wrap
+        ]
+
+        def apply() -> None:
+            for what, value in limits:
+                with contextlib.suppress(ValueError, OSError):
+                    resource.setrlimit(what, value)
+
+        return [], apply
+
+    async def exec(
+        self,
+        command: str | Sequence[str],
+        *,
+        timeout_s: float | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str = ".",
+        stdin: bytes | None = None,
+    ) -> ExecResult:
+        self._check_open()
+        cmd = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
+        if not cmd:
+            raise SandboxError("empty command: give a shell string or a non-empty argv list")
+        rel = paths.normalize(cwd)
+        if not paths.resolve(self.workspace, rel).is_dir():
+            raise SandboxError(f"cwd {cwd!r} is not a directory in the workspace")
+        inner_cwd = WORKSPACE_MOUNT if rel == "." else f"{WORKSPACE_MOUNT}/{rel}"
+        if self._p.cgroups is None:
+            cmd = _nproc_wrap(cmd, self._limits.max_processes)
+        timeout = min(timeout_s or self._limits.default_timeout_s, self._limits.max_timeout_s)
+        prefix, preexec = self._launcher()
+        argv = [
+            *prefix,
+            *self._p.base_argv,
+            "--bind",
+            str(self.tmp),
+            "/tmp",
+            "--bind",
+            str(self.workspace),
+            WORKSPACE_MOUNT,
+            "--chdir",
+            inner_cwd,
+            "--",
+            *cmd,
+        ]
+        full_env = {
+            "PATH": sysview.sandbox_path_env(),
+            "HOME": "/tmp",
+            "TMPDIR": "/tmp",
+            "USER": sysview.SANDBOX_USER,
+            "LANG": "C.UTF-8",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            **(env or {}),
+        }
+        async with self._gate.shared(self._check_open):
+            result = await run_capped(
+                argv,
+                env=full_env,
+                cwd="/",
+                timeout_s=timeout,
+                output_bytes=self._limits.output_bytes,
+                stdin=stdin,
+                preexec_fn=preexec,
+                on_start=self._pgids.add,
+                after_exit=self._after_exit,
+            )
+        if result.exit_code == 125 and _LAUNCH_FAILED in result.stderr:
+            raise SandboxError(
+                f"could not start a command in sandbox {self.sandbox_id}: {result.stderr[-500:]}"
+            )
+        code = result.exit_code if result.timed_out else _exit_code(result.exit_code)
+        if code != result.exit_code:
+            result = ExecResult(
+                code,
+                result.stdout,
+                result.stderr,
+                result.duration_s,
+                result.timed_out,
+                result.stdout_truncated,
+                result.stderr_truncated,
+            )
+        return result
+
+    def _after_exit(self, pgid: int) -> None:
+        # The pid namespace ended with bwrap's child; this only catches bwrap's own group.
+        kill_group(pgid)
+        self._pgids.discard(pgid)
+
+    # -- files ----------------------------------------------------------------------------------
+
+    # The workspace is briefly unmounted during snapshot/restore: file operations pass the gate
+    # like execs, so they never touch the bare mount point underneath.
+
+    async def read_file(self, path: str) -> bytes:
+        self._check_open()
+        async with self._gate.shared(self._check_open):
+            return hostfs.read_file(self.workspace, path)
+
+    async def write_file(self, path: str, data: bytes | str) -> None:
+        self._check_open()
+        async with self._gate.shared(self._check_open):
+            hostfs.write_file(self.workspace, path, data, owner=self._p.owner)
+
+    async def delete_file(self, path: str) -> None:
+        self._check_open()
+        async with self._gate.shared(self._check_open):
+            await asyncio.to_thread(hostfs.delete, self.workspace, path)
+
+    async def list_files(self, path: str = ".", *, recursive: bool = True) -> list[FileEntry]:
+        self._check_open()
+        async with self._gate.shared(self._check_open):
+            return await asyncio.to_thread(hostfs.list_files, self.workspace, path, recursive)
+
+    # -- snapshots ------------------------------------------------------------------------------
+
+    async def snapshot(self) -> str:
+        self._check_open()
+        async with self._gate.exclusive():  # a frozen layer must not change under a command
+            self._check_open()
+            if not self._p.overlay:
+                return await asyncio.to_thread(self._p._store_copy, self.workspace)
+            assert self._stack is not None
+            if not any(self.upper.iterdir()):
+                return self._p._register(self._stack.base, self._stack.layers, self._held)
+            self._layer_n += 1
+            layer = self._volume.path / "layers" / str(self._layer_n)
+            await asyncio.to_thread(self._freeze_upper, layer)
+            snap_id = self._p._register(
+                self._stack.base, (layer, *self._stack.layers), [self._volume, *self._held]
+            )
+            layers.run_all(self._mount(self._p._snapshots[snap_id]))
+            return snap_id
+
+    def _freeze_upper(self, layer: Path) -> None:
+        """Unmount and turn the upper dir into the frozen `layer` (then a fresh upper/work)."""
+        mounts.umount(self.workspace, detach=False)
+        self.upper.rename(layer)
+        self.upper.mkdir()
+        self._own(self.upper)
+        hostfs.remove_tree(self.work)
+        self.work.mkdir()
+
+    def _reset_upper(self) -> None:
+        mounts.umount(self.workspace)
+        for d in (self.upper, self.work):
+            hostfs.remove_tree(d)
+            d.mkdir()
+        self._own(self.upper)
+
+    async def restore(self, snapshot_id: str) -> None:
+        self._check_open()
+        snap = self._p._get(snapshot_id)
+        async with self._gate.exclusive(before_wait=self._kill_processes):
+            self._check_open()
+            if not self._p.overlay:
+                await asyncio.to_thread(self._replace_copy, snap)
+                return
+            await asyncio.to_thread(self._reset_upper)
+            frees = self._mount(snap)
+        if frees:
+            await asyncio.to_thread(layers.run_all, frees)
+
+    def _replace_copy(self, snap: Snapshot) -> None:
+        hostfs.remove_tree(self.workspace)
+        hostfs.copy_tree(snap.copy_dir or snap.base, self.workspace)
+        if self._p.owner is not None and snap.copy_dir is None:
+            idmap.chown_tree(self.workspace, *self._p.owner)
