@@ -17,6 +17,7 @@ ends its current attempt and `train_on_ray` resumes from the newest checkpoint (
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import os
 import secrets
@@ -140,9 +141,14 @@ class RayPlacement:
             )
         )  # fmt: skip
         try:
-            info = await self.trainer_handle.info.remote()
+            info = await asyncio.wait_for(self.trainer_handle.info.remote(), self.rc.start_timeout_s)
         except ray.exceptions.RayActorError as e:
             raise TrainerLost(f"the trainer actor did not start: {e}") from e
+        except TimeoutError:
+            raise OrchestratorError(
+                f"the trainer actor did not start within {self.rc.start_timeout_s:g} s: does any node offer "
+                f"{rc.trainer.options()} (placement.ray.trainer, `ray start --resources`)?"
+            ) from None
         return RayTrainer(self.trainer_handle, info), dict(info.get("data_state", {}))
 
     async def start_engines(self, model_dir: Path) -> Any:
@@ -160,7 +166,9 @@ class RayPlacement:
             self.engine_handles[i] = self._engine_actor(str(model_dir), i)
             return self.engine_handles[i]
 
-        self.engines = Fleet("engine", list(self.engine_handles), activate, recreate)
+        self.engines = Fleet(
+            "engine", list(self.engine_handles), activate, recreate, wait_s=self.rc.start_timeout_s
+        )
         self._fleets.append(self.engines)
         await self.engines.start()
         return EnginePool(self.engines, load_tokenizer(model_dir))
@@ -184,7 +192,9 @@ class RayPlacement:
             self.env_handles[i] = self._env_actor(i)
             return self.env_handles[i]
 
-        self.env_servers = Fleet("env server", list(self.env_handles), activate, recreate)
+        self.env_servers = Fleet(
+            "env server", list(self.env_handles), activate, recreate, wait_s=self.rc.start_timeout_s
+        )
         self._fleets.append(self.env_servers)
         await self.env_servers.start()
         return self.env_servers

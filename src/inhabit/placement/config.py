@@ -76,6 +76,11 @@ class RayConfig(Config):
     max_trainer_restarts: int = Field(
         2, ge=0, le=100, description="Times the run resumes from its last checkpoint after the trainer dies."
     )
+    start_timeout_s: float = Field(
+        600.0,
+        gt=0,
+        description="How long to wait for an actor kind to come up (or for any live one) before failing.",
+    )
     probe_timeout_s: float = Field(
         5.0, gt=0, description="How long a liveness check of an actor or env server may take."
     )
