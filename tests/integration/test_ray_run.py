@@ -115,6 +115,9 @@ def test_small_run_completes_with_parts_on_their_nodes(tmp_path, cluster):
 
     summary = train(config(tmp_path, cluster))
     run_dir = tmp_path / "run"
+    where = placement()
+    assert {m.info["node_id"] for m in where.engines.members} == {cluster.nodes["rollout"].node_id}
+    assert {m.info["node_id"] for m in where.env_servers.members} == {cluster.nodes["sandbox"].node_id}
     assert summary["steps"] == 2 and summary["version"] == 2
     recs = step_records(run_dir)
     assert [r["step"] for r in recs] == [1, 2]

@@ -51,9 +51,12 @@ class EngineActor:
 
     async def ready(self, store_url: str | None) -> dict[str, Any]:
         """Sync to the store's newest version (if any) and report; the pool calls it after every (re)start."""
+        import ray
+
         if store_url is not None and self.subscriber is None:
             await self.sync(store_url, None)
         return {
+            "node_id": ray.get_runtime_context().get_node_id(),
             "version": self.engine.version,
             "max_model_len": self.engine.max_model_len,
             "store": self.store_url,

@@ -160,7 +160,8 @@ class RayPlacement:
             self.engine_handles = [self._engine_actor(str(model_dir), i) for i in range(self.rc.engines)]
 
         async def activate(m: Member) -> RayEngine:
-            return RayEngine(m.handle, await m.handle.ready.remote(self.store_url))
+            m.info = await m.handle.ready.remote(self.store_url)
+            return RayEngine(m.handle, m.info)
 
         def recreate(i: int) -> Any:
             self.engine_handles[i] = self._engine_actor(str(model_dir), i)
