@@ -63,9 +63,8 @@ after = false
 tensorboard = false
 progress = "off"
 [placement]
-backend = "ray"
+backend = "{backend}"
 [placement.ray]
-address = "{address}"
 engines = 2
 env_servers = 2
 bind_host = "127.0.0.1"
@@ -95,10 +94,15 @@ def cluster():
         c.shutdown()
 
 
-def config(tmp_path, cluster, steps=2, overrides=()) -> RunConfig:
+def write(tmp_path, steps: int, backend: str) -> str:
     path = tmp_path / "ray.toml"
-    path.write_text(TINY.format(steps=steps, run_dir=tmp_path / "run", address=cluster.address))
-    return load_config(RunConfig, path, list(overrides))
+    path.write_text(TINY.format(steps=steps, run_dir=tmp_path / "run", backend=backend))
+    return str(path)
+
+
+def config(tmp_path, cluster, steps=2, overrides=()) -> RunConfig:
+    over = ["placement.backend=ray", f"placement.ray.address={cluster.address}", *overrides]
+    return load_config(RunConfig, write(tmp_path, steps, "local"), over)
 
 
 def trajectories(run_dir) -> list[dict]:
@@ -111,9 +115,14 @@ def step_records(run_dir) -> list[dict]:
 
 
 def test_small_run_completes_with_parts_on_their_nodes(tmp_path, cluster):
-    from inhabit.orchestrator.run import train
+    """The same config as a local run; `--ray-address` alone moves it onto the cluster."""
+    from typer.testing import CliRunner
 
-    summary = train(config(tmp_path, cluster))
+    from inhabit.cli import app
+
+    result = CliRunner().invoke(app, ["train", write(tmp_path, 2, "local"), "--ray-address", cluster.address])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     run_dir = tmp_path / "run"
     where = placement()
     assert {m.info["node_id"] for m in where.engines.members} == {cluster.nodes["rollout"].node_id}
