@@ -119,6 +119,10 @@ def _build_model(
     from inhabit.models.tiny import build_tiny_model, count_parameters, save_model_folder
 
     mc = cfg.model
+    if cfg.threads:  # torch's thread count is per OS thread, and prepare may run in a worker thread
+        import torch
+
+        torch.set_num_threads(cfg.threads)
     t0 = time.monotonic()
     tok = _tokenizer(cfg)
     spec = mc.preset if mc.preset is not None else mc.spec

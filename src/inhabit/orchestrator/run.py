@@ -104,7 +104,7 @@ async def _train(cfg: RunConfig, resume: bool, display: RunDisplay, placement: A
         trainer = Trainer.from_pretrained(start, cfg.trainer)
         if ckpt is not None:
             trainer.load(ckpt)
-        handle = InProcessTrainer(trainer)
+        handle = InProcessTrainer(trainer, threads=cfg.trainer.num_threads or cfg.threads)
         data_state = trainer.data_state
     if ckpt is not None:
         display.say(f"resuming from {ckpt} (version {handle.version})")

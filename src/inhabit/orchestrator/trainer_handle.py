@@ -42,8 +42,9 @@ class TrainerHandle(abc.ABC):
 class InProcessTrainer(TrainerHandle):
     """An `inhabit.trainer.Trainer` in this process (see module docstring)."""
 
-    def __init__(self, trainer: Any) -> None:
+    def __init__(self, trainer: Any, threads: int | None = None) -> None:
         self.trainer = trainer
+        self.threads = threads
         self.steps = int(trainer.data_state.get("pipeline_steps", trainer.steps))
 
     @property
@@ -51,9 +52,17 @@ class InProcessTrainer(TrainerHandle):
         return int(self.trainer.version)
 
     async def step(self, samples: list[Any]) -> dict[str, Any]:
-        metrics = await asyncio.to_thread(self.trainer.train_step, samples)
+        metrics = await asyncio.to_thread(self._step, samples)
         self.steps += 1
         return metrics.as_dict()
+
+    def _step(self, samples: list[Any]) -> Any:
+        # torch's (OpenMP) thread count is per OS thread: set it in the worker thread itself.
+        if self.threads:
+            import torch
+
+            torch.set_num_threads(self.threads)
+        return self.trainer.train_step(samples)
 
     def state_dict_for_engine(self) -> dict[str, Any]:
         return self.trainer.state_dict_for_engine()

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import random
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -82,7 +81,6 @@ def train_bootstrap(
     order: list[int] = []
     losses = []
     for step in range(steps):
-        t0 = time.perf_counter()
         if len(order) < batch_size:
             more = list(range(len(examples)))
             rng.shuffle(more)
@@ -105,9 +103,8 @@ def train_bootstrap(
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
         if on_step is not None:
-            on_step(step, float(loss))
-        del t0
+            on_step(step, losses[-1])
     model.eval()
     return losses

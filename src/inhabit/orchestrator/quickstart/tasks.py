@@ -6,7 +6,8 @@ test file has one test per function, so the buggy function's test fails; `hidden
 case per function that only grading sees. The functions of a module share their argument
 names (a module's style) and the wrong operator differs from the other function's, so the buggy
 `return` line occurs exactly once (what an `edit_file` of that line needs): fixing it means
-finding the function the test names, copying its line and choosing the operator its name says.
+finding the function the test names in the file, copying its line and writing the operator the
+instruction asks for.
 
 The family is deterministic per seed; `split_tasks` separates train from held-out by index, and
 held-out tasks are different modules (other name/argument/bug combinations), not copies.
@@ -29,6 +30,7 @@ OPS: dict[str, list[str]] = {
     "-": ["sub", "minus", "diff", "decrease", "reduce", "take_away"],
     "*": ["mul", "times", "product", "scale", "multiply", "grow"],
 }
+VERBS = {"+": "add", "-": "subtract", "*": "multiply"}
 ARGS = [("a", "b"), ("x", "y"), ("m", "n"), ("p", "q"), ("u", "v"), ("i", "j"), ("s", "t"), ("k", "w")]
 MODULES = ["calc", "arith", "ops", "mathx", "numeric", "helpers", "compute", "basic", "tools", "units"]
 FUNCTIONS = 2  # per module; the agent must find the one its test names
@@ -67,7 +69,11 @@ class QuickTask:
 
     @property
     def instruction(self) -> str:
-        return f"The test tests/test_{self.module}.py::test_{self.buggy.name} fails. Fix the bug in {self.module}.py."
+        f = self.buggy
+        return (
+            f"The test tests/test_{self.module}.py::test_{f.name} fails: {f.name} should {VERBS[f.op]} its "
+            f"arguments. Fix the bug in {self.module}.py."
+        )
 
 
 def make_task(rng: random.Random, index: int) -> QuickTask:
