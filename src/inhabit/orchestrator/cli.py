@@ -53,6 +53,9 @@ def register(app: typer.Typer) -> None:
         resume: bool = typer.Option(
             False, "--resume", help="Continue from the newest checkpoint of run_dir."
         ),
+        ray_address: str | None = typer.Option(
+            None, "--ray-address", help="Run on this Ray cluster (placement.backend=ray), e.g. 'auto'."
+        ),
     ) -> None:
         """Train a policy with RL inside the harness (async pipeline, or mode=sync)."""
         from inhabit.config import load_config
@@ -60,6 +63,9 @@ def register(app: typer.Typer) -> None:
         from inhabit.orchestrator.run import train as run_train
 
         cfg = load_config(RunConfig, config, overrides or [])
+        if ray_address:
+            cfg.placement.backend = "ray"
+            cfg.placement.ray.address = ray_address
         _print_result(run_train(cfg, resume=resume))
 
     @app.command()

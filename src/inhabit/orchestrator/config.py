@@ -16,12 +16,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from inhabit.config import Config
 from inhabit.harness.config import HarnessConfig
 from inhabit.inference.config import EngineConfig
 from inhabit.models.tiny import TinyModelSpec
+from inhabit.placement.config import RayConfig
 from inhabit.sandbox import SandboxConfig
 from inhabit.trainer.config import TrainerConfig
 
@@ -119,7 +120,14 @@ class MetricsConfig(Config):
 
 
 class PlacementConfig(Config):
-    """Where the parts run on this machine (the trainer in this process or a child of its own)."""
+    """Where the parts run: on this machine (the trainer in this process or a child of its own), or
+    as Ray actors across machines (`backend = "ray"`, see [placement.ray]; `placement = "ray"` for short)."""
+
+    backend: Literal["local", "ray"] = Field(
+        "local",
+        description="local: everything on this machine; ray: engines, env servers, trainer as Ray actors.",
+    )
+    ray: RayConfig = Field(default_factory=RayConfig, description="Actors and dispatch when backend = 'ray'.")
 
     trainer: Literal["thread", "process"] = Field(
         "thread", description="thread: a worker thread of this process; process: a child process."
@@ -159,6 +167,11 @@ class RunConfig(Config):
     threads: int | None = Field(
         None, ge=1, description="torch threads of this process (None: torch's default)."
     )
+
+    @field_validator("placement", mode="before")
+    @classmethod
+    def _placement_shorthand(cls, v: object) -> object:
+        return {"backend": v} if isinstance(v, str) else v  # placement = "ray"
 
     @model_validator(mode="after")
     def _check(self) -> RunConfig:

@@ -45,10 +45,14 @@ def _clear_outputs(run_dir: Path) -> None:
 def train(cfg: RunConfig, *, resume: bool = False, display: RunDisplay | None = None) -> dict[str, Any]:
     display = display or RunDisplay(cfg.metrics.progress, cfg.steps)
     with display:
+        if cfg.placement.backend == "ray":
+            from inhabit.placement.cluster import train_on_ray
+
+            return asyncio.run(train_on_ray(cfg, resume, display, _train))
         return asyncio.run(_train(cfg, resume, display))
 
 
-async def _train(cfg: RunConfig, resume: bool, display: RunDisplay) -> dict[str, Any]:
+async def _train(cfg: RunConfig, resume: bool, display: RunDisplay, placement: Any = None) -> dict[str, Any]:
     import torch
     import transformers
 
@@ -84,7 +88,9 @@ async def _train(cfg: RunConfig, resume: bool, display: RunDisplay) -> dict[str,
     start = ckpt or prepared.model_dir
     pl = cfg.placement
     handle: TrainerHandle
-    if pl.trainer == "process":
+    if placement is not None:  # Ray actors (inhabit.placement): trainer, engines, env servers
+        handle, data_state, engine, make_runner, sync = await placement.setup(prepared.model_dir, ckpt)
+    elif pl.trainer == "process":
         from inhabit.orchestrator.trainer_process import ProcessTrainer, pin
 
         handle = ProcessTrainer(
@@ -104,13 +110,15 @@ async def _train(cfg: RunConfig, resume: bool, display: RunDisplay) -> dict[str,
         data_state = trainer.data_state
     if ckpt is not None:
         display.say(f"resuming from {ckpt} (version {handle.version})")
-    engine = EmbeddedEngine.from_path(start, cfg.engine, version=handle.version)
+    if placement is None:
+        engine = EmbeddedEngine.from_path(start, cfg.engine, version=handle.version)
+        make_runner, sync = RolloutRunner, InProcessWeightSync()
     writer = MetricsWriter(
         run_dir, tensorboard=cfg.metrics.tensorboard, wandb=cfg.metrics.wandb,
         wandb_project=cfg.metrics.wandb_project, config=cfg.model_dump(),
     )  # fmt: skip
     traj_log = TrajectoryLog(run_dir / "trajectories.jsonl")
-    runner = RolloutRunner(
+    runner = make_runner(
         engine,
         engine.tokenizer,
         provider,
@@ -134,6 +142,8 @@ async def _train(cfg: RunConfig, resume: bool, display: RunDisplay) -> dict[str,
             display.say(f"held-out success before RL: {evals['before']['success_rate']:.1%}")
 
         def on_step(step: int, record: dict[str, Any]) -> None:
+            if placement is not None:
+                record["dispatch"] = placement.metrics(runner)
             writer.log(step, record)
             display.step(step, record)
             if cfg.checkpoint_every and step % cfg.checkpoint_every == 0 and step < cfg.steps:
@@ -141,7 +151,7 @@ async def _train(cfg: RunConfig, resume: bool, display: RunDisplay) -> dict[str,
 
         ds = data_state
         pipe = Pipeline(
-            cfg, runner, handle, InProcessWeightSync(), prepared.train, on_step=on_step,
+            cfg, runner, handle, sync, prepared.train, on_step=on_step,
             cursor=int(ds.get("cursor", 0)), groups_started=int(ds.get("groups_started", 0)),
         )  # fmt: skip
         t_rl = time.monotonic()

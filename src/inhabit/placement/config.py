@@ -1,0 +1,86 @@
+"""`RayConfig`: where the parts of a run go when `placement.backend = "ray"` (the `[placement.ray]` table).
+
+Every actor asks Ray for CPUs (and GPUs) plus optional custom resources that name machine pools,
+so that `ray start --resources '{"rollout": 4}'` on the inference machines, `{"sandbox": 8}` on
+the sandbox machines and `{"trainer": 1}` on the training machine put each part where it belongs.
+A resource that no node offers leaves its actor pending (Ray's normal behaviour), so the run
+waits for capacity rather than placing a part on the wrong machine.
+
+Nothing here imports Ray: the default install has no Ray, and a local run never needs it.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from inhabit.config import Config
+
+
+class ActorResources(Config):
+    """What one actor asks Ray for."""
+
+    num_cpus: float = Field(1.0, ge=0, description="CPUs reserved for the actor.")
+    num_gpus: float = Field(0.0, ge=0, description="GPUs reserved for the actor.")
+    resources: dict[str, float] = Field(
+        default_factory=dict,
+        description="Custom resources naming a machine pool, e.g. {rollout = 1} (see `ray start --resources`).",
+    )
+
+    def options(self) -> dict:
+        """Keyword arguments for `ActorClass.options(...)`."""
+        return {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus, "resources": dict(self.resources)}
+
+
+class RayConfig(Config):
+    """Actors, their resources, and how rollouts are dispatched across them."""
+
+    address: str | None = Field(
+        None,
+        description="Ray cluster to join ('auto', 'ray://host:10001', 'host:6379'); None: the "
+        "RAY_ADDRESS environment variable, else a fresh single-machine Ray.",
+    )
+    engines: int = Field(2, ge=1, le=4096, description="Inference-engine actors (an EmbeddedEngine each).")
+    engine: ActorResources = Field(default_factory=ActorResources)
+    env_servers: int = Field(
+        1,
+        ge=0,
+        le=4096,
+        description="Environment-server actors (sandboxes over HTTP); 0: sandboxes in the driver.",
+    )
+    env_server: ActorResources = Field(default_factory=ActorResources)
+    trainer: ActorResources = Field(default_factory=ActorResources)
+    bind_host: str | None = Field(
+        None,
+        description="Address env servers bind (None: the node's IP, reachable by the driver on another "
+        "machine; '127.0.0.1' when every node is this machine).",
+    )
+    weights_dir: str | None = Field(
+        None,
+        description="Weight store (a directory every node sees, or an fsspec URL); None: <run_dir>/weights.",
+    )
+    oversample: int = Field(
+        0,
+        ge=0,
+        le=1024,
+        description="Extra rollouts started per group; the group keeps the first G to finish.",
+    )
+    deadline_s: float | None = Field(
+        None,
+        gt=0,
+        description="Per-rollout deadline: a rollout still running this long after it started is "
+        "cancelled and left out of its group (counted in metrics as lost to the deadline).",
+    )
+    max_attempts: int = Field(
+        3, ge=1, le=100, description="Tries of one rollout when the engine or env server it used died."
+    )
+    max_trainer_restarts: int = Field(
+        2, ge=0, le=100, description="Times the run resumes from its last checkpoint after the trainer dies."
+    )
+    start_timeout_s: float = Field(
+        600.0,
+        gt=0,
+        description="How long to wait for an actor kind to come up (or for any live one) before failing.",
+    )
+    probe_timeout_s: float = Field(
+        5.0, gt=0, description="How long a liveness check of an actor or env server may take."
+    )

@@ -1,0 +1,230 @@
+"""`DispatchRunner`: the rollout runner when engines and sandboxes are Ray actors.
+
+It is a `RolloutRunner` (the pipeline and evaluation call `run_group` as usual) that adds:
+
+- Placement per rollout: each rollout attempt takes the engine and the env server with the
+  least outstanding rollouts (`Fleet.pick`) and keeps them for the whole episode, so one
+  episode's turns hit one engine and its sandbox lives on one server.
+- Retries of lost work: an attempt whose engine actor died (`EngineLost`) or whose env server no
+  longer answers is thrown away and the rollout runs again from the start on other actors (at
+  most `max_attempts` times). The rollout keeps its id (`metadata.trajectory_id`:
+  purpose:group:rollout; unique within a run attempt, `metadata.run_attempt`, which a trainer
+  restart increments), only the finished attempt is recorded, so a fault neither loses a
+  rollout nor counts it twice. Anything else that fails (the agent broke the sandbox, a bad
+  turn) is data as always: the failed trajectory is kept.
+- Stragglers: a training group starts `G + oversample` rollouts and is complete when `G` have
+  finished; the rest are cancelled. With `deadline_s`, a rollout still running that long after
+  it started is cancelled and left out (the group trains on the rest under the usual group rule).
+  Both kinds of cut work are counted (`metrics()`), never silently dropped. Evaluation groups
+  neither over-sample nor cut (that would bias the success rate towards quick episodes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from typing import Any
+
+from inhabit.harness.rollout import run_rollout
+from inhabit.inference.engine import InferenceEngine
+from inhabit.log import get_logger
+from inhabit.orchestrator.buffer import Group
+from inhabit.orchestrator.rollouts import RolloutRunner, _engine_error, _failed
+from inhabit.placement.config import RayConfig
+from inhabit.placement.engines import EngineLost, EnginePool
+from inhabit.placement.fleet import Fleet, Member
+from inhabit.sandbox.base import SandboxProvider
+from inhabit.types import Trajectory
+
+log = get_logger(__name__)
+
+OK_STATUSES = ("finished", "turn_limit")
+
+
+class _Lease(InferenceEngine):
+    """One engine actor for one rollout attempt; remembers whether the actor died under it."""
+
+    def __init__(self, member: Member) -> None:
+        self.member, self.engine = member, member.payload
+        self.max_model_len = self.engine.max_model_len
+        self.lost = False
+
+    @property
+    def version(self) -> int:
+        return self.engine.version
+
+    async def generate(self, requests: Any) -> Any:
+        try:
+            return await self.engine.generate(requests)
+        except EngineLost:
+            self.lost = True
+            raise
+
+    async def load_weights(self, weights: Any, version: int) -> None:
+        raise NotImplementedError("weights reach engine actors through the weight store")
+
+
+class DispatchRunner(RolloutRunner):
+    """Runs groups across engine and env-server actors (see module docstring)."""
+
+    def __init__(
+        self,
+        engine: EnginePool,
+        tokenizer: Any,
+        provider: SandboxProvider | None,
+        *,
+        env_servers: Fleet | None,
+        ray: RayConfig,
+        run_attempt: int = 1,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(engine, tokenizer, provider, **kwargs)  # type: ignore[arg-type]
+        self.pool = engine
+        self.env_servers = env_servers
+        self.ray = ray
+        self.run_attempt = run_attempt
+        self.counts: Counter[str] = Counter()
+        self.dispatch_s = 0.0
+
+    # ------------------------------------------------------------------ groups
+    async def run_group(
+        self, task: Any, index: int, *, purpose: str = "train", size: int | None = None
+    ) -> Group:
+        start = self.engine.version
+        g = size or self.cfg.group_size
+        train = purpose == "train"
+        slots = g + (self.ray.oversample if train else 0)
+        deadline = self.ray.deadline_s if train else None
+        pending = {
+            asyncio.create_task(self._rollout(task, purpose, index, i, deadline)) for i in range(slots)
+        }
+        kept: list[Trajectory] = []
+        try:
+            while pending and len(kept) < g:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for t in done:
+                    traj = t.result()
+                    if traj is not None:
+                        kept.append(traj)
+        finally:
+            for t in pending:
+                t.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        self.counts["cut_surplus"] += len(pending)
+        surplus = kept[g:]  # finished in the same instant as the G-th: also cut
+        self.counts["cut_surplus"] += len(surplus)
+        kept = sorted(kept[:g], key=lambda t: t.metadata["rollout"])
+        for traj in kept:
+            self._record(traj)
+        return Group(task_id=task.id, index=index, trajectories=kept, start_version=start, task=task)
+
+    def _record(self, traj: Trajectory) -> None:
+        self.completion_tokens += sum(t.completion_tokens or 0 for s in traj.segments for t in s.turns)
+        self.finished += 1
+        if self.log_file is not None:
+            self.log_file.write(traj)
+
+    # ------------------------------------------------------------------ rollouts
+    async def _rollout(
+        self, task: Any, purpose: str, group: int, i: int, deadline: float | None
+    ) -> Trajectory | None:
+        """One rollout, retried on lost actors; None when cut by the deadline."""
+        meta = {
+            "purpose": purpose, "group": group, "rollout": i, "trajectory_id": f"{purpose}:{group}:{i}",
+            "run_attempt": self.run_attempt,
+        }  # fmt: skip
+        t0 = time.monotonic()
+        avoid_e: set[int] = set()
+        avoid_s: set[int] = set()
+        traj: Trajectory | None = None
+        for attempt in range(1, self.ray.max_attempts + 1):
+            left = None if deadline is None else deadline - (time.monotonic() - t0)
+            if left is not None and left <= 0:
+                break
+            traj, lost = await self._attempt(task, meta, left, avoid_e, avoid_s)
+            if traj is None:  # the deadline passed during this attempt
+                break
+            traj = traj.model_copy(update={"metadata": {**traj.metadata, "attempts": attempt}})
+            if not lost:
+                return traj
+            self.counts["retried"] += 1
+            log.warning("rollout %s lost an actor (%s); trying again elsewhere", meta["trajectory_id"], lost)
+        else:
+            return traj  # out of attempts: the last failed trajectory is the data
+        self.counts["lost_to_deadline"] += 1
+        return None
+
+    async def _attempt(
+        self, task: Any, meta: dict[str, Any], left: float | None, avoid_e: set[int], avoid_s: set[int]
+    ) -> tuple[Trajectory | None, str | None]:
+        from inhabit.inference.local_policy import LocalPolicy
+
+        self._episodes += 1
+        async with self._sem:
+            d0 = time.monotonic()
+            em = await self.pool.fleet.acquire(avoid_e)
+            sm = await self.env_servers.acquire(avoid_s) if self.env_servers is not None else None
+            self.dispatch_s += time.monotonic() - d0
+            lease = _Lease(em)
+            provider = sm.payload if sm is not None else self.provider
+            policy = LocalPolicy(
+                lease, self.tokenizer, temperature=self.cfg.temperature, top_p=self.cfg.top_p,
+                seed=self.seed * 1_000_003 + self._episodes * 7919,
+            )  # fmt: skip
+            t0 = time.monotonic()
+            limit = self.cfg.timeout_s if left is None else min(left, self.cfg.timeout_s)
+            try:
+                traj = await asyncio.wait_for(run_rollout(task, policy, provider, config=self.harness), limit)
+            except TimeoutError:
+                if left is not None and left <= self.cfg.timeout_s:
+                    return None, None  # the deadline, not the rollout timeout: cut, not data
+                traj = _failed(task, "error", f"timeout: the rollout took over {self.cfg.timeout_s:g} s")
+            except Exception as e:  # run_rollout turns failures into data; this is the last guard
+                log.exception("rollout of %s raised", task.id)
+                traj = _failed(task, "error", f"{type(e).__name__}: {e}")
+            finally:
+                self.pool.fleet.release(em)
+                if sm is not None:
+                    self.env_servers.release(sm)
+            if traj.status in OK_STATUSES and _engine_error(traj):
+                traj = traj.model_copy(update={"status": "policy_error", "error": _engine_error(traj)})
+            lost = None
+            if lease.lost:
+                self.pool.fleet.mark_dead(em, "a generate call failed")
+                avoid_e.add(em.index)
+                lost = f"engine {em.index}"
+            if sm is not None and traj.status not in OK_STATUSES and not await self._alive(sm):
+                self.env_servers.mark_dead(sm, "health check failed after a failed rollout")
+                avoid_s.add(sm.index)
+                lost = f"env server {sm.index}"
+            traj = traj.model_copy(
+                update={
+                    "metadata": {
+                        **traj.metadata, **meta, "wall_s": round(time.monotonic() - t0, 4),
+                        "engine": em.index, "env_server": sm.index if sm is not None else None,
+                    }
+                }
+            )  # fmt: skip
+            return traj, lost
+
+    async def _alive(self, m: Member) -> bool:
+        try:
+            await asyncio.wait_for(m.payload.health(), self.ray.probe_timeout_s)
+        except Exception:
+            return False
+        return True
+
+    # ------------------------------------------------------------------ metrics
+    def metrics(self) -> dict[str, Any]:
+        """Cumulative dispatch counters (added to every step record as `dispatch`)."""
+        out: dict[str, Any] = {
+            "retried": self.counts["retried"],
+            "lost_to_deadline": self.counts["lost_to_deadline"],
+            "cut_surplus": self.counts["cut_surplus"],
+            "dispatch_wait_s": round(self.dispatch_s, 4),
+            "engines": self.pool.fleet.stats(),
+        }
+        if self.env_servers is not None:
+            out["env_servers"] = self.env_servers.stats()
+        return out
