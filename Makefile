@@ -8,8 +8,10 @@ setup:
 quickstart: setup
 	.venv/bin/inhabit quickstart
 
-# Installs everything and runs the test suite (what CI runs). Slow tests: make test PYTEST_ARGS="-m slow".
+# Installs everything (with Ray, whose placement and fault tests are part of the suite) and runs
+# lint and the test suite: what CI runs. Slow tests: make test PYTEST_ARGS="-m slow".
 PYTEST_ARGS ?= -m "not slow and not gpu"
+test: export INHABIT_EXTRAS = ray
 test: setup
 	.venv/bin/ruff check src tests bench
 	.venv/bin/python -m pytest $(PYTEST_ARGS)
