@@ -192,7 +192,7 @@ class BwrapSandboxProvider(SandboxProvider):
             str(sysview.SANDBOX_UID),
             "--gid",
             str(sysview.SANDBOX_GID),
-            *sysview.bwrap_args(self.root / "etc", sources),
+            *sysview.bwrap_args(self.root / "etc"),
             "--proc",
             "/proc",
             # Defence in depth: no writes into /proc at all (sysctls, /proc/self/* knobs).
@@ -201,6 +201,10 @@ class BwrapSandboxProvider(SandboxProvider):
             "--dev",
             "/dev",
         ]
+        # `sources` maps a Python root to the host path to bind it from (a read-only bind made where
+        # the sandbox's host uid can reach it, e.g. for a prefix under /root). Appended after the
+        # per-sandbox /tmp and workspace binds so a root under the host's /tmp stays visible.
+        self.python_argv = sysview.python_bind_args(sources)
         log.debug("bwrap provider: %s", self.describe())
 
     def _setup_sandbox_uid(self, binary: Path | None) -> tuple[Path | None, dict[Path, Path]]:

@@ -240,6 +240,7 @@ class BwrapSandbox(Sandbox):
             "--bind",
             str(self.workspace),
             WORKSPACE_MOUNT,
+            *self._p.python_argv,
             "--chdir",
             inner_cwd,
             "--",

@@ -85,13 +85,10 @@ def write_etc(dest: Path) -> Path:
     return dest
 
 
-def bwrap_args(etc_dir: Path, sources: dict[Path, Path] | None = None) -> list[str]:
-    """bwrap arguments for the read-only system view (everything but workspace, /tmp, /proc, /dev).
-
-    `sources` maps a Python root to the host path to bind it from (a read-only bind the provider
-    made where the sandbox's host uid can reach it, e.g. for a prefix under /root).
+def bwrap_args(etc_dir: Path) -> list[str]:
+    """bwrap arguments for the read-only system view (everything but workspace, /tmp, /proc, /dev
+    and the Python roots, which `python_bind_args` binds last).
     """
-    sources = sources or {}
     args = ["--ro-bind", "/usr", "/usr"]
     for name in _TOP_LINKS_OR_DIRS:
         host = Path("/") / name
@@ -100,6 +97,17 @@ def bwrap_args(etc_dir: Path, sources: dict[Path, Path] | None = None) -> list[s
         elif host.is_dir():
             args += ["--ro-bind", str(host), f"/{name}"]
     args += ["--ro-bind", str(write_etc(etc_dir)), "/etc"]
+    return args
+
+
+def python_bind_args(sources: dict[Path, Path] | None = None) -> list[str]:
+    """Read-only binds of the Python roots at their own paths.
+
+    They must come after the sandbox's private /tmp (and workspace) binds: a venv that lives under
+    the host's /tmp (a CI checkout there, say) would otherwise be hidden by the later /tmp mount.
+    """
+    sources = sources or {}
+    args: list[str] = []
     for root in python_roots():
         args += ["--ro-bind", str(sources.get(root, root)), str(root)]
     return args

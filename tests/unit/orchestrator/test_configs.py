@@ -24,13 +24,24 @@ def test_shipped_run_config_parses(path):
     assert cfg.rollout.group_size >= 1
 
 
+# Every shipped TOML that is not a run config, with the config class it is for (and the overrides a
+# user must add, such as the model folder of `inhabit serve`). A new TOML must be added here.
+OTHER_CONFIGS = {
+    "harness.toml": ("inhabit.harness.config", "HarnessConfig", []),
+    "serve.toml": ("inhabit.inference.config", "ServeConfig", ["model=models/x"]),
+    "reward.toml": ("inhabit.rewards.compose", "RewardConfig", []),
+}
+
+
 def test_every_toml_in_configs_is_parsed_by_some_test():
-    from inhabit.harness.config import HarnessConfig
+    import importlib
 
     for path in CONFIGS.glob("*.toml"):
         if path in RUN_CONFIGS:
             continue
-        load_config(HarnessConfig, path)  # the only other kind shipped today (configs/harness.toml)
+        assert path.name in OTHER_CONFIGS, f"{path.name}: add it to OTHER_CONFIGS with its config class"
+        module, name, overrides = OTHER_CONFIGS[path.name]
+        load_config(getattr(importlib.import_module(module), name), path, overrides)
 
 
 def test_quickstart_overrides_and_errors():
