@@ -123,6 +123,9 @@ class ProcessSandbox(Sandbox):
             "HOME": str(self.tmp),
             "TMPDIR": str(self.tmp),
             "LANG": "C.UTF-8",
+            # As in bwrap: no .pyc in the workspace. A same-size edit within the pyc's one-second
+            # mtime resolution would otherwise run stale bytecode (seen as a flaky fixed-bug test).
+            "PYTHONDONTWRITEBYTECODE": "1",
             "PWD": str(host_cwd),
             **(env or {}),
             _MARKER: self.sandbox_id,

@@ -24,6 +24,16 @@ async def test_exec_runs_in_workspace_and_reports(provider, workspace):
         assert r.stdout.splitlines()[0].endswith("pkg")
 
 
+async def test_same_size_edit_is_seen_by_the_next_python_run(provider, workspace):
+    # An agent's one-character fix keeps the file's size, and lands within the second that a
+    # cached .pyc records: the next run must still execute the new source, not stale bytecode.
+    async with await provider.create(workspace) as sb:
+        await sb.write_file("mod.py", "VALUE = 'a - b'\n")
+        assert (await sb.exec(["python3", "-c", "import mod; print(mod.VALUE)"])).stdout == "a - b\n"
+        await sb.write_file("mod.py", "VALUE = 'a + b'\n")
+        assert (await sb.exec(["python3", "-c", "import mod; print(mod.VALUE)"])).stdout == "a + b\n"
+
+
 async def test_source_directory_is_never_modified(provider, workspace):
     before = (workspace / "calc.py").read_text()
     async with await provider.create(workspace) as sb:
