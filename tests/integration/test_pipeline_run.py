@@ -122,3 +122,37 @@ def test_trainer_in_its_own_process(tmp_path):
     steps = [r for r in records(tmp_path / "run-async") if "version" in r and "eval" not in r]
     assert [r["version"] for r in steps] == [1, 2]
     assert steps[-1]["engine_version"] == 2  # the child's weights reached the engine
+
+
+def test_stop_file_ends_the_run_after_a_step_and_resume_goes_on(tmp_path):
+    """`touch <run_dir>/STOP`: the step in progress finishes, a checkpoint is written, no eval."""
+    import threading
+    import time
+
+    run_dir = tmp_path / "run-async"
+    config = write_config(tmp_path, "async", 500)  # would run for many minutes without the STOP
+    out: dict = {}
+    thread = threading.Thread(target=lambda: out.update(r=CliRunner().invoke(app, ["train", config])))
+    thread.start()
+    deadline = time.monotonic() + 300
+    while not ((run_dir / "metrics.jsonl").exists() and any("version" in r for r in records(run_dir))):
+        assert thread.is_alive() and time.monotonic() < deadline, out
+        time.sleep(0.1)
+    (run_dir / "STOP").touch()
+    thread.join(300)
+    assert not thread.is_alive() and out["r"].exit_code == 0, out["r"].output
+    assert "stopped on request" in out["r"].output
+    summary = json.loads((run_dir / "summary.json").read_text())
+    stopped_at = summary["steps"]
+    assert summary["stopped"] and 1 <= stopped_at < 500 and summary["version"] == stopped_at
+    assert (run_dir / "checkpoints" / f"v{stopped_at:06d}").is_dir()
+    assert not (run_dir / "STOP").exists()  # consumed
+    assert "after" not in summary["eval"]
+
+    # A STOP left over before a run starts is not a request to that run: it is removed.
+    (run_dir / "STOP").touch()
+    result = CliRunner().invoke(app, ["train", write_config(tmp_path, "async", stopped_at + 1), "--resume"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert "stopped" not in summary and summary["steps"] == stopped_at + 1
+    assert "after" in summary["eval"]

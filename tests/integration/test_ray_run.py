@@ -167,7 +167,7 @@ class Background:
     def wait_for(self, cond, timeout_s: float = 240.0, what: str = "") -> None:
         deadline = time.monotonic() + timeout_s
         while not cond():
-            assert self.thread.is_alive() or self.result is not None, f"run ended early: {self.error!r}"
+            assert self.thread.is_alive(), f"the run ended before {what}: {self.error or self.result!r}"
             assert time.monotonic() < deadline, f"timed out waiting for {what}"
             time.sleep(0.05)
 
@@ -213,11 +213,13 @@ def test_faults_engine_killed_sandbox_node_lost_trainer_killed(tmp_path, cluster
        Ray restarts the actor, which rejoins dispatch;
     2. the node of a busy env server is removed: its rollouts are retried on the other server;
        when a node with the `sandbox` resource joins again, the server is restarted there;
-    3. the trainer actor is killed: the run resumes from its newest checkpoint and finishes.
+    3. the trainer actor is killed: the run resumes from its newest checkpoint and goes on.
+    The run is long enough never to end by itself while the faults play out (a restart can take
+    half a minute on a loaded machine); a STOP file ends it once they have.
     """
     extra = cluster.add_node(num_cpus=1, resources={"sandbox": 2})
     cluster.wait_for_nodes()
-    steps = 24
+    steps = 500
     cfg = config(
         tmp_path,
         cluster,
@@ -250,14 +252,19 @@ def test_faults_engine_killed_sandbox_node_lost_trainer_killed(tmp_path, cluster
     run.wait_for(lambda: steps_done(run_dir) >= done + 1, what="a step after the faults")
     before = step_records(run_dir)[-1]["dispatch"]
     ray.kill(placement().trainer_handle, no_restart=True)
+    run.wait_for(lambda: placement().trainer_restarts == 1, what="the trainer to be restarted")
+    done = steps_done(run_dir)
+    run.wait_for(lambda: steps_done(run_dir) >= done + 1, what="a step after the trainer restart")
+    (run_dir / "STOP").touch()
     summary = run.join()
 
-    assert summary["steps"] == steps and summary["version"] == steps
+    assert summary["stopped"] and summary["steps"] == summary["version"] < steps
+    assert not (run_dir / "STOP").exists()  # consumed: `--resume` would go on
     assert summary["trainer_restarts"] == 1
     assert before["retried"] >= 2  # the engine's and the env server's rollouts
     assert before["engines"]["live"] == 2 and before["env_servers"]["live"] == 2
     recs = step_records(run_dir)
-    assert recs[-1]["step"] == steps and recs[-1]["dispatch"]["trainer_restarts"] == 1
+    assert recs[-1]["step"] == summary["steps"] and recs[-1]["dispatch"]["trainer_restarts"] == 1
     assert (run_dir / "weights" / "i002" / "LATEST").exists()  # the resumed trainer's store
     trajs = check_groups_whole(run_dir, cfg.rollout.group_size)
     retried = [t for t in trajs if t["metadata"]["attempts"] > 1]

@@ -106,11 +106,14 @@ class Pipeline:
         on_step: Any = None,
         cursor: int = 0,
         groups_started: int = 0,
+        should_stop: Any = None,
     ) -> None:
         self.cfg, self.runner, self.trainer, self.sync = cfg, runner, trainer, sync
         self.stream = TaskStream(train_tasks, cfg.seed, cursor)
         self.buffer = GroupBuffer(cfg.max_staleness, cfg.rollout.tasks_per_step)
         self.on_step = on_step or (lambda step, record: None)
+        # Checked between steps: a stop request ends `run` after the step in progress (run.py's STOP file).
+        self.should_stop = should_stop or (lambda: False)
         self.groups_started = groups_started
         self.trainer_wait_s = 0.0
         self.trainer_busy_s = 0.0
@@ -125,7 +128,7 @@ class Pipeline:
         return {"cursor": self.stream.cursor, "groups_started": self.groups_started}
 
     async def run(self, steps: int) -> list[dict[str, Any]]:
-        """Run trainer steps until the trainer has done `steps` in total."""
+        """Run trainer steps until the trainer has done `steps` in total (or `should_stop()`)."""
         self._t_start = self._last = time.monotonic()
         self._last_tokens = self.runner.completion_tokens
         self._finished0 = self.runner.finished
@@ -138,7 +141,7 @@ class Pipeline:
     # ------------------------------------------------------------------ sync
     async def _run_sync(self, steps: int) -> None:
         tps = self.cfg.rollout.tasks_per_step
-        while self.trainer.steps < steps:
+        while self.trainer.steps < steps and not self.should_stop():
             await self.sync.apply(self.runner.engine)
             t0 = time.monotonic()
             tasks = [self.stream.next() for _ in range(tps)]
@@ -151,7 +154,7 @@ class Pipeline:
         producer = asyncio.create_task(self._produce())
         tps = self.cfg.rollout.tasks_per_step
         try:
-            while self.trainer.steps < steps:
+            while self.trainer.steps < steps and not self.should_stop():
                 t0 = time.monotonic()
                 groups: list[Group] = []
                 stale_before = self.buffer.dropped_stale

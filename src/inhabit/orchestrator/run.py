@@ -7,6 +7,11 @@
 4. run the pipeline for `steps` trainer steps (checkpoints every `checkpoint_every` and at the end);
 5. evaluate again and write `summary.json`.
 
+Stopping early: create a file named `STOP` in the run folder (`touch runs/x/STOP`). The run
+finishes the step in progress, checkpoints, skips the final evaluation, writes `summary.json`
+with `"stopped": true` and exits; `--resume` continues from there. The file is consumed (removed)
+when the run stops, and a stale one is removed when a run starts.
+
 Run folder: `trajectories.jsonl` (every rollout, train and eval), `metrics.jsonl` (one record
 per step, plus eval records), `tensorboard/`, `checkpoints/vNNNNNN/`, `eval.json`, `summary.json`.
 A fresh (not resumed) run clears these outputs of an earlier run in the same folder, keeping
@@ -30,6 +35,7 @@ from inhabit.orchestrator.config import RunConfig
 
 log = get_logger(__name__)
 
+STOP_FILE = "STOP"
 OUTPUTS = ("trajectories.jsonl", "metrics.jsonl", "tensorboard", "checkpoints", "eval.json", "summary.json")
 
 
@@ -80,6 +86,10 @@ async def _train(cfg: RunConfig, resume: bool, display: RunDisplay, placement: A
     if not resume:
         _clear_outputs(run_dir)
     (run_dir / "config.json").write_text(cfg.model_dump_json(indent=2))
+    stop_file = run_dir / STOP_FILE
+    if stop_file.exists():  # left from before this run started: not a request to this run
+        log.warning("removing %s left from an earlier run", stop_file)
+        stop_file.unlink()
     provider = create_provider(cfg.sandbox)
     prepared = await asyncio.to_thread(prepare, cfg, provider, display.say)
     if not prepared.train:
@@ -153,6 +163,7 @@ async def _train(cfg: RunConfig, resume: bool, display: RunDisplay, placement: A
         pipe = Pipeline(
             cfg, runner, handle, sync, prepared.train, on_step=on_step,
             cursor=int(ds.get("cursor", 0)), groups_started=int(ds.get("groups_started", 0)),
+            should_stop=stop_file.exists,
         )  # fmt: skip
         t_rl = time.monotonic()
         if handle.steps < cfg.steps:
@@ -165,7 +176,15 @@ async def _train(cfg: RunConfig, resume: bool, display: RunDisplay, placement: A
             handle.set_data_state(pipe.data_state())
             handle.save(ckpt_root / checkpoint_name(handle.version))
         summary["rl_s"] = round(time.monotonic() - t_rl, 2)
-        if cfg.eval.after and held:
+        stopped = handle.steps < cfg.steps
+        if stopped:
+            stop_file.unlink(missing_ok=True)
+            summary["stopped"] = True
+            display.say(
+                f"stopped on request ({stop_file}) after step {handle.steps} of {cfg.steps}; "
+                "continue with --resume"
+            )
+        if cfg.eval.after and held and not stopped:
             display.say(f"evaluating the trained model (version {engine.version})")
             evals["after"] = await evaluate(runner, held, cfg.eval.samples, "after")
             eval_path.write_text(json.dumps(evals, indent=2))
