@@ -30,6 +30,11 @@ s_i = exp(mean_t(log pi_theta - log pi_old)), and one weight w_i from the geomet
 
 (GSPO uses much smaller eps, e.g. 3e-4 / 4e-4, because s_i is an average of log-ratios.)
 
+Negative advantages can be scaled down (`negative_scale` < 1): in a group with one success in
+eight, seven failed samples share the negative mass, and their gradient lowers the probability
+of every confident token they contain (grammar, file names) after their first mistake, which
+raises the entropy of a small model everywhere; tempering them keeps the push toward the success.
+
 Aggregation (token variant): `token_mean` divides the sum of token losses by the number of
 generated tokens in the whole step (every token weighs the same, long answers are not diluted);
 `seq_mean_token_mean` averages tokens within a sample, then samples (classic GRPO);
@@ -73,6 +78,14 @@ class LossConfig(Config):
         "none",
         description="Drop tokens (or whole samples, by their geometric-mean ratio) whose importance "
         "ratio leaves [mask_low, mask_high]. The sequence variant always masks whole samples.",
+    )
+    negative_scale: float = Field(
+        1.0,
+        ge=0.0,
+        le=1.0,
+        description="Multiply negative advantages by this (1: plain GRPO). Below 1 tempers the push "
+        "away from worse-than-average samples, which in small models raises entropy at every token "
+        "of a failed sample; 0 learns from better-than-average samples only.",
     )
     mask_low: float = Field(0.5, ge=0.0, description="Lower end of the kept importance-ratio band.")
     mask_high: float = Field(2.0, gt=0.0, description="Upper end of the kept importance-ratio band.")
@@ -185,6 +198,8 @@ def policy_loss(
     prox = proximal_logprobs.detach().to(logprobs.dtype)
     beh = behaviour_logprobs.to(logprobs.dtype)
     adv = advantages.to(logprobs.dtype)
+    if config.negative_scale != 1.0:
+        adv = torch.where(adv < 0, adv * config.negative_scale, adv)
     stats = LossStats(tokens=int(mask.sum()), sequences=int(has.sum()))
     if stats.tokens == 0:
         return logprobs.sum() * 0.0, stats

@@ -55,6 +55,22 @@ def test_token_loss_on_policy_is_reinforce_with_token_mean() -> None:
     assert stats.summary()["ratio_mean"] == pytest.approx(1.0) and stats.clipped == 0
 
 
+def test_negative_scale_tempers_only_negative_advantages() -> None:
+    lp, prox, beh = _inputs([[0.0] * 3, [0.0] * 3])
+    cfg = LossConfig(tis_cap=None, negative_scale=0.25)
+    loss, _ = policy_loss(lp, prox, beh, torch.tensor([2.0, -1.0]), MASK, cfg)
+    # -(2 + 2 - 0.25) / 3 tokens: the normalizer still counts the negative sample's token
+    assert float(loss) == pytest.approx(-3.75 / 3)
+    loss.backward()
+    torch.testing.assert_close(lp.grad, torch.tensor([[0.0, -2 / 3, -2 / 3], [0.0, 0.25 / 3, 0.0]]))
+    lp, prox, beh = _inputs([[0.0] * 3, [0.0] * 3])
+    loss, _ = policy_loss(
+        lp, prox, beh, torch.tensor([2.0, -1.0]), MASK, LossConfig(tis_cap=None, negative_scale=0)
+    )
+    loss.backward()
+    assert lp.grad[1].abs().sum() == 0  # positives only
+
+
 def test_token_clip_is_asymmetric_and_only_binds_on_the_advantage_side() -> None:
     # row 0 (A = +1): ratios 1.5 (above 1 + 0.28: clipped) and 1.2 (inside)
     # row 1 (A = -1): ratio 1.5 (A < 0: the unclipped 1.5 * A is the minimum, not clipped)
