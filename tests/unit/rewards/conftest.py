@@ -1,48 +1,5 @@
-"""Fixtures for grading tests: the same as tests/unit/tasks/conftest.py (kept in step with it)."""
+"""Fixtures for grading tests: see `inhabit.tasks.fixtures` (shared with the task tests)."""
 
-import os
-import sys
-from pathlib import Path
+from inhabit.tasks.fixtures import FAST_COMMAND, calc_task, fast_command, make_task, sandbox_provider
 
-import pytest
-
-from inhabit.sandbox import SandboxConfig, SandboxLimits, create_provider
-from inhabit.tasks.build import write_calc_task, write_task
-from inhabit.tasks.task import Task, load_task
-
-# The venv's python at its real path: the bwrap backend binds the venv there, not the worktree link.
-PYTHON = Path(sys.prefix).resolve() / "bin" / "python"
-FAST_COMMAND = f"PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 {PYTHON} -m pytest -q -p no:cacheprovider"
-
-
-@pytest.fixture
-def fast_command() -> str:
-    return FAST_COMMAND
-
-
-@pytest.fixture
-async def sandbox_provider():
-    limits = SandboxLimits(memory_mb=2048, default_timeout_s=60.0, output_bytes=256 * 1024)
-    # INHABIT_TEST_SANDBOX=bwrap runs the same tests on the isolating backend (slower to start).
-    backend = os.environ.get("INHABIT_TEST_SANDBOX", "process")
-    provider = create_provider(SandboxConfig(backend=backend, limits=limits))
-    yield provider
-    await provider.close()
-
-
-@pytest.fixture
-def calc_task(tmp_path: Path) -> Task:
-    return load_task(write_calc_task(tmp_path / "calc-task", command=FAST_COMMAND))
-
-
-@pytest.fixture
-def make_task(tmp_path: Path):
-    counter = iter(range(1000))
-
-    def make(**kw) -> Task:
-        kw.setdefault("id", "t")
-        kw.setdefault("instruction", "do it")
-        kw.setdefault("command", FAST_COMMAND)
-        return load_task(write_task(tmp_path / f"task-{next(counter)}", **kw))
-
-    return make
+__all__ = ["FAST_COMMAND", "calc_task", "fast_command", "make_task", "sandbox_provider"]
