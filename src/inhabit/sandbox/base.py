@@ -13,14 +13,15 @@ docstring says what it does and does not protect against.
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 from pydantic import Field
 
 from inhabit.config import Config
+from inhabit.errors import SandboxError, SandboxNotFound
 
 WORKSPACE_MOUNT = "/workspace"
 
@@ -147,3 +148,22 @@ class SandboxProvider(abc.ABC):
     @abc.abstractmethod
     async def close(self) -> None:
         """Close every sandbox this provider created and drop its snapshots."""
+
+
+_Source = TypeVar("_Source")
+
+
+def resolve_source(
+    source: str | Path, snapshots: Mapping[str, _Source], from_directory: Callable[[Path], _Source]
+) -> _Source:
+    """What `SandboxProvider.create(source)` starts from: one of the provider's snapshot ids, or a
+    host directory (`from_directory` turns it into the provider's own form). Typed errors otherwise."""
+    key = str(source)
+    if key in snapshots:
+        return snapshots[key]
+    path = Path(source)
+    if path.is_dir():
+        return from_directory(path)
+    if key.startswith("snap-"):
+        raise SandboxNotFound(f"unknown snapshot id {key!r}: it was made by another provider or dropped")
+    raise SandboxError(f"{key!r} is neither a directory nor a snapshot id of this provider")

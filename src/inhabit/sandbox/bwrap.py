@@ -60,6 +60,7 @@ from inhabit.sandbox import cgroups, cleanup, hostfs, idmap, layers, mounts, sys
 from inhabit.sandbox.base import (
     SandboxLimits,
     SandboxProvider,
+    resolve_source,
 )
 from inhabit.sandbox.bwrap_sandbox import BwrapSandbox
 from inhabit.sandbox.layers import Snapshot, Volume
@@ -297,7 +298,7 @@ class BwrapSandboxProvider(SandboxProvider):
         """
         if self._closed:
             raise SandboxError("this sandbox provider is closed: create a new one")
-        snap = self._resolve(source)
+        snap = resolve_source(source, self._snapshots, lambda p: Snapshot("", p.resolve()))
         if not snap.snapshot_id and self.overlay:  # a directory: its bottom layer
             base = self._base_for(snap.base)
             if base is None:
@@ -320,17 +321,6 @@ class BwrapSandboxProvider(SandboxProvider):
             raise
         self._sandboxes[sandbox_id] = sandbox
         return sandbox
-
-    def _resolve(self, source: str | Path) -> Snapshot:
-        key = str(source)
-        if key in self._snapshots:
-            return self._snapshots[key]
-        path = Path(source)
-        if path.is_dir():
-            return Snapshot("", path.resolve())
-        if key.startswith("snap-"):
-            raise SandboxNotFound(f"unknown snapshot id {key!r}: it was made by another provider or dropped")
-        raise SandboxError(f"{key!r} is neither a directory nor a snapshot id of this provider")
 
     def _evict_views(self) -> None:
         """Keep at most _MAX_VIEWS idmapped views: every mount on the host makes each bwrap

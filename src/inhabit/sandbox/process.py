@@ -33,7 +33,15 @@ from pathlib import Path
 from inhabit.errors import SandboxError, SandboxNotFound
 from inhabit.log import get_logger
 from inhabit.sandbox import cleanup, hostfs, paths
-from inhabit.sandbox.base import ExecResult, FileEntry, Sandbox, SandboxInfo, SandboxLimits, SandboxProvider
+from inhabit.sandbox.base import (
+    ExecResult,
+    FileEntry,
+    Sandbox,
+    SandboxInfo,
+    SandboxLimits,
+    SandboxProvider,
+    resolve_source,
+)
 from inhabit.sandbox.gate import Gate
 from inhabit.sandbox.runner import kill_group, run_capped
 
@@ -236,7 +244,7 @@ class ProcessSandboxProvider(SandboxProvider):
     async def create(self, source: str | Path, *, limits: SandboxLimits | None = None) -> ProcessSandbox:
         if self._closed:
             raise SandboxError("this sandbox provider is closed: create a new one")
-        src = self._resolve_source(source)
+        src = resolve_source(source, self._snapshots, lambda p: p)
         sandbox_id = "sb-" + secrets.token_hex(6)
         home = self.root / "sandboxes" / sandbox_id
         (home / "tmp").mkdir(parents=True)
@@ -248,17 +256,6 @@ class ProcessSandboxProvider(SandboxProvider):
         sandbox = ProcessSandbox(self, sandbox_id, home, limits or self.limits)
         self._sandboxes[sandbox_id] = sandbox
         return sandbox
-
-    def _resolve_source(self, source: str | Path) -> Path:
-        key = str(source)
-        if key in self._snapshots:
-            return self._snapshots[key]
-        path = Path(source)
-        if path.is_dir():
-            return path
-        if key.startswith("snap-"):
-            raise SandboxNotFound(f"unknown snapshot id {key!r}: it was made by another provider or dropped")
-        raise SandboxError(f"{key!r} is neither a directory nor a snapshot id of this provider")
 
     def _store_snapshot(self, workspace: Path) -> str:
         snapshot_id = "snap-" + secrets.token_hex(6)
