@@ -255,6 +255,17 @@ class BwrapSandboxProvider(SandboxProvider):
             log.warning("bwrap cannot run as uid %d here (%s): sandboxes run as host uid 0", uid, problem)
             self._userns_fd = None
             return binary, sources
+        # Every directory above the scratch dir must let the sandbox uid pass (o+x); without this
+        # check a /dev/shm someone set to 0700 fails every command with bwrap's own message,
+        # which grading would read as a test run that wrote no report.
+        for d in (self.root, *self.root.parents):
+            mode = d.stat().st_mode
+            if not mode & 0o001:
+                raise SandboxError(
+                    f"sandbox uid {uid} cannot reach the scratch dir {self.root}: {d} has mode "
+                    f"{oct(mode & 0o7777)} (no search bit for others); restore it (/dev/shm and /tmp "
+                    "are normally 1777: `chmod 1777 /dev/shm`) or set sandbox.scratch_dir"
+                )
         self.owner, self.drop_privileges = (uid, gid), drop
         return binary, sources
 

@@ -75,12 +75,19 @@ def world_traversable(path: Path) -> bool:
 def remove_tree(path: Path) -> None:
     """Remove a tree, making read-only directories writable first; never raises for absence."""
 
+    top = os.path.abspath(path)
+
+    def _inside(q: str) -> bool:
+        return os.path.commonpath([top, os.path.abspath(q)]) == top
+
     def _onerror(func, p, exc_info):  # type: ignore[no-untyped-def]
         # Sandboxed code may have left read-only dirs; make them writable and retry. Never
-        # chmod through a symlink it planted (that would change a host file's mode as root).
+        # chmod through a symlink it planted (that would change a host file's mode as root),
+        # and never outside the tree: when `path` itself cannot go (a mount still on it), its
+        # parent is /dev/shm or /tmp, and a 0700 there locks every other user out of it.
         try:
             for q in (os.path.dirname(p), p):
-                if not os.path.islink(q) and os.path.isdir(q):
+                if _inside(q) and not os.path.islink(q) and os.path.isdir(q):
                     os.chmod(q, 0o700)
             func(p)
         except OSError:

@@ -132,3 +132,44 @@ async def test_idmapped_source_views_are_bounded(provider_factory, tmp_path, mon
     assert len(views) <= 3  # the bound plus the one still in use
     assert (await kept[0].exec("cat f.txt")).stdout == "0x\n"
     await kept[0].close()
+
+
+def test_remove_tree_never_changes_the_mode_of_the_tree_parent(tmp_path):
+    """A tree whose top cannot be removed (a mount still on a subdir) leaves its parent's mode
+    alone: a 0700 on /dev/shm (the parent of every provider's scratch dir) once locked the
+    sandbox uid out of every later sandbox on the machine."""
+    from inhabit.sandbox import hostfs, mounts
+    from inhabit.sandbox.bwrap import can_mount
+
+    if not can_mount():
+        pytest.skip("needs root (mount)")
+    parent = tmp_path / "parent"
+    parent.mkdir(mode=0o1777)
+    parent.chmod(0o1777)
+    busy = parent / "tree" / "busy"
+    busy.mkdir(parents=True)
+    mounts.mount_tmpfs(busy, 1 << 20)
+    try:
+        hostfs.remove_tree(parent / "tree")  # rmdir(busy) fails (EBUSY), so does rmdir(tree)
+        assert (parent / "tree").exists()
+        assert parent.stat().st_mode & 0o7777 == 0o1777
+    finally:
+        mounts.umount(busy)
+    hostfs.remove_tree(parent / "tree")
+    assert not (parent / "tree").exists()
+
+
+async def test_scratch_dir_the_sandbox_uid_cannot_reach_is_a_clear_error(tmp_path):
+    import os
+
+    if os.geteuid() != 0:
+        pytest.skip("the sandbox uid is only used when started as root")
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o700)
+    try:
+        prov = create_provider(SandboxConfig(backend="bwrap", scratch_dir=str(locked)))
+    except SandboxError as e:
+        assert "no search bit" in str(e) and str(locked) in str(e)
+        return
+    await prov.close()
+    assert prov.owner is None, "sandboxes run as a non-root uid, yet the blocked scratch dir was accepted"
