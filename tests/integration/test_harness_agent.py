@@ -11,17 +11,15 @@ import os
 import socket
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import uvicorn
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
 from inhabit.harness.parse import render_call
+from inhabit.serving import BackgroundServer
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 # process by default; INHABIT_HARNESS_TEST_BACKEND=bwrap runs the same tests isolated.
@@ -87,20 +85,8 @@ class ScriptedServer:
 @pytest.fixture
 def server() -> Iterator[tuple[ScriptedServer, str]]:
     scripted = ScriptedServer(SCRIPT)
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    srv = uvicorn.Server(uvicorn.Config(scripted.app, log_level="warning"))
-    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    for _ in range(200):
-        if srv.started:
-            break
-        time.sleep(0.05)
-    yield scripted, f"http://127.0.0.1:{port}/v1"
-    srv.should_exit = True
-    thread.join(timeout=10)
-    sock.close()
+    with BackgroundServer(scripted.app) as server:
+        yield scripted, f"{server.url}/v1"
 
 
 @pytest.fixture

@@ -1,42 +1,29 @@
-"""Fixtures for evaluation tests: a sandbox provider (process backend unless INHABIT_TEST_SANDBOX
-says otherwise, as in tests/unit/tasks/conftest.py) and scripted OpenAI-compatible endpoints on
-127.0.0.1 (the agent's policy and LLM judges talk to them)."""
+"""Fixtures for evaluation tests: a sandbox provider (`inhabit.tasks.fixtures`, shared with the task
+and grading tests) and scripted OpenAI-compatible endpoints on 127.0.0.1 (the agent's policy and
+LLM judges talk to them)."""
 
 from __future__ import annotations
 
-import os
-import socket
-import threading
-import time
+import contextlib
 from collections.abc import Callable, Iterator
 
 import pytest
 
-from inhabit.sandbox import SandboxConfig, SandboxLimits, create_provider
+from inhabit.serving import BackgroundServer
+from inhabit.tasks.fixtures import sandbox_provider
 
-
-@pytest.fixture
-async def sandbox_provider():
-    limits = SandboxLimits(memory_mb=2048, default_timeout_s=60.0, output_bytes=256 * 1024)
-    # INHABIT_TEST_SANDBOX=bwrap runs the same tests on the isolating backend (slower to start).
-    backend = os.environ.get("INHABIT_TEST_SANDBOX", "process")
-    provider = create_provider(SandboxConfig(backend=backend, limits=limits))
-    yield provider
-    await provider.close()
+__all__ = ["sandbox_provider"]
 
 
 @pytest.fixture
 def chat_server() -> Iterator[Callable[[Callable[[dict], str]], tuple[dict, str]]]:
     """start(reply) -> (state, base_url): a chat-completions server on 127.0.0.1 whose answer is
     `reply(request body)`; state["seen"] holds the requests. Stopped at teardown."""
-    stops: list[Callable[[], None]] = []
-    yield lambda reply: _serve(reply, stops)
-    for stop in stops:
-        stop()
+    with contextlib.ExitStack() as servers:
+        yield lambda reply: _serve(reply, servers)
 
 
-def _serve(reply: Callable[[dict], str], stops: list) -> tuple[dict, str]:
-    import uvicorn
+def _serve(reply: Callable[[dict], str], servers: contextlib.ExitStack) -> tuple[dict, str]:
     from fastapi import FastAPI
     from fastapi.responses import JSONResponse
 
@@ -61,20 +48,5 @@ def _serve(reply: Callable[[dict], str], stops: list) -> tuple[dict, str]:
             }
         )  # fmt: skip
 
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    srv = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    for _ in range(200):
-        if srv.started:
-            break
-        time.sleep(0.05)
-
-    def stop() -> None:
-        srv.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
-
-    stops.append(stop)
-    return state, f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    server = servers.enter_context(BackgroundServer(app))
+    return state, f"{server.url}/v1"

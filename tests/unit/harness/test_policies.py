@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import json
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import uvicorn
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
@@ -20,6 +16,7 @@ from inhabit.harness.parse import ToolCall, parse_tool_calls
 from inhabit.harness.policy import Message
 from inhabit.harness.replay import ActionsFileError, ReplayPolicy
 from inhabit.harness.tools import TOOLS, bind_args
+from inhabit.serving import BackgroundServer
 
 
 async def test_replay_renders_turns_through_the_real_parser_then_finishes(tmp_path: Path) -> None:
@@ -103,19 +100,8 @@ def endpoint() -> Iterator[tuple[dict, str]]:
             }
         )
 
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    srv = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    for _ in range(200):
-        if srv.started:
-            break
-        time.sleep(0.05)
-    yield state, f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
-    srv.should_exit = True
-    thread.join(timeout=10)
-    sock.close()
+    with BackgroundServer(app) as server:
+        yield state, f"{server.url}/v1"
 
 
 async def test_openai_policy_retries_and_captures_token_facts(endpoint) -> None:

@@ -1,0 +1,50 @@
+"""`BackgroundServer`: any ASGI app served by uvicorn in a thread on a bound socket.
+
+For tests, benchmarks and notebooks that need a real server on loopback (port 0 picks a free
+port). Kept free of heavy imports (no torch) so that any part's tests can use it;
+`inhabit.inference.server` re-exports it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+
+class BackgroundServer:
+    """Runs an app with uvicorn in a thread on a loopback socket (tests, benchmarks, notebooks).
+
+    with BackgroundServer(app) as srv:
+        client = openai.OpenAI(base_url=srv.url + "/v1", api_key="k")
+    """
+
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0) -> None:
+        import socket
+        import threading
+
+        import uvicorn
+
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind((host, port))
+        self.host, self.port = self._sock.getsockname()[:2]
+        self.url = f"http://{self.host}:{self.port}"
+        config = uvicorn.Config(app, log_level="warning", lifespan="off")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True
+        )
+
+    def __enter__(self) -> BackgroundServer:
+        self._thread.start()
+        deadline = time.monotonic() + 30
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError("the server did not start within 30 s")
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.should_exit = True
+        self._thread.join(10)
+        self._sock.close()
