@@ -35,8 +35,7 @@ from inhabit.orchestrator.run import train
 from inhabit.sandbox import create_provider
 
 
-def run_mode(base: RunConfig, mode: str, model_dir: Path, root: Path, steps: int) -> dict:
-    cpus = sorted(os.sched_getaffinity(0))
+def run_mode(base: RunConfig, mode: str, model_dir: Path, root: Path, steps: int, cpus: list[int]) -> dict:
     trainer_cpus, rollout_cpus = ([cpus[-1]], [cpus[0]]) if len(cpus) >= 2 else (None, None)
     data = base.model_dump()
     data["model"] = {"path": str(model_dir), "tokenizer": base.model.tokenizer}
@@ -90,8 +89,12 @@ def main() -> None:
             update={"model": base.model.model_copy(update={"path": args.model, "spec": None})}
         )
     prepared = prepare(base, create_provider(base.sandbox), lambda s: console.print(s, highlight=False))
+    # Read once, before either run: the CPU set is the machine's to split, whatever a run does.
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        console.print(f"[yellow]only CPU(s) {cpus} available: trainer and rollouts will share them[/]")
     load0 = os.getloadavg()
-    results = {m: run_mode(base, m, prepared.model_dir, root, args.steps) for m in ("sync", "async")}
+    results = {m: run_mode(base, m, prepared.model_dir, root, args.steps, cpus) for m in ("sync", "async")}
     load1 = os.getloadavg()
     ratio = results["async"]["trajectories_per_min"] / results["sync"]["trajectories_per_min"]
     reward_ok = results["async"]["final_reward"] >= results["sync"]["final_reward"] - 0.05

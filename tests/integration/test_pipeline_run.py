@@ -9,6 +9,7 @@ runs the trainer, publishes a version and swaps it into the engine.
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from typer.testing import CliRunner
@@ -115,10 +116,19 @@ def test_resume_without_checkpoint_is_a_clear_error(tmp_path):
 
 
 def test_trainer_in_its_own_process(tmp_path):
-    """placement.trainer = "process": samples go to a child process, weights come back."""
+    """placement.trainer = "process": samples go to a child process, weights come back; with CPUs
+    pinned, the caller gets its CPU set back when the run ends."""
     config = write_config(tmp_path, "async", 2)
-    result = CliRunner().invoke(app, ["train", config, 'placement.trainer="process"', "eval.before=false"])
+    cpus = sorted(os.sched_getaffinity(0))
+    pins = (
+        [f"placement.trainer_cpus=[{cpus[-1]}]", f"placement.rollout_cpus=[{cpus[0]}]"]
+        if len(cpus) > 1
+        else []
+    )
+    args = ["train", config, 'placement.trainer="process"', "eval.before=false", *pins]
+    result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
+    assert sorted(os.sched_getaffinity(0)) == cpus
     steps = [r for r in records(tmp_path / "run-async") if "version" in r and "eval" not in r]
     assert [r["version"] for r in steps] == [1, 2]
     assert steps[-1]["engine_version"] == 2  # the child's weights reached the engine

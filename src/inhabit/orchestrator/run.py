@@ -97,6 +97,7 @@ async def _train(cfg: RunConfig, resume: bool, display: RunDisplay, placement: A
 
     start = ckpt or prepared.model_dir
     pl = cfg.placement
+    cpus_before: set[int] | None = None
     handle: TrainerHandle
     if placement is not None:  # Ray actors (inhabit.placement): trainer, engines, env servers
         handle, data_state, engine, make_runner, sync = await placement.setup(prepared.model_dir, ckpt)
@@ -106,7 +107,9 @@ async def _train(cfg: RunConfig, resume: bool, display: RunDisplay, placement: A
         handle = ProcessTrainer(
             prepared.model_dir, cfg.trainer, checkpoint=ckpt, cpus=pl.trainer_cpus, threads=pl.trainer_threads
         )
-        pin(pl.rollout_cpus, cfg.threads)
+        # The caller gets its CPU set back when the run ends (a second run in this process, as in
+        # bench/pipeline.py, would otherwise find only the rollout cores and pin its trainer there).
+        cpus_before = pin(pl.rollout_cpus, cfg.threads)
         data_state: dict[str, Any] = {}
         if ckpt is not None:
             data_state = json.loads((ckpt / "trainer_state.json").read_text()).get("data_state", {})
@@ -207,3 +210,7 @@ async def _train(cfg: RunConfig, resume: bool, display: RunDisplay, placement: A
         traj_log.close()
         await engine.close()
         await handle.close()
+        if cpus_before is not None:
+            from inhabit.orchestrator.trainer_process import unpin
+
+            unpin(cpus_before)

@@ -19,14 +19,36 @@ from inhabit.errors import OrchestratorError
 from inhabit.orchestrator.trainer_handle import TrainerHandle
 
 
-def pin(cpus: list[int] | None, threads: int | None) -> None:
-    """Pin this process to `cpus` and set torch's intra-op threads (None: leave as is)."""
+def pin(cpus: list[int] | None, threads: int | None) -> set[int]:
+    """Pin this process to `cpus` and set torch's intra-op threads (None: leave as is).
+
+    Returns the CPU set the process had, for `unpin`. Every thread is pinned, not only the caller:
+    on Linux `sched_setaffinity(0)` moves the calling thread alone, so threads started earlier (the
+    asyncio to_thread pool, its sandbox children) would keep running on every core.
+    """
+    before = os.sched_getaffinity(0)
     if cpus:
-        os.sched_setaffinity(0, set(cpus))
+        _set_all_threads(set(cpus))
     if threads:
         import torch
 
         torch.set_num_threads(threads)
+    return before
+
+
+def unpin(cpus: set[int]) -> None:
+    """Give every thread of this process the CPU set `cpus` again (what `pin` returned)."""
+    _set_all_threads(cpus)
+
+
+def _set_all_threads(cpus: set[int]) -> None:
+    tasks = Path("/proc/self/task")
+    tids = [int(t.name) for t in tasks.iterdir()] if tasks.is_dir() else [0]
+    for tid in tids:
+        try:
+            os.sched_setaffinity(tid, cpus)
+        except (ProcessLookupError, PermissionError):  # a thread that ended meanwhile
+            pass
 
 
 def _child(
