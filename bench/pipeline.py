@@ -35,6 +35,18 @@ from inhabit.orchestrator.run import train
 from inhabit.sandbox import create_provider
 
 
+def cpu_busy_s() -> dict[int, float]:
+    """Busy (non-idle, non-iowait) seconds of each CPU since boot, from /proc/stat."""
+    tick = os.sysconf("SC_CLK_TCK")
+    busy: dict[int, float] = {}
+    for line in Path("/proc/stat").read_text().splitlines():
+        name, *fields = line.split()
+        if name.startswith("cpu") and name != "cpu":
+            v = [int(x) for x in fields]
+            busy[int(name[3:])] = (sum(v[:8]) - v[3] - v[4]) / tick
+    return busy
+
+
 def run_mode(base: RunConfig, mode: str, model_dir: Path, root: Path, steps: int, cpus: list[int]) -> dict:
     trainer_cpus, rollout_cpus = ([cpus[-1]], [cpus[0]]) if len(cpus) >= 2 else (None, None)
     data = base.model_dump()
@@ -50,7 +62,9 @@ def run_mode(base: RunConfig, mode: str, model_dir: Path, root: Path, steps: int
     }
     cfg = RunConfig.model_validate(data)
     t0 = time.monotonic()
+    busy0 = cpu_busy_s()
     summary = train(cfg, display=RunDisplay("plain", steps))
+    busy1 = cpu_busy_s()
     hist = summary["history"]
     rl_s = summary["rl_s"]
     n_traj = sum(r["rollouts"] for r in hist)
@@ -68,6 +82,11 @@ def run_mode(base: RunConfig, mode: str, model_dir: Path, root: Path, steps: int
         "train_s": sum(r.get("train_s", 0.0) for r in hist),
         "dropped_stale": summary["dropped_stale"],
         "wall_s": time.monotonic() - t0,
+        # CPU seconds spent on each core during the run (rollout core first): tells a slower mode
+        # that does more work per trajectory from one that leaves a core idle.
+        "cpu_busy_s": {
+            str(c): busy1.get(c, 0.0) - busy0.get(c, 0.0) for c in (rollout_cpus or []) + (trainer_cpus or [])
+        },
     }
 
 
@@ -99,12 +118,23 @@ def main() -> None:
     ratio = results["async"]["trajectories_per_min"] / results["sync"]["trajectories_per_min"]
     reward_ok = results["async"]["final_reward"] >= results["sync"]["final_reward"] - 0.05
     table = Table(title=f"pipeline: async vs sync, {args.steps} steps, trainer and rollouts on one core each")
-    for col in ("mode", "traj/min", "trainer idle", "final reward", "max lag", "dropped stale", "RL s"):
+    cols = (
+        "mode",
+        "traj/min",
+        "trainer idle",
+        "final reward",
+        "max lag",
+        "dropped stale",
+        "RL s",
+        "CPU s/traj (rollout, trainer core)",
+    )
+    for col in cols:
         table.add_column(col, justify="right")
     for r in results.values():
         table.add_row(
             r["mode"], f"{r['trajectories_per_min']:.1f}", f"{r['trainer_idle_fraction']:.0%}",
             f"{r['final_reward']:.3f}", str(r["lag_max"]), str(r["dropped_stale"]), f"{r['rl_s']:.0f}",
+            ", ".join(f"{v / max(1, r['trajectories']):.3f}" for v in r["cpu_busy_s"].values()),
         )  # fmt: skip
     console.print(table)
     # What overlap alone can give: sync spends G generating and T training per run; a perfect

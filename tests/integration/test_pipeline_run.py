@@ -77,14 +77,15 @@ def test_train_runs_and_writes_metrics_and_trajectories(tmp_path, mode):
         assert {"mean", "std", "hist"} <= set(r["reward"]) and "mismatch_mean_abs" in r["trainer"]
     trajs = [json.loads(line) for line in (run_dir / "trajectories.jsonl").read_text().splitlines()]
     purposes = [t["metadata"]["purpose"] for t in trajs]
-    assert (
-        purposes.count("train") >= 8
-        and purposes.count("eval:before") == 1
-        and purposes.count("eval:after") == 1
-    )
+    summary = json.loads((run_dir / "summary.json").read_text())
+    # Exactly the groups the run trains (2 steps x 2 tasks x 2 rollouts), plus regenerated stale
+    # ones: async starts no group that the run ends before training.
+    assert purposes.count("train") == 8 + 2 * summary["dropped_stale"]
+    state = json.loads((run_dir / "checkpoints" / "v000002" / "trainer_state.json").read_text())
+    assert state["data_state"]["groups_started"] == 4 + summary["dropped_stale"]
+    assert purposes.count("eval:before") == 1 and purposes.count("eval:after") == 1
     trained = [t for t in trajs if t["metadata"]["purpose"] == "train" and t["segments"]]
     assert all(t["segments"][0]["turns"][0]["versions"] for t in trained)
-    summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["version"] == 2 and set(summary["eval"]) == {"before", "after"}
     assert (run_dir / "checkpoints" / "v000002" / "trainer_state.json").is_file()
     assert any((run_dir / "tensorboard").iterdir())
