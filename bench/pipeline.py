@@ -81,6 +81,9 @@ def run_mode(base: RunConfig, mode: str, model_dir: Path, root: Path, steps: int
         "lag_max": max(r["policy_version_lag"]["max"] for r in hist),
         "train_s": sum(r.get("train_s", 0.0) for r in hist),
         "dropped_stale": summary["dropped_stale"],
+        # Rows per decode step of the embedded engine (per-step means, averaged): on a CPU engine
+        # whose step cost is mostly fixed overhead, a smaller batch costs more CPU per token.
+        "decode_batch_mean": sum(r.get("engine_decode_batch_mean", 0.0) for r in hist) / len(hist),
         "wall_s": time.monotonic() - t0,
         # CPU seconds spent on each core during the run (rollout core first): tells a slower mode
         # that does more work per trajectory from one that leaves a core idle.
@@ -126,7 +129,8 @@ def main() -> None:
         "max lag",
         "dropped stale",
         "RL s",
-        "CPU s/traj (rollout, trainer core)",
+        "decode batch",
+        "CPU s/traj (rollout, trainer)",
     )
     for col in cols:
         table.add_column(col, justify="right")
@@ -134,7 +138,7 @@ def main() -> None:
         table.add_row(
             r["mode"], f"{r['trajectories_per_min']:.1f}", f"{r['trainer_idle_fraction']:.0%}",
             f"{r['final_reward']:.3f}", str(r["lag_max"]), str(r["dropped_stale"]), f"{r['rl_s']:.0f}",
-            ", ".join(f"{v / max(1, r['trajectories']):.3f}" for v in r["cpu_busy_s"].values()),
+            f"{r['decode_batch_mean']:.1f}", ", ".join(f"{v / max(1, r['trajectories']):.3f}" for v in r["cpu_busy_s"].values()),
         )  # fmt: skip
     console.print(table)
     # What overlap alone can give: sync spends G generating and T training per run; a perfect

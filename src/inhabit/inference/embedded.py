@@ -134,6 +134,7 @@ class EmbeddedEngine(InferenceEngine):
         self._dead: BaseException | None = None
         self.last_swap_seconds: float | None = None
         self.steps = 0
+        self.decoded_rows = 0  # sequences summed over decode steps: rows / steps = mean decode batch
         self._thread = threading.Thread(target=self._worker, name="inhabit-decode", daemon=True)
         self._thread.start()
 
@@ -218,6 +219,7 @@ class EmbeddedEngine(InferenceEngine):
             "running": len(self._running),
             "waiting": len(self._waiting),
             "steps": self.steps,
+            "decoded_rows": self.decoded_rows,
             "last_swap_seconds": self.last_swap_seconds,
         }
 
@@ -407,6 +409,7 @@ class EmbeddedEngine(InferenceEngine):
         )
         self._kv.commit_decode(n)
         self.steps += 1
+        self.decoded_rows += n
         routes = self._take_routes()  # (L, n, 1, k)
         per_row = [None if routes is None else routes[:, i, 0] for i in range(n)]
         self._sample_and_record(list(range(n)), out.logits[:, -1], per_row)

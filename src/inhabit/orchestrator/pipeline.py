@@ -122,8 +122,17 @@ class Pipeline:
         self._t_start = time.monotonic()
         self._last = time.monotonic()
         self._last_tokens = 0
+        self._last_engine: tuple[int, int] | None = None
         self._finished0 = 0
         self.history: list[dict[str, Any]] = []
+
+    def _engine_counts(self) -> tuple[int, int] | None:
+        """(decode steps, rows decoded) of an embedded engine; None for engines that do not count."""
+        steps, rows = (
+            getattr(self.runner.engine, "steps", None),
+            getattr(self.runner.engine, "decoded_rows", None),
+        )
+        return (steps, rows) if isinstance(steps, int) and isinstance(rows, int) else None
 
     def data_state(self) -> dict[str, Any]:
         return {"cursor": self.stream.cursor, "groups_started": self.groups_started}
@@ -134,6 +143,7 @@ class Pipeline:
         self._groups_budget = max(0, steps - self.trainer.steps) * self.cfg.rollout.tasks_per_step
         self._groups_started0 = self.groups_started
         self._last_tokens = self.runner.completion_tokens
+        self._last_engine = self._engine_counts()
         self._finished0 = self.runner.finished
         if self.cfg.mode == "sync":
             await self._run_sync(steps)
@@ -276,6 +286,13 @@ class Pipeline:
             "trajectories_per_min": (self.runner.finished - self._finished0) / max(1e-9, elapsed) * 60,
             "trainer": metrics or {},
         }
+        counts = self._engine_counts()
+        if counts is not None and self._last_engine is not None:
+            d_steps = counts[0] - self._last_engine[0]
+            record["engine_decode_batch_mean"] = (
+                (counts[1] - self._last_engine[1]) / d_steps if d_steps else 0.0
+            )
+        self._last_engine = counts
         self._last, self._last_tokens = now, tokens
         self.history.append(record)
         self.trainer.set_data_state(self.data_state())
