@@ -82,7 +82,12 @@ class RolloutConfig(Config):
 
     group_size: int = Field(8, ge=1, le=1024, description="G: rollouts per task (one group).")
     tasks_per_step: int = Field(4, ge=1, description="Groups the trainer consumes per step.")
-    concurrency: int = Field(16, ge=1, description="Episodes running at the same time.")
+    concurrency: int = Field(
+        16,
+        ge=1,
+        description="Episodes (with their grading) running at the same time; a group whose G fits "
+        "starts its G episodes together, when G slots are free.",
+    )
     temperature: float = Field(1.0, gt=0, le=10, description="Sampling temperature.")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling.")
     max_tokens: int = Field(256, ge=8, description="Tokens one model turn may generate.")
