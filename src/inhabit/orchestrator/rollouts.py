@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +84,15 @@ class Slots:
     def release(self, n: int = 1) -> None:
         self.free += n
         self._grant()
+
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        """One slot for the body of the `async with`."""
+        await self.acquire(1)
+        try:
+            yield
+        finally:
+            self.release(1)
 
     def _grant(self) -> None:
         while self._waiters and self.free >= self._waiters[0][0]:

@@ -161,7 +161,7 @@ class DispatchRunner(RolloutRunner):
         from inhabit.inference.local_policy import LocalPolicy
 
         self._episodes += 1
-        async with self._sem:
+        async with self._slots.slot():  # one slot per attempt (retries, oversampling)
             d0 = time.monotonic()
             em = await self.pool.fleet.acquire(avoid_e)
             sm = await self.env_servers.acquire(avoid_s) if self.env_servers is not None else None
