@@ -124,6 +124,10 @@ class Pipeline:
         self._last_tokens = 0
         self._last_engine: tuple[int, int] | None = None
         self._finished0 = 0
+        # What `run` may still start: groups for its remaining steps, counted from its start.
+        self._groups_budget = 0
+        self._groups_started0 = groups_started
+        self._dropped0 = 0
         self.history: list[dict[str, Any]] = []
 
     def _engine_counts(self) -> tuple[int, int] | None:
@@ -142,6 +146,7 @@ class Pipeline:
         self._t_start = self._last = time.monotonic()
         self._groups_budget = max(0, steps - self.trainer.steps) * self.cfg.rollout.tasks_per_step
         self._groups_started0 = self.groups_started
+        self._dropped0 = self.buffer.dropped_stale
         self._last_tokens = self.runner.completion_tokens
         self._last_engine = self._engine_counts()
         self._finished0 = self.runner.finished
@@ -193,7 +198,8 @@ class Pipeline:
         waste, ~14% of the rollouts of a 12-step run at max_staleness 2. Stale-dropped groups
         are generated again, so they do not count as started.
         """
-        started = self.groups_started - self._groups_started0 - self.buffer.dropped_stale
+        dropped = self.buffer.dropped_stale - self._dropped0
+        started = self.groups_started - self._groups_started0 - dropped
         return started < self._groups_budget
 
     async def _produce(self) -> None:
