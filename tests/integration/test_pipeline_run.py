@@ -87,6 +87,13 @@ def test_train_runs_and_writes_metrics_and_trajectories(tmp_path, mode):
     trained = [t for t in trajs if t["metadata"]["purpose"] == "train" and t["segments"]]
     assert all(t["segments"][0]["turns"][0]["versions"] for t in trained)
     assert summary["version"] == 2 and set(summary["eval"]) == {"before", "after"}
+    after = summary["eval"]["after"]
+    evals = [t for t in trajs if t["metadata"]["purpose"] == "eval:after"]
+    firsts = [(t["tool_calls"][0]["tool"] or "malformed") if t["tool_calls"] else "none" for t in evals]
+    assert {k: v["rollouts"] for k, v in after["first_tool"].items()} == {k: firsts.count(k) for k in firsts}
+    assert sum(v["share"] * v["success_rate"] for v in after["first_tool"].values()) == pytest.approx(
+        after["success_rate"]
+    )
     assert (run_dir / "checkpoints" / "v000002" / "trainer_state.json").is_file()
     assert any((run_dir / "tensorboard").iterdir())
     if mode == "sync":

@@ -33,6 +33,13 @@ class BootstrapConfig(Config):
     steps: int = Field(0, ge=0, description="Optimizer steps; 0 = no bootstrap (start from the init).")
     batch_size: int = Field(8, ge=1, description="Transcripts per step.")
     lr: float = Field(3e-3, gt=0, le=1, description="Peak AdamW learning rate (warm-up, cosine to 10%).")
+    careless: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="Share of train tasks that also get a careless expert transcript (an edit guessed "
+        "without reading the module, which mostly fails); 1.0: every task has both habits.",
+    )
 
 
 class ModelConfig(Config):

@@ -3,6 +3,8 @@
 Success rate = rollouts graded reward 1 / all rollouts (a failed rollout counts as a failure, so
 infrastructure trouble can only lower the number). Sampling uses the rollout temperature, as in
 training; the rollouts are written to trajectories.jsonl with purpose "eval:<label>".
+`first_tool` breaks the rollouts down by the tool of their first call (e.g. how often the agent
+reads before it edits) with each kind's success rate: what a change of habit did to the number.
 """
 
 from __future__ import annotations
@@ -35,5 +37,18 @@ async def evaluate(runner: RolloutRunner, tasks: list[Any], samples: int, label:
         "success_rate": sum(wins) / max(1, len(wins)),
         "tasks_solved_any": sum(p > 0 for p in per_task),
         "status": dict(Counter(t.status for t in trajs)),
+        "first_tool": first_tool_breakdown(trajs, wins),
         "seconds": round(time.monotonic() - t0, 2),
+    }
+
+
+def first_tool_breakdown(trajs: list[Any], wins: list[bool]) -> dict[str, dict[str, float]]:
+    kinds: dict[str, list[bool]] = {}
+    for t, won in zip(trajs, wins, strict=True):
+        # tool is None for a call the parser could not name (a malformed call)
+        first = (t.tool_calls[0].tool or "malformed") if t.tool_calls else "none"
+        kinds.setdefault(first, []).append(won)
+    return {
+        k: {"rollouts": len(v), "share": len(v) / len(trajs), "success_rate": sum(v) / len(v)}
+        for k, v in sorted(kinds.items())
     }

@@ -141,7 +141,11 @@ def _build_model(
 
         t1 = time.monotonic()
         pairs = [(q, Path(t.root)) for q, t in zip(q_train, train, strict=True)]
-        trajs = asyncio.run(expert_transcripts(pairs, provider, cfg.harness))
+        trajs = asyncio.run(
+            expert_transcripts(
+                pairs, provider, cfg.harness, careless=mc.bootstrap.careless, seed=mc.init_seed
+            )
+        )
         info["expert_transcripts"] = len(trajs)
         info["expert_s"] = round(time.monotonic() - t1, 2)
         say(f"bootstrap: {len(trajs)} expert transcripts through the harness in {info['expert_s']:.0f} s")
