@@ -36,6 +36,9 @@ from inhabit.types import Trajectory
 
 log = get_logger(__name__)
 
+OK_STATUSES = ("finished", "turn_limit")
+"""Statuses of an episode that ran to its end (finish called, or out of turns)."""
+
 
 class TrajectoryLog:
     """Appends trajectory records (one JSON object per line) to a file."""
@@ -160,18 +163,8 @@ class RolloutRunner:
 
     async def _episode(self, task: Any, meta: dict[str, Any], policy: Any) -> Trajectory:
         t0 = time.monotonic()
-        try:
-            traj = await asyncio.wait_for(
-                run_rollout(task, policy, self.provider, config=self.harness), self.cfg.timeout_s
-            )
-        except TimeoutError:
-            traj = _failed(task, "error", f"timeout: the rollout took over {self.cfg.timeout_s:g} s")
-        except Exception as e:  # run_rollout turns failures into data; this is the last guard
-            log.exception("rollout of %s raised", task.id)
-            traj = _failed(task, "error", f"{type(e).__name__}: {e}")
-        # A turn whose engine request failed is an engine error, whatever the harness made of it.
-        if traj.status in ("finished", "turn_limit") and _engine_error(traj):
-            traj = traj.model_copy(update={"status": "policy_error", "error": _engine_error(traj)})
+        traj = await guarded_rollout(task, policy, self.provider, self.harness, self.cfg.timeout_s)
+        assert traj is not None  # no deadline here: a timeout is data
         return traj.model_copy(
             update={"metadata": {**traj.metadata, **meta, "wall_s": round(time.monotonic() - t0, 4)}}
         )
@@ -199,6 +192,36 @@ class RolloutRunner:
             finally:  # episodes cancelled before they began never give theirs back
                 self._slots.release(g - given_back)
         return Group(task_id=task.id, index=index, trajectories=list(trajs), start_version=start, task=task)
+
+
+async def guarded_rollout(
+    task: Any,
+    policy: Any,
+    provider: SandboxProvider,
+    harness: HarnessConfig,
+    timeout_s: float,
+    *,
+    deadline_s: float | None = None,
+) -> Trajectory | None:
+    """One harness episode that never raises: a rollout over `timeout_s` or one that raised becomes
+    a failed trajectory (status "error"), and a finished one whose engine request failed in some
+    turn becomes "policy_error". `deadline_s`, when it comes before `timeout_s`, is the caller's own
+    time limit (a run ending): hitting it returns None, a cut rather than a data point."""
+    cut = deadline_s is not None and deadline_s <= timeout_s
+    try:
+        traj = await asyncio.wait_for(
+            run_rollout(task, policy, provider, config=harness), deadline_s if cut else timeout_s
+        )
+    except TimeoutError:
+        if cut:
+            return None
+        traj = _failed(task, "error", f"timeout: the rollout took over {timeout_s:g} s")
+    except Exception as e:  # run_rollout turns failures into data; this is the last guard
+        log.exception("rollout of %s raised", task.id)
+        traj = _failed(task, "error", f"{type(e).__name__}: {e}")
+    if traj.status in OK_STATUSES and _engine_error(traj):
+        traj = traj.model_copy(update={"status": "policy_error", "error": _engine_error(traj)})
+    return traj
 
 
 def _failed(task: Any, status: str, error: str) -> Trajectory:

@@ -26,11 +26,10 @@ import time
 from collections import Counter
 from typing import Any
 
-from inhabit.harness.rollout import run_rollout
 from inhabit.inference.engine import InferenceEngine
 from inhabit.log import get_logger
 from inhabit.orchestrator.buffer import Group
-from inhabit.orchestrator.rollouts import RolloutRunner, _engine_error, _failed
+from inhabit.orchestrator.rollouts import OK_STATUSES, RolloutRunner, guarded_rollout
 from inhabit.placement.config import RayConfig
 from inhabit.placement.engines import EngineLost, EnginePool
 from inhabit.placement.fleet import Fleet, Member
@@ -38,8 +37,6 @@ from inhabit.sandbox.base import SandboxProvider
 from inhabit.types import Trajectory
 
 log = get_logger(__name__)
-
-OK_STATUSES = ("finished", "turn_limit")
 
 
 class _Lease(InferenceEngine):
@@ -173,22 +170,16 @@ class DispatchRunner(RolloutRunner):
                 seed=self.seed * 1_000_003 + self._episodes * 7919,
             )  # fmt: skip
             t0 = time.monotonic()
-            limit = self.cfg.timeout_s if left is None else min(left, self.cfg.timeout_s)
             try:
-                traj = await asyncio.wait_for(run_rollout(task, policy, provider, config=self.harness), limit)
-            except TimeoutError:
-                if left is not None and left <= self.cfg.timeout_s:
-                    return None, None  # the deadline, not the rollout timeout: cut, not data
-                traj = _failed(task, "error", f"timeout: the rollout took over {self.cfg.timeout_s:g} s")
-            except Exception as e:  # run_rollout turns failures into data; this is the last guard
-                log.exception("rollout of %s raised", task.id)
-                traj = _failed(task, "error", f"{type(e).__name__}: {e}")
+                traj = await guarded_rollout(
+                    task, policy, provider, self.harness, self.cfg.timeout_s, deadline_s=left
+                )
             finally:
                 self.pool.fleet.release(em)
                 if sm is not None:
                     self.env_servers.release(sm)
-            if traj.status in OK_STATUSES and _engine_error(traj):
-                traj = traj.model_copy(update={"status": "policy_error", "error": _engine_error(traj)})
+            if traj is None:
+                return None, None  # the deadline, not the rollout timeout: cut, not data
             lost = None
             if lease.lost:
                 self.pool.fleet.mark_dead(em, "a generate call failed")
