@@ -14,6 +14,7 @@ import time
 from collections import Counter
 from typing import Any
 
+from inhabit.harness.tools import TOOLS
 from inhabit.orchestrator.rollouts import RolloutRunner
 
 
@@ -45,8 +46,10 @@ async def evaluate(runner: RolloutRunner, tasks: list[Any], samples: int, label:
 def first_tool_breakdown(trajs: list[Any], wins: list[bool]) -> dict[str, dict[str, float]]:
     kinds: dict[str, list[bool]] = {}
     for t, won in zip(trajs, wins, strict=True):
-        # tool is None for a call the parser could not name (a malformed call)
+        # tool is None for a call the parser could not name; a name the harness lacks is "unknown"
+        # (model-written names must not become unbounded keys in eval.json and TensorBoard)
         first = (t.tool_calls[0].tool or "malformed") if t.tool_calls else "none"
+        first = first if first in TOOLS or first in ("malformed", "none") else "unknown"
         kinds.setdefault(first, []).append(won)
     return {
         k: {"rollouts": len(v), "share": len(v) / len(trajs), "success_rate": sum(v) / len(v)}

@@ -40,26 +40,42 @@ def test_careless_share_out_of_range_is_refused():
         expert_plans(generate(2, seed=0), 1.5, seed=0)
 
 
-def test_careless_edits_earn_reward_only_when_the_guess_is_exact(tmp_path):
+def careless_kind(task, actions) -> str:
+    """What a careless plan's guessed `old` line is in the module."""
+    old = actions[0][0][1]["old"]
+    if old == task.buggy.line(task.wrong_op):
+        return "exact"
+    if any(old == f.line() for j, f in enumerate(task.fns) if j != task.bug):
+        return "other_function"
+    return "absent"
+
+
+def test_careless_edits_solve_only_exact_guesses_and_can_break_the_other_function(tmp_path):
     """Through the harness and grading: every careful transcript solves its task; a careless one
-    solves it exactly when its guessed `old` line is the module's buggy line."""
-    tasks = generate(8, seed=5)
+    solves it exactly when its guess is the buggy line; a guess that is the other function's line
+    applies (no tool error) and breaks that function; any other guess is "old text not found".
+    (tasks seed 8, plan seed 3: chosen so that every kind occurs.)"""
+    tasks = generate(10, seed=8)
     pairs = [(t, write_quick_task(tmp_path, t)) for t in tasks]
-    plans = expert_plans(tasks, 1.0, seed=2)
-    lucky = sum(
-        1
-        for i, a in plans
-        if first_tool(a) == "edit_file" and a[0][0][1]["old"] == tasks[i].buggy.line(tasks[i].wrong_op)
-    )
+    plans = expert_plans(tasks, 1.0, seed=3)
+    kinds = [careless_kind(tasks[i], a) for i, a in plans if first_tool(a) == "edit_file"]
+    assert {"exact", "other_function", "absent"} <= set(kinds)
     provider = create_provider(SandboxConfig(backend="process"))
     harness = HarnessConfig(max_turns=4)
-    solved = asyncio.run(expert_transcripts(pairs, provider, harness, grade=True, careless=1.0, seed=2))
-    everything = asyncio.run(expert_transcripts(pairs, provider, harness, careless=1.0, seed=2))
-    assert len(everything) == 16
-    assert len(solved) == 8 + lucky
+    trajs = asyncio.run(expert_transcripts(pairs, provider, harness, grade=True, careless=0.0, seed=3))
+    assert len(trajs) == 10  # careful: all solved (grade=True keeps only reward-1 transcripts)
+    everything = asyncio.run(expert_transcripts(pairs, provider, harness, careless=1.0, seed=3))
+    assert len(everything) == 20
     blind = [t for t in everything if t.tool_calls[0].tool == "edit_file"]
-    assert len(blind) == 8
-    assert sum(t.tool_calls[0].error for t in blind) == 8 - lucky  # "old text not found"
+    assert len(blind) == 10
+    by_task = {t.id: t for t in tasks}
+    for traj in blind:
+        task = by_task[traj.task_id]
+        (actions,) = [a for i, a in plans if tasks[i].id == task.id and first_tool(a) == "edit_file"]
+        kind = careless_kind(task, actions)
+        assert traj.tool_calls[0].error == (kind == "absent"), (kind, traj.tool_calls[0].observation)
+    solved = asyncio.run(expert_transcripts(pairs, provider, harness, grade=True, careless=1.0, seed=3))
+    assert len(solved) == 10 + kinds.count("exact")
 
 
 def test_a_lucky_guess_exists_for_some_seed():

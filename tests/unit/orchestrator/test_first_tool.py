@@ -22,11 +22,13 @@ def test_breakdown_counts_shares_and_success_per_first_tool():
         traj("edit_file", "finish"),
         traj(None),
         traj(),
+        traj("rm_rf_everything"),
     ]
-    wins = [True, False, True, False, False]
+    wins = [True, False, True, False, False, False]
     out = first_tool_breakdown(trajs, wins)
-    assert set(out) == {"read_file", "edit_file", "malformed", "none"}  # unnamed call, no call at all
-    assert out["read_file"] == {"rollouts": 2, "share": 0.4, "success_rate": 0.5}
-    assert out["edit_file"] == {"rollouts": 1, "share": 0.2, "success_rate": 1.0}
+    # an unnamed call, no call at all, a name the harness does not have
+    assert set(out) == {"read_file", "edit_file", "malformed", "none", "unknown"}
+    assert out["read_file"] == {"rollouts": 2, "share": pytest.approx(2 / 6), "success_rate": 0.5}
+    assert out["edit_file"] == {"rollouts": 1, "share": pytest.approx(1 / 6), "success_rate": 1.0}
     assert out["malformed"]["rollouts"] == 1 and out["none"]["success_rate"] == 0.0
     assert sum(v["share"] * v["success_rate"] for v in out.values()) == pytest.approx(sum(wins) / len(wins))

@@ -58,6 +58,7 @@ def test_rollout_timeout_is_a_failed_trajectory(setup):
 
 def test_deadline_before_the_timeout_is_a_cut_not_data(setup):
     assert run(setup, Scripted(delay_s=5.0), timeout_s=30.0, deadline_s=0.3) is None
+    assert run(setup, Scripted(delay_s=5.0), timeout_s=0.3, deadline_s=0.3) is None  # a tie: the deadline
     # a deadline after the rollout timeout leaves the timeout in charge: data again
     traj = run(setup, Scripted(delay_s=5.0), timeout_s=0.3, deadline_s=10.0)
     assert traj is not None and traj.status == "error"
@@ -68,6 +69,18 @@ def test_engine_error_in_a_turn_marks_the_episode_policy_error(setup):
     assert traj.status == "policy_error" and "engine error" in traj.error
 
 
-def test_a_crashing_policy_never_raises_out(setup):
+def test_a_crash_inside_the_rollout_becomes_a_failed_trajectory(setup, monkeypatch):
+    """The last guard: whatever escapes run_rollout (a bug, a broken provider) is data, not a crash."""
+    import inhabit.orchestrator.rollouts as rollouts
+
+    async def broken(*args, **kwargs):
+        raise RuntimeError("provider went away")
+
+    monkeypatch.setattr(rollouts, "run_rollout", broken)
+    traj = run(setup, ReplayPolicy(expert_actions(setup[0])))
+    assert traj.status == "error" and traj.error == "RuntimeError: provider went away"
+
+
+def test_a_policy_that_raises_is_recorded_by_the_harness(setup):
     traj = run(setup, Scripted(error=True))
-    assert traj is not None and traj.status in ("error", "policy_error")
+    assert traj is not None and traj.status != "finished" and traj.error

@@ -9,8 +9,9 @@ the harness renders.
 Like real mid-training data, the transcripts can be of mixed quality: with `careless > 0` a share
 of train tasks also gets a *careless* transcript, in which the expert edits without reading the
 module, guessing the buggy line (its argument names and wrong operator) from the instruction, and
-finishes. Such a guess is right about one time in sixteen; the edit usually fails with the
-harness's "old text not found" error. A model bootstrapped on both habits starts some episodes
+finishes. Such a guess is right about one time in sixteen (the task is solved); about one time in
+twenty-four it is the other function's line (the edit applies and breaks that function); otherwise
+the edit fails with the harness's "old text not found" error. A model bootstrapped on both habits starts some episodes
 each way, and only reward can tell it that reading first pays: that is the part of the
 quickstart's gain RL earns on every seed (README "Training").
 """
