@@ -149,3 +149,23 @@ def test_deadline_cuts_a_straggler_and_counts_it(parts):
     assert m["lost_to_deadline"] == 1 and m["cut_surplus"] == 0 and m["retried"] == 0
     assert len(group.trajectories) == 2
     assert all(t.status in ("finished", "turn_limit") for t in group.trajectories)
+
+
+def test_waiting_for_a_slot_counts_against_the_deadline(parts):
+    """One slot: the slow first rollout holds it until the deadline cuts it; the second rollout
+    spent that whole time queued, so it is cut before it starts (it used to get a full deadline
+    of its own after the wait, and finish)."""
+    root, cfg, placement = parts
+    task = slow_task(root, "queued", slow_first=1, sleep_s=200)
+    one_slot = cfg.model_copy(update={"rollout": cfg.rollout.model_copy(update={"concurrency": 1})})
+
+    async def go():
+        runner = await runner_for(one_slot, placement, deadline_s=20)
+        try:
+            return await runner.run_group(task, 0), runner.metrics()
+        finally:
+            await placement.end_attempt()
+
+    group, m = asyncio.run(asyncio.wait_for(go(), 240))
+    assert m["lost_to_deadline"] == 2 and group.trajectories == []
+    assert (root / "queued.count").read_text() == "x"  # only the first rollout was ever graded

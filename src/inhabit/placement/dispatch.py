@@ -131,15 +131,15 @@ class DispatchRunner(RolloutRunner):
             "purpose": purpose, "group": group, "rollout": i, "trajectory_id": f"{purpose}:{group}:{i}",
             "run_attempt": self.run_attempt,
         }  # fmt: skip
-        t0 = time.monotonic()
+        # An absolute time: waiting for a slot, an engine or an env server counts against it too.
+        until = None if deadline is None else time.monotonic() + deadline
         avoid_e: set[int] = set()
         avoid_s: set[int] = set()
         traj: Trajectory | None = None
         for attempt in range(1, self.ray.max_attempts + 1):
-            left = None if deadline is None else deadline - (time.monotonic() - t0)
-            if left is not None and left <= 0:
+            if until is not None and until - time.monotonic() <= 0:
                 break
-            traj, lost = await self._attempt(task, meta, left, avoid_e, avoid_s)
+            traj, lost = await self._attempt(task, meta, until, avoid_e, avoid_s)
             if traj is None:  # the deadline passed during this attempt
                 break
             traj = traj.model_copy(update={"metadata": {**traj.metadata, "attempts": attempt}})
@@ -153,7 +153,7 @@ class DispatchRunner(RolloutRunner):
         return None
 
     async def _attempt(
-        self, task: Any, meta: dict[str, Any], left: float | None, avoid_e: set[int], avoid_s: set[int]
+        self, task: Any, meta: dict[str, Any], until: float | None, avoid_e: set[int], avoid_s: set[int]
     ) -> tuple[Trajectory | None, str | None]:
         from inhabit.inference.local_policy import LocalPolicy
 
@@ -170,6 +170,7 @@ class DispatchRunner(RolloutRunner):
                 seed=self.seed * 1_000_003 + self._episodes * 7919,
             )  # fmt: skip
             t0 = time.monotonic()
+            left = None if until is None else until - t0  # <= 0: cut at once (leases still released)
             try:
                 traj = await guarded_rollout(
                     task, policy, provider, self.harness, self.cfg.timeout_s, deadline_s=left
