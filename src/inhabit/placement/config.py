@@ -67,7 +67,8 @@ class RayConfig(Config):
     deadline_s: float | None = Field(
         None,
         gt=0,
-        description="Per-rollout deadline: a rollout still running this long after it started is "
+        description="Per-rollout deadline, counted from when the group asked for the rollout (time "
+        "queued for a slot, an engine or an env server included): a rollout not done by then is "
         "cancelled and left out of its group (counted in metrics as lost to the deadline).",
     )
     max_attempts: int = Field(

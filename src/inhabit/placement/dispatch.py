@@ -13,8 +13,8 @@ It is a `RolloutRunner` (the pipeline and evaluation call `run_group` as usual) 
   rollout nor counts it twice. Anything else that fails (the agent broke the sandbox, a bad
   turn) is data as always: the failed trajectory is kept.
 - Stragglers: a training group starts `G + oversample` rollouts and is complete when `G` have
-  finished; the rest are cancelled. With `deadline_s`, a rollout still running that long after
-  it started is cancelled and left out (the group trains on the rest under the usual group rule).
+  finished; the rest are cancelled. With `deadline_s`, a rollout not done that long after its
+  group asked for it (queueing for a slot or an actor counts) is cancelled and left out (the group trains on the rest under the usual group rule).
   Both kinds of cut work are counted (`metrics()`), never silently dropped. Evaluation groups
   neither over-sample nor cut (that would bias the success rate towards quick episodes).
 """
