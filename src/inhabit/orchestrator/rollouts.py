@@ -80,7 +80,10 @@ class Slots:
             if fut.done() and not fut.cancelled():  # granted as we were cancelled: give back
                 self.release(n)
             else:
-                self._waiters.remove((n, fut))
+                # _grant may already have dropped our cancelled future (a release between the
+                # cancel and this handler running)
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove((n, fut))
                 self._grant()  # we may have been blocking smaller requests behind us
             raise
 

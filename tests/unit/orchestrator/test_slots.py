@@ -52,6 +52,24 @@ def test_a_cancelled_waiter_neither_keeps_slots_nor_blocks_the_queue():
     asyncio.run(main())
 
 
+def test_a_release_between_cancel_and_wake_up_is_only_a_cancellation():
+    """cancel() marks the waiter's future at once, but its handler runs a loop turn later; a
+    release in between lets _grant drop that future first. It used to raise ValueError."""
+
+    async def main() -> None:
+        slots = Slots(2)
+        await slots.acquire(2)
+        waiter = asyncio.create_task(slots.acquire(1))
+        await asyncio.sleep(0)
+        waiter.cancel()
+        slots.release(2)
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        assert slots.free == 2 and not slots._waiters
+
+    asyncio.run(main())
+
+
 def test_more_than_the_capacity_is_an_error():
     with pytest.raises(ValueError, match="cannot take 5 of 4"):
         asyncio.run(Slots(4).acquire(5))
