@@ -46,10 +46,13 @@ async def evaluate(runner: RolloutRunner, tasks: list[Any], samples: int, label:
 def first_tool_breakdown(trajs: list[Any], wins: list[bool]) -> dict[str, dict[str, float]]:
     kinds: dict[str, list[bool]] = {}
     for t, won in zip(trajs, wins, strict=True):
-        # tool is None for a call the parser could not name; a name the harness lacks is "unknown"
-        # (model-written names must not become unbounded keys in eval.json and TensorBoard)
-        first = (t.tool_calls[0].tool or "malformed") if t.tool_calls else "none"
-        first = first if first in TOOLS or first in ("malformed", "none") else "unknown"
+        tool = t.tool_calls[0].tool if t.tool_calls else None
+        if not t.tool_calls:
+            first = "none"
+        elif tool is None:  # a call the parser could not name
+            first = "malformed"
+        else:  # model-written names must not become unbounded keys in eval.json and TensorBoard
+            first = tool if tool in TOOLS else "unknown"
         kinds.setdefault(first, []).append(won)
     return {
         k: {"rollouts": len(v), "share": len(v) / len(trajs), "success_rate": sum(v) / len(v)}

@@ -222,8 +222,8 @@ async def guarded_rollout(
     except Exception as e:  # run_rollout turns failures into data; this is the last guard
         log.exception("rollout of %s raised", task.id)
         traj = _failed(task, "error", f"{type(e).__name__}: {e}")
-    if traj.status in OK_STATUSES and _engine_error(traj):
-        traj = traj.model_copy(update={"status": "policy_error", "error": _engine_error(traj)})
+    if traj.status in OK_STATUSES and (engine_error := _engine_error(traj)):
+        traj = traj.model_copy(update={"status": "policy_error", "error": engine_error})
     return traj
 
 

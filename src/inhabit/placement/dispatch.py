@@ -14,7 +14,8 @@ It is a `RolloutRunner` (the pipeline and evaluation call `run_group` as usual) 
   turn) is data as always: the failed trajectory is kept.
 - Stragglers: a training group starts `G + oversample` rollouts and is complete when `G` have
   finished; the rest are cancelled. With `deadline_s`, a rollout not done that long after its
-  group asked for it (queueing for a slot or an actor counts) is cancelled and left out (the group trains on the rest under the usual group rule).
+  group asked for it (queueing for a slot or an actor counts) is cancelled and left out (the
+  group trains on the rest under the usual group rule).
   Both kinds of cut work are counted (`metrics()`), never silently dropped. Evaluation groups
   neither over-sample nor cut (that would bias the success rate towards quick episodes).
 """
@@ -137,7 +138,7 @@ class DispatchRunner(RolloutRunner):
         avoid_s: set[int] = set()
         traj: Trajectory | None = None
         for attempt in range(1, self.ray.max_attempts + 1):
-            if until is not None and until - time.monotonic() <= 0:
+            if until is not None and time.monotonic() >= until:
                 break
             traj, lost = await self._attempt(task, meta, until, avoid_e, avoid_s)
             if traj is None:  # the deadline passed during this attempt

@@ -10,10 +10,10 @@ Like real mid-training data, the transcripts can be of mixed quality: with `care
 of train tasks also gets a *careless* transcript, in which the expert edits without reading the
 module, guessing the buggy line (its argument names and wrong operator) from the instruction, and
 finishes. Such a guess is right about one time in sixteen (the task is solved); about one time in
-twenty-four it is the other function's line (the edit applies and breaks that function); otherwise
-the edit fails with the harness's "old text not found" error. A model bootstrapped on both habits starts some episodes
-each way, and only reward can tell it that reading first pays: that is the part of the
-quickstart's gain RL earns on every seed (README "Training").
+twenty-four it is the other function's line (the edit applies and breaks that function);
+otherwise the edit fails with the harness's "old text not found" error. A model bootstrapped on
+both habits starts some episodes each way, and only reward can tell it that reading first pays:
+that is the part of the quickstart's gain RL earns on every seed (README "Training").
 """
 
 from __future__ import annotations
