@@ -1,6 +1,6 @@
 """inhabit: train coding agents with reinforcement learning inside the very harness they ship in.
 
-The package is split into parts (see ../shared/DESIGN.md): sandbox, harness, tasks, rewards,
+The package is split into parts (see docs/architecture.md): sandbox, harness, tasks, rewards,
 models, inference, trainer, orchestrator, weights, online, observability. Importing `inhabit`
 is cheap on purpose: heavy dependencies (torch, transformers) load only in the parts that need
 them, so the CLI starts fast.

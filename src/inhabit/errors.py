@@ -38,7 +38,7 @@ class HarnessError(InhabitError):
 
 
 class TaskFormatError(InhabitError):
-    """A task directory or task file does not follow the task format (DESIGN.md, format 1)."""
+    """A task directory or task file does not follow the task format (docs/architecture.md)."""
 
 
 class GradingError(InhabitError):

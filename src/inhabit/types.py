@@ -1,4 +1,4 @@
-"""Wire types shared by several parts: the trajectory record (DESIGN.md, "Trajectory record").
+"""Wire types shared by several parts: the trajectory record (docs/architecture.md, "Trajectory record").
 
 One `Trajectory` per rollout, one JSON object each (`to_json` / `from_json` round-trip exactly).
 The harness writes it, grading fills reward, parts and flags, the orchestrator and trainer read it,

@@ -7,5 +7,5 @@ Entry points (import them from their modules; this package imports nothing heavy
 - `tools.TOOLS`: the ten tools; `execute.execute_calls`: one turn's calls, concurrently
 - policies: `policy.Policy`, `replay.ReplayPolicy`, `openai_policy.OpenAIPolicy`
 - `config.HarnessConfig`; `agent` and `cli`: the `inhabit agent` / `inhabit replay` commands
-See ../shared/DESIGN.md ("Tools", "Actions file", "Trajectory record") and docs/harness.md.
+See docs/architecture.md ("The ten tools", "Actions file", "Trajectory record") and docs/harness.md.
 """

@@ -1,6 +1,6 @@
 """Parse the XML-like tool calls in a model's free text, and render calls back to that text.
 
-The format (DESIGN.md, "Tools"):
+The format (docs/architecture.md, "The ten tools"):
 
     <tool name="read_file"><path>calc.py</path><start_line>10</start_line></tool>
 

@@ -1,4 +1,4 @@
-"""`ReplayPolicy`: plays an actions file (DESIGN.md, "Actions file") in place of a model.
+"""`ReplayPolicy`: plays an actions file (docs/architecture.md, "Actions file") in place of a model.
 
 The file is JSON: a list of turns, each a list of `{"tool": NAME, "args": {...}}`. Each turn is
 rendered as tool-call text (`parse.render_call`), so the real parser, argument checks, tools and

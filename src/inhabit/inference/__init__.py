@@ -1,1 +1,1 @@
-"""inhabit.inference: see ../shared/DESIGN.md, section "The parts and how data flows"."""
+"""inhabit.inference: the embedded engine, the OpenAI-compatible server, engine clients (docs/engine.md)."""

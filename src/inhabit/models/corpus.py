@@ -5,7 +5,7 @@ Two kinds of text, both deterministic per seed:
 * Python code generated from templates: functions, classes, tests, imports, loops, comprehensions,
   exceptions, docstrings; with identifiers drawn from word lists, so BPE learns Python's keywords,
   indentation runs and common identifier pieces.
-* Harness transcripts: a system prompt, a task instruction, assistant turns holding DESIGN.md's
+* Harness transcripts: a system prompt, a task instruction, assistant turns holding the harness's
   XML-like tool calls (`<tool name="read_file"><path>calc.py</path></tool>`, all ten tools) and
   observations as the harness would show them (numbered lines, `file:line:text` matches, pytest and
   ruff summaries, directory trees).

@@ -21,7 +21,7 @@ between a closing `<|end|>` and the next role marker, and contents are bounded b
 on both sides; so a prompt rendered with the generation prompt, followed by the tokens the model
 generated up to `<|end|>`, is token-for-token a prefix of the next turn's rendering (the usual
 caveat: text re-encoded from decoded tokens may pick different BPE merges). Message contents are
-free text: tool calls are DESIGN.md's XML-like tags and observations are whatever the harness puts
+free text: tool calls are the harness's XML-like tags and observations are whatever the harness puts
 in a user message; both are ordinary BPE text the tokenizer was trained on. `encode_chat` encodes
 contents with special-token strings split, so a file holding `<|end|>` cannot forge a turn;
 tokenizing `render_chat`'s text (as a generic OpenAI-style server would) does not protect that.

@@ -1,1 +1,1 @@
-"""inhabit.observability: see ../shared/DESIGN.md, section "The parts and how data flows"."""
+"""inhabit.observability: metrics.jsonl, TensorBoard/W&B writers and progress display (docs/training.md)."""

@@ -1,1 +1,1 @@
-"""inhabit.online: see ../shared/DESIGN.md, section "The parts and how data flows"."""
+"""inhabit.online: reserved for learning from `inhabit agent` sessions (docs/architecture.md); empty."""

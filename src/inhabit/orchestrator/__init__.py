@@ -1,1 +1,1 @@
-"""inhabit.orchestrator: see ../shared/DESIGN.md, section "The parts and how data flows"."""
+"""inhabit.orchestrator: `inhabit train`, the async/sync pipeline and the quickstart (docs/training.md)."""

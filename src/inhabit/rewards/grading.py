@@ -1,4 +1,4 @@
-"""Grade an agent's final workspace (DESIGN.md, "Task directory (format 1)").
+"""Grade an agent's final workspace (docs/architecture.md, "Task directory").
 
     result = await grade(task, final_sandbox, provider)
     result.reward, result.flags, result.outcomes

@@ -1,4 +1,4 @@
-"""inhabit.sandbox: isolated workspaces the agent acts on (see ../shared/DESIGN.md).
+"""inhabit.sandbox: isolated workspaces the agent acts on (see docs/sandbox.md).
 
 `create_provider(SandboxConfig(...))` picks a backend:
 - "bwrap" (the default wherever it works): namespaces, copy-on-write workspace, no network,

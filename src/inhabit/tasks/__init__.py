@@ -1,4 +1,4 @@
-"""inhabit.tasks: task directories (DESIGN.md, "Task directory (format 1)") and running their tests.
+"""inhabit.tasks: task directories (docs/architecture.md, "Task directory") and running their tests.
 
 - `task`: `load_task(path) -> Task`, `GradingSpec`, `TaskFormatError`
 - `testrun`: `run_tests(sandbox, command, ...) -> TestRunResult` (sealed JUnit XML, per-test outcomes)

@@ -5,7 +5,7 @@ and example uses.
                       hidden={"tests/test_h.py": "..."}, fail_to_pass=[...], pass_to_pass=[...])
     task = load_task(root)
 
-`write_calc_task` writes the calculator task of DESIGN.md (a bug in `add`, visible tests, a hidden
+`write_calc_task` writes the calculator task (examples/tasks/demo-001) (a bug in `add`, visible tests, a hidden
 test, a reference.patch): the smallest real task, shared by tests of several parts.
 """
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import typer
 
 task_app = typer.Typer(
-    help="Task directories: validate them (format 1, see DESIGN.md).", no_args_is_help=True
+    help="Task directories: validate them (see docs/architecture.md).", no_args_is_help=True
 )
 
 

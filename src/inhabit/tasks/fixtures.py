@@ -7,7 +7,7 @@ Imported by the conftest.py of the task and grading tests (one definition, no co
   * `sandbox_provider`: a process-backend provider (fast, no isolation needed for these tests;
     INHABIT_TEST_SANDBOX=bwrap runs the same tests on the isolating backend);
   * `fast_command`: the task test command with plugin autoload off (starts ~3x faster here);
-  * `calc_task`: DESIGN.md's calculator task (bug in add, visible + hidden tests, reference.patch);
+  * `calc_task`: the calculator task of examples/tasks/demo-001 (bug in add, visible + hidden tests, reference.patch);
   * `make_task`: write any task directory: make_task(workspace={...}, hidden={...}, ...) -> Task.
 
 Only test code imports this module (it needs pytest).

@@ -1,4 +1,4 @@
-"""Task directories (DESIGN.md, "Task directory (format 1)"): loading and strict validation.
+"""Task directories (docs/architecture.md, "Task directory"): loading and strict validation.
 
     <task>/task.toml        id, instruction, [grading]
     <task>/workspace/       the repository as the agent first sees it

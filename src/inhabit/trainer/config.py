@@ -22,7 +22,7 @@ from inhabit.trainer.losses import LossConfig
 
 
 class TrainerConfig(Config):
-    """Everything `Trainer` needs besides the model (see README, section "Trainer")."""
+    """Everything `Trainer` needs besides the model (see docs/trainer.md)."""
 
     lr: float = Field(1e-5, gt=0.0, le=1.0, description="Peak learning rate of AdamW.")
     betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas.")

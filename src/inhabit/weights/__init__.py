@@ -1,1 +1,1 @@
-"""inhabit.weights: see ../shared/DESIGN.md, section "The parts and how data flows"."""
+"""inhabit.weights: weight snapshots and lossless deltas, stores, publish/subscribe (docs/weights.md)."""

@@ -1,4 +1,4 @@
-"""The harness's ten tools (DESIGN.md, "Tools"): names, arguments and what each does are a contract.
+"""The harness's ten tools (docs/architecture.md): names, arguments and what each does are a contract.
 
 `TOOLS` maps each name to its one instance; `bind_args` checks a parsed call against its spec.
 """

@@ -41,7 +41,7 @@ class ToolSpec:
     args: tuple[ArgSpec, ...]
 
     def signature(self) -> str:
-        """`read_file(path, start_line?, end_line?)`, as DESIGN.md writes it."""
+        """`read_file(path, start_line?, end_line?)`, as docs/architecture.md writes it."""
         parts = [a.name + ("" if a.required else "?") for a in self.args]
         return f"{self.name}({', '.join(parts)})"
 

@@ -1,4 +1,4 @@
-"""File tools: read_file, write_file, edit_file, list_dir (DESIGN.md's names and arguments).
+"""File tools: read_file, write_file, edit_file, list_dir (names and arguments: docs/architecture.md).
 
 They go through the sandbox's file API (never the host), so they work the same on a local, an
 isolated or a remote sandbox.

@@ -13,7 +13,7 @@ finishes. Such a guess is right about one time in sixteen (the task is solved); 
 twenty-four it is the other function's line (the edit applies and breaks that function);
 otherwise the edit fails with the harness's "old text not found" error. A model bootstrapped on
 both habits starts some episodes each way, and only reward can tell it that reading first pays:
-that is the part of the quickstart's gain RL earns on every seed (README "Training").
+that is the part of the quickstart's gain RL earns on every seed (docs/results.md).
 """
 
 from __future__ import annotations

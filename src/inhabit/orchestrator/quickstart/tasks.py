@@ -1,4 +1,4 @@
-"""A family of tiny bug-fix tasks (DESIGN.md task format 1) for the quickstart.
+"""A family of tiny bug-fix tasks (task directories, docs/architecture.md) for the quickstart.
 
 Each task is a module of two two-argument functions whose names say what they compute
 (`total`, `minus`, `scale`, ...); one function has its operator swapped for another. The visible
