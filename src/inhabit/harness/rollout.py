@@ -11,9 +11,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from inhabit.contracts import Policy
 from inhabit.harness.config import HarnessConfig
 from inhabit.harness.loop import EpisodeObserver, run_episode
-from inhabit.harness.policy import Policy
 from inhabit.log import get_logger
 from inhabit.sandbox.base import SandboxProvider
 from inhabit.types import Trajectory
