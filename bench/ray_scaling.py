@@ -156,7 +156,7 @@ async def actor_rtt(handle: Any, calls: int) -> float:
 
 async def local(args: argparse.Namespace, root: Path, tasks: list[Any]) -> tuple[dict, float]:
     from inhabit.inference.embedded import EmbeddedEngine
-    from inhabit.rollouts.runner import EngineRunner
+    from inhabit.rollouts import EngineRunner
     from inhabit.sandbox import create_provider
 
     cfg = run_config(args, root, 1)

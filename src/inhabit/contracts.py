@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     import torch
 
     from inhabit.inference.engine import InferenceEngine
-    from inhabit.rollouts.runner import TrajectoryLog
+    from inhabit.rollouts import TrajectoryLog
     from inhabit.sandbox.base import SandboxProvider
     from inhabit.tasks.task import Task
 

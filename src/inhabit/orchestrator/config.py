@@ -23,7 +23,7 @@ from inhabit.harness.config import HarnessConfig
 from inhabit.inference.config import EngineConfig
 from inhabit.models.tiny import TinyModelSpec
 from inhabit.placement.config import PlacementConfig
-from inhabit.rollouts.config import RolloutConfig
+from inhabit.rollouts import RolloutConfig
 from inhabit.sandbox import SandboxConfig
 from inhabit.trainer.config import TrainerConfig
 

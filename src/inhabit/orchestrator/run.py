@@ -57,7 +57,7 @@ from inhabit.observability.metrics import MetricsWriter
 from inhabit.observability.progress import RunDisplay
 from inhabit.orchestrator.config import RunConfig
 from inhabit.orchestrator.prepare import Prepared
-from inhabit.rollouts.runner import TrajectoryLog
+from inhabit.rollouts import TrajectoryLog
 from inhabit.sandbox.base import SandboxProvider
 
 log = get_logger(__name__)

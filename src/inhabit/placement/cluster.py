@@ -35,7 +35,7 @@ from inhabit.placement.dispatch import DispatchRunner
 from inhabit.placement.engines import EnginePool
 from inhabit.placement.fleet import Fleet, Member
 from inhabit.placement.trainer_ray import RayTrainer
-from inhabit.rollouts.runner import TrajectoryLog
+from inhabit.rollouts import TrajectoryLog
 from inhabit.sandbox.base import SandboxProvider
 
 log = get_logger(__name__)

@@ -35,7 +35,7 @@ from inhabit.log import get_logger
 from inhabit.placement.config import RayConfig
 from inhabit.placement.engines import EngineLost, EnginePool
 from inhabit.placement.fleet import Fleet, Member
-from inhabit.rollouts.runner import EngineRunner, guarded_rollout
+from inhabit.rollouts import EngineRunner, guarded_rollout
 from inhabit.sandbox.base import SandboxProvider
 from inhabit.tasks.task import Task
 from inhabit.types import TRAINABLE_STATUSES, Trajectory

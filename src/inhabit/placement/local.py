@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from inhabit.contracts import RunParts, TrainerHandle
-from inhabit.rollouts.runner import EngineRunner, TrajectoryLog
+from inhabit.rollouts import EngineRunner, TrajectoryLog
 from inhabit.sandbox.base import SandboxProvider
 
 

@@ -1,8 +1,10 @@
-"""`EngineRunner`: G episodes of a task through the real harness, sandbox and engine.
+"""Rollouts as groups: `RolloutConfig` (the `[rollout]` table) and `EngineRunner`, G episodes of a
+task through the real harness, sandbox and engine.
 
-The `RolloutRunner` (inhabit.contracts) of a run on this machine, and the base of the Ray
-placement's `DispatchRunner`. Every episode gets its own `LocalPolicy` over the one shared engine (which batches all of them),
-a fresh sandbox from the task's workspace, and grading (`inhabit.harness.rollout.run_rollout`).
+`EngineRunner` is the `RolloutRunner` (inhabit.contracts) of a run on this machine, and the base
+of the Ray placement's `DispatchRunner`. Every episode gets its own `LocalPolicy` over the one
+shared engine (which batches all of them), a fresh sandbox from the task's workspace, and
+grading (`inhabit.harness.rollout.run_rollout`).
 Whatever goes wrong (a sandbox error, an engine error, a timeout, a bug) ends as a trajectory
 with a status and an error, never as an exception out of `run_group`: a failed rollout is data.
 Every trajectory is appended to `trajectories.jsonl` in the run folder, with `metadata` saying
@@ -25,18 +27,47 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field
+
+from inhabit.config import Config
 from inhabit.contracts import Group, Policy
 from inhabit.harness.config import HarnessConfig
 from inhabit.harness.rollout import run_rollout
 from inhabit.inference.engine import InferenceEngine
 from inhabit.inference.local_policy import LocalPolicy
 from inhabit.log import get_logger
-from inhabit.rollouts.config import RolloutConfig
 from inhabit.sandbox.base import SandboxProvider
 from inhabit.tasks.task import Task
 from inhabit.types import TRAINABLE_STATUSES, Trajectory
 
 log = get_logger(__name__)
+
+
+class RolloutConfig(Config):
+    """How rollouts are generated."""
+
+    group_size: int = Field(8, ge=1, le=1024, description="G: rollouts per task (one group).")
+    tasks_per_step: int = Field(4, ge=1, description="Groups the trainer consumes per step.")
+    concurrency: int = Field(
+        16,
+        ge=1,
+        description="Episodes (with their grading) running at the same time; a group whose G fits "
+        "starts its G episodes together, when G slots are free.",
+    )
+    temperature: float = Field(1.0, gt=0, le=10, description="Sampling temperature.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling.")
+    max_tokens: int = Field(256, ge=8, description="Tokens one model turn may generate.")
+    timeout_s: float = Field(
+        600.0, gt=0, description="Wall-clock cap on one rollout (episode + grading); past it: status error."
+    )
+    train_zero_advantage: bool = Field(
+        False,
+        description="Also train groups whose rollouts all got the same reward (their gradient is zero; "
+        "the step still runs and the version moves: for tests and timing, not for learning).",
+    )
+    min_group_size: int = Field(
+        2, ge=1, description="A group trains only if at least this many rollouts did not fail."
+    )
 
 
 class TrajectoryLog:
