@@ -156,14 +156,14 @@ async def actor_rtt(handle: Any, calls: int) -> float:
 
 async def local(args: argparse.Namespace, root: Path, tasks: list[Any]) -> tuple[dict, float]:
     from inhabit.inference.embedded import EmbeddedEngine
-    from inhabit.orchestrator.rollouts import RolloutRunner
+    from inhabit.rollouts import EngineRunner
     from inhabit.sandbox import create_provider
 
     cfg = run_config(args, root, 1)
     engine = EmbeddedEngine.from_path(root / "model", cfg.engine)
     provider = create_provider(cfg.sandbox)
     try:
-        runner = RolloutRunner(
+        runner = EngineRunner(
             engine, engine.tokenizer, provider, harness=cfg.harness, rollout=cfg.rollout, seed=0
         )
         await drive(runner, tasks, cfg.rollout.group_size * 2)  # warm-up
@@ -195,7 +195,7 @@ async def on_ray(args: argparse.Namespace, root: Path, tasks: list[Any], n: int)
         row["dispatch_wait_s_per_rollout"] = runner.dispatch_s / max(1, row["rollouts"])
         lat = await call_latency(pool.fleet.members[0].payload, args.calls)
         row["actor_rtt_s"] = await actor_rtt(pool.fleet.members[0].handle, args.calls)
-        await placement.end_attempt()
+        await placement.close_fleets()
     finally:
         placement.shutdown()  # kills this configuration's actors (Ray itself stays up)
     return row, lat

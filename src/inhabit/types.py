@@ -27,6 +27,10 @@ Status = Literal[
     "error",  # anything else; `error` says what
 ]
 
+TRAINABLE_STATUSES: tuple[Status, ...] = ("finished", "turn_limit")
+"""Statuses of an episode that ran to its end (finish called, or out of turns): the only ones a
+trainer learns from. Every other status is a failure of some part and is left out of training."""
+
 
 class _Wire(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")

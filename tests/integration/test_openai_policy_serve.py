@@ -11,11 +11,11 @@ import asyncio
 
 import pytest
 
+from inhabit.contracts import Message
 from inhabit.harness.loop import _turn_record
-from inhabit.harness.openai_policy import OpenAIPolicy
-from inhabit.harness.policy import Message
 from inhabit.inference.config import EngineConfig
 from inhabit.inference.embedded import EmbeddedEngine
+from inhabit.inference.openai_policy import OpenAIPolicy
 from inhabit.inference.server import BackgroundServer, create_app
 
 

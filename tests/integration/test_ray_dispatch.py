@@ -124,7 +124,7 @@ def test_oversampling_keeps_the_first_g_and_counts_the_cut(parts):
             evals = await runner.run_group(task, -1, purpose="eval:x", size=2)
             return group, runner.metrics(), sum(runner.pool.fleet.stats()["served"]) - served, evals
         finally:
-            await placement.end_attempt()
+            await placement.close_fleets()
 
     group, m, eval_started, evals = asyncio.run(asyncio.wait_for(go(), 240))
     assert len(group.trajectories) == 2 and m["cut_surplus"] == 2 and m["lost_to_deadline"] == 0
@@ -143,7 +143,7 @@ def test_deadline_cuts_a_straggler_and_counts_it(parts):
         try:
             return await runner.run_group(task, 0), runner.metrics()
         finally:
-            await placement.end_attempt()
+            await placement.close_fleets()
 
     group, m = asyncio.run(asyncio.wait_for(go(), 240))
     assert m["lost_to_deadline"] == 1 and m["cut_surplus"] == 0 and m["retried"] == 0
@@ -164,7 +164,7 @@ def test_waiting_for_a_slot_counts_against_the_deadline(parts):
         try:
             return await runner.run_group(task, 0), runner.metrics()
         finally:
-            await placement.end_attempt()
+            await placement.close_fleets()
 
     group, m = asyncio.run(asyncio.wait_for(go(), 240))
     assert m["lost_to_deadline"] == 2 and group.trajectories == []

@@ -17,9 +17,9 @@ from collections.abc import Sequence
 import pytest
 import torch
 
+from inhabit.contracts import Message, Policy, PolicyTurn
 from inhabit.harness.config import HarnessConfig
 from inhabit.harness.loop import run_episode
-from inhabit.harness.policy import Message, Policy, PolicyTurn
 from inhabit.sandbox import SandboxConfig, create_provider
 from inhabit.trainer.config import TrainerConfig
 from inhabit.trainer.samples import group_samples

@@ -9,21 +9,6 @@ from typing import Any
 import typer
 
 
-def make_policy(model: str, *, served_name: str | None, temperature: float, seed: int | None):  # type: ignore[no-untyped-def]
-    """URL -> OpenAIPolicy (any OpenAI-compatible endpoint); folder -> LocalPolicy (in process)."""
-    if model.startswith(("http://", "https://")):
-        from inhabit.harness.openai_policy import OpenAIPolicy
-
-        return OpenAIPolicy(model, served_name, temperature=temperature)
-    if not Path(model).is_dir():
-        raise typer.BadParameter(
-            f"{model} is neither an http(s) URL nor a model folder", param_hint="--model"
-        )
-    from inhabit.inference.local_policy import LocalPolicy
-
-    return LocalPolicy.from_path(model, temperature=temperature, seed=seed)
-
-
 def print_summary(summary: dict[str, Any], title: str) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -122,9 +107,11 @@ def register(app: typer.Typer) -> None:
         async def run():
             from rich.progress import Progress
 
+            from inhabit.inference.policies import make_policy
+
             # K greedy samples would be K copies of one answer: pass@K needs sampling.
             temp = temperature if temperature is not None else (0.0 if samples == 1 else 0.8)
-            policy = make_policy(model, served_name=served_name, temperature=temp, seed=seed)
+            policy = make_policy(model, model_name=served_name, temperature=temp, seed=seed)
             provider = create_provider(SandboxConfig(backend=backend))  # type: ignore[arg-type]
             try:
                 with Progress() as bar:

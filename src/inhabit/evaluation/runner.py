@@ -16,10 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from inhabit.contracts import Policy
 from inhabit.errors import InhabitError
 from inhabit.evaluation.capture import CapturingProvider
 from inhabit.harness.config import HarnessConfig
-from inhabit.harness.policy import Policy
 from inhabit.log import get_logger
 from inhabit.sandbox.base import SandboxProvider
 from inhabit.tasks.task import Task, load_task

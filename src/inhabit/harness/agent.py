@@ -1,4 +1,4 @@
-"""`inhabit agent`'s parts: policy choice, the diff between repository and sandbox, applying it,
+"""`inhabit agent`'s parts: the diff between repository and sandbox, applying it,
 streaming turns to the terminal, and saving the session for online training.
 
 The agent never touches the real repository while it works: it acts on a sandbox copy. Only when
@@ -10,7 +10,6 @@ node_modules, *.pyc) are never diffed nor applied.
 from __future__ import annotations
 
 import difflib
-import importlib
 import json
 import os
 import secrets
@@ -23,9 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
 
-from inhabit.errors import HarnessError
 from inhabit.harness.loop import EpisodeObserver
-from inhabit.harness.policy import Policy
 from inhabit.sandbox.base import Sandbox
 from inhabit.types import ToolCallRecord, Trajectory
 
@@ -42,30 +39,6 @@ EXCLUDED_DIRS = frozenset(
     }
 )
 SESSIONS_DIR = Path(".inhabit") / "sessions"
-
-
-def make_policy(
-    model: str, *, model_name: str | None = None, api_key: str | None = None, context_window: int = 32_768
-) -> Policy:
-    """An http(s) URL is an OpenAI-compatible endpoint; a local folder is a model for LocalPolicy."""
-    if model.startswith(("http://", "https://")):
-        from inhabit.harness.openai_policy import OpenAIPolicy
-
-        return OpenAIPolicy(model, model_name, api_key=api_key, context_window=context_window)
-    path = Path(model).expanduser()
-    if path.is_dir():
-        try:
-            module = importlib.import_module("inhabit.inference.local_policy")
-        except ImportError as e:
-            raise HarnessError(
-                f"{path} is a local model folder, but this build has no local inference "
-                "(inhabit.inference.local_policy); serve the model and pass its URL instead"
-            ) from e
-        return module.LocalPolicy.from_path(path)
-    raise HarnessError(
-        f"--model {model!r} is neither an http(s) URL of an OpenAI-compatible endpoint (e.g. "
-        "http://127.0.0.1:8000/v1) nor an existing local model folder"
-    )
 
 
 def _excluded(rel: str) -> bool:

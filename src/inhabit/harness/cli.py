@@ -114,12 +114,12 @@ async def _agent(
     from inhabit.harness.agent import (
         ConsoleObserver,
         apply_changes,
-        make_policy,
         render_diff,
         save_session,
         workspace_changes,
     )
     from inhabit.harness.loop import run_episode
+    from inhabit.inference.policies import make_policy
 
     console = Console()
     policy = make_policy(model, model_name=model_name, api_key=api_key, context_window=context_window)

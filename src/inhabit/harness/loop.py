@@ -18,10 +18,10 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+from inhabit.contracts import Message, Policy, PolicyTurn
 from inhabit.errors import SandboxError
 from inhabit.harness.config import HarnessConfig
 from inhabit.harness.execute import execute_calls
-from inhabit.harness.policy import Message, Policy, PolicyTurn
 from inhabit.harness.prompts import (
     NO_CALL_TEXT,
     SUMMARY_PROMPT,

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from inhabit.contracts import Message, Policy, PolicyTurn
 from inhabit.errors import HarnessError
 from inhabit.harness.parse import render_call
-from inhabit.harness.policy import Message, Policy, PolicyTurn
 from inhabit.harness.prompts import SUMMARY_PROMPT
 
 FINISH_TEXT = render_call("finish", {"message": "replay finished"})

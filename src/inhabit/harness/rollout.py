@@ -11,18 +11,19 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from inhabit.contracts import Policy
 from inhabit.harness.config import HarnessConfig
 from inhabit.harness.loop import EpisodeObserver, run_episode
-from inhabit.harness.policy import Policy
 from inhabit.log import get_logger
 from inhabit.sandbox.base import SandboxProvider
+from inhabit.tasks.task import Task
 from inhabit.types import Trajectory
 
 log = get_logger(__name__)
 
 
 async def run_rollout(
-    task: Any,
+    task: Task,
     policy: Policy,
     provider: SandboxProvider,
     *,
@@ -31,7 +32,7 @@ async def run_rollout(
     observer: EpisodeObserver | None = None,
     grade_episode: bool = True,
 ) -> Trajectory:
-    """Run `policy` on `task` (an `inhabit.tasks.task.Task`) and grade the result."""
+    """Run `policy` on `task` and grade the result."""
     from inhabit.rewards.grading import grade
 
     cfg = config or HarnessConfig()

@@ -212,6 +212,9 @@ class EmbeddedEngine(InferenceEngine):
             self._lock.notify()
         await asyncio.to_thread(self._thread.join, 30)
 
+    def decode_counts(self) -> tuple[int, int]:
+        return self.steps, self.decoded_rows
+
     def stats(self) -> dict[str, Any]:
         """Counters for /metrics-style reporting."""
         return {

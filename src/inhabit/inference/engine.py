@@ -85,5 +85,10 @@ class InferenceEngine(abc.ABC):
     def version(self) -> int:
         """Policy version of the weights currently loaded."""
 
+    def decode_counts(self) -> tuple[int, int] | None:
+        """(decode steps, sequences decoded summed over those steps) since the engine started, for
+        the mean decode batch; None for engines that do not count (remote ones)."""
+        return None
+
     async def close(self) -> None:  # noqa: B027 - optional hook, nothing to free by default
         """Stop background work and free memory."""

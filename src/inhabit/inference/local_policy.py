@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from inhabit.harness.policy import Message, Policy, PolicyTurn
+from inhabit.contracts import Message, Policy, PolicyTurn
 from inhabit.inference.config import EngineConfig
 from inhabit.inference.engine import GenerationRequest, InferenceEngine, SamplingParams
 

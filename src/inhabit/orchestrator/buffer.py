@@ -10,42 +10,15 @@ in (tests/unit/orchestrator/test_buffer.py checks this with hypothesis over sche
 The producer side keeps drops rare rather than making them impossible: `may_start` admits a new
 group only while fewer than `(max_staleness + 1) * tasks_per_step` groups are outstanding (in
 flight or buffered), so a group started now is consumed within `max_staleness` further steps.
-Dropped groups' tasks are handed back (`take_requeue`) to be generated again with fresh weights.
+Dropped groups' tasks are handed back (`pop_requeued`) to be generated again with fresh weights.
 """
 
 from __future__ import annotations
 
 import collections
-from dataclasses import dataclass, field
-from typing import Any
 
-from inhabit.types import Trajectory
-
-
-def trajectory_min_version(traj: Trajectory) -> int:
-    """Oldest policy version among the trajectory's generated tokens (-1 when none is known)."""
-    found = [v for seg in traj.segments for turn in seg.turns for v in (turn.versions or ())]
-    return min(found) if found else -1
-
-
-@dataclass
-class Group:
-    """The rollouts of one task, as the rollout loop completes them."""
-
-    task_id: str
-    index: int
-    """Sequence number of the group in the run (order of starting)."""
-    trajectories: list[Trajectory]
-    start_version: int
-    """Engine version when the group started."""
-    task: Any = None
-    meta: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def min_version(self) -> int:
-        """Oldest version of any generated token; a group with none known counts as `start_version`."""
-        vs = [v for t in self.trajectories if (v := trajectory_min_version(t)) >= 0]
-        return min(vs) if vs else self.start_version
+from inhabit.contracts import Group
+from inhabit.tasks.task import Task
 
 
 class GroupBuffer:
@@ -58,7 +31,7 @@ class GroupBuffer:
         self._ready: collections.deque[Group] = collections.deque()
         self.in_flight = 0
         self.dropped_stale = 0
-        self._requeue: list[Any] = []
+        self._requeue: collections.deque[Task] = collections.deque()
 
     # producer side
     def may_start(self) -> bool:
@@ -105,7 +78,6 @@ class GroupBuffer:
             out.append(self._ready.popleft())
         return out
 
-    def take_requeue(self) -> list[Any]:
-        """Tasks of dropped groups, to generate again."""
-        out, self._requeue = self._requeue, []
-        return out
+    def pop_requeued(self) -> Task | None:
+        """The oldest task of a dropped group, to generate again (None: none waiting)."""
+        return self._requeue.popleft() if self._requeue else None

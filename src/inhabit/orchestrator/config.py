@@ -22,7 +22,8 @@ from inhabit.config import Config
 from inhabit.harness.config import HarnessConfig
 from inhabit.inference.config import EngineConfig
 from inhabit.models.tiny import TinyModelSpec
-from inhabit.placement.config import RayConfig
+from inhabit.placement.config import PlacementConfig
+from inhabit.rollouts import RolloutConfig
 from inhabit.sandbox import SandboxConfig
 from inhabit.trainer.config import TrainerConfig
 
@@ -84,33 +85,6 @@ class TasksConfig(Config):
         return self
 
 
-class RolloutConfig(Config):
-    """How rollouts are generated."""
-
-    group_size: int = Field(8, ge=1, le=1024, description="G: rollouts per task (one group).")
-    tasks_per_step: int = Field(4, ge=1, description="Groups the trainer consumes per step.")
-    concurrency: int = Field(
-        16,
-        ge=1,
-        description="Episodes (with their grading) running at the same time; a group whose G fits "
-        "starts its G episodes together, when G slots are free.",
-    )
-    temperature: float = Field(1.0, gt=0, le=10, description="Sampling temperature.")
-    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling.")
-    max_tokens: int = Field(256, ge=8, description="Tokens one model turn may generate.")
-    timeout_s: float = Field(
-        600.0, gt=0, description="Wall-clock cap on one rollout (episode + grading); past it: status error."
-    )
-    train_zero_advantage: bool = Field(
-        False,
-        description="Also train groups whose rollouts all got the same reward (their gradient is zero; "
-        "the step still runs and the version moves: for tests and timing, not for learning).",
-    )
-    min_group_size: int = Field(
-        2, ge=1, description="A group trains only if at least this many rollouts did not fail."
-    )
-
-
 class EvalConfig(Config):
     """Held-out evaluation (success rate = mean reward over every held-out task x samples)."""
 
@@ -128,26 +102,6 @@ class MetricsConfig(Config):
     wandb_project: str = Field("inhabit", description="W&B project.")
     progress: Literal["auto", "rich", "plain", "off"] = Field(
         "auto", description="Terminal display: rich when stdout is a TTY (auto), plain lines, or nothing."
-    )
-
-
-class PlacementConfig(Config):
-    """Where the parts run: on this machine (the trainer in this process or a child of its own), or
-    as Ray actors across machines (`backend = "ray"`, see [placement.ray]; `placement = "ray"` for short)."""
-
-    backend: Literal["local", "ray"] = Field(
-        "local",
-        description="local: everything on this machine; ray: engines, env servers, trainer as Ray actors.",
-    )
-    ray: RayConfig = Field(default_factory=RayConfig, description="Actors and dispatch when backend = 'ray'.")
-
-    trainer: Literal["thread", "process"] = Field(
-        "thread", description="thread: a worker thread of this process; process: a child process."
-    )
-    trainer_cpus: list[int] | None = Field(None, description="CPU ids the trainer process is pinned to.")
-    trainer_threads: int = Field(1, ge=1, description="torch threads of the trainer process.")
-    rollout_cpus: list[int] | None = Field(
-        None, description="CPU ids this process (engine, harness, sandboxes it starts) is pinned to."
     )
 
 

@@ -14,11 +14,13 @@ import time
 from collections import Counter
 from typing import Any
 
+from inhabit.contracts import RolloutRunner
 from inhabit.harness.tools import TOOLS
-from inhabit.orchestrator.rollouts import RolloutRunner
+from inhabit.tasks.task import Task
+from inhabit.types import Trajectory
 
 
-async def evaluate(runner: RolloutRunner, tasks: list[Any], samples: int, label: str) -> dict[str, Any]:
+async def evaluate(runner: RolloutRunner, tasks: list[Task], samples: int, label: str) -> dict[str, Any]:
     t0 = time.monotonic()
     groups = await asyncio.gather(
         *(runner.run_group(t, -1 - i, purpose=f"eval:{label}", size=samples) for i, t in enumerate(tasks))
@@ -43,7 +45,7 @@ async def evaluate(runner: RolloutRunner, tasks: list[Any], samples: int, label:
     }
 
 
-def first_tool_breakdown(trajs: list[Any], wins: list[bool]) -> dict[str, dict[str, float]]:
+def first_tool_breakdown(trajs: list[Trajectory], wins: list[bool]) -> dict[str, dict[str, float]]:
     kinds: dict[str, list[bool]] = {}
     for t, won in zip(trajs, wins, strict=True):
         tool = t.tool_calls[0].tool if t.tool_calls else None

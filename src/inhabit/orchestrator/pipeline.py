@@ -1,7 +1,7 @@
 """The RL pipeline: rollout loop + trainer loop around a buffer with a hard staleness bound.
 
-    pipeline = Pipeline(cfg, prepared, provider, trainer=InProcessTrainer(...))
-    await pipeline.run()
+    pipeline = Pipeline(cfg, runner, trainer, sync, train_tasks)   # the parts of a `RunParts`
+    await pipeline.run(steps)
 
 Async mode (`mode = "async"`): a producer keeps starting groups (G rollouts of one task, with the
 newest weights the engine holds) while `GroupBuffer.may_start` allows and the run can still train
@@ -26,15 +26,15 @@ import asyncio
 import random
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
+from inhabit.contracts import Group, RolloutRunner, TrainerHandle, WeightSync
 from inhabit.log import get_logger
-from inhabit.orchestrator.buffer import Group, GroupBuffer
+from inhabit.orchestrator.buffer import GroupBuffer
 from inhabit.orchestrator.config import RunConfig
-from inhabit.orchestrator.rollouts import RolloutRunner
-from inhabit.orchestrator.trainer_handle import TrainerHandle
-from inhabit.orchestrator.weight_sync import WeightSync
-from inhabit.trainer.samples import DEFAULT_KEEP_STATUSES, group_samples, is_trainable
+from inhabit.tasks.task import Task
+from inhabit.trainer.samples import group_samples, is_trainable
 from inhabit.types import Trajectory
 
 log = get_logger(__name__)
@@ -43,10 +43,10 @@ log = get_logger(__name__)
 class TaskStream:
     """Train tasks in a reshuffled order per epoch, from a resumable cursor."""
 
-    def __init__(self, tasks: list[Any], seed: int, cursor: int = 0) -> None:
+    def __init__(self, tasks: list[Task], seed: int, cursor: int = 0) -> None:
         self.tasks, self.seed, self.cursor = tasks, seed, cursor
 
-    def next(self) -> Any:
+    def next(self) -> Task:
         n = len(self.tasks)
         epoch, i = divmod(self.cursor, n)
         order = list(range(n))
@@ -59,7 +59,7 @@ def usable_groups(groups: list[Group], min_group_size: int) -> tuple[list[Group]
     """(trainable, dropped) by the group rule (module docstring)."""
     ok, bad = [], []
     for g in groups:
-        kept = sum(is_trainable(t, DEFAULT_KEEP_STATUSES) for t in g.trajectories)
+        kept = sum(is_trainable(t) for t in g.trajectories)
         (ok if kept >= min_group_size else bad).append(g)
     return ok, bad
 
@@ -102,12 +102,12 @@ class Pipeline:
         runner: RolloutRunner,
         trainer: TrainerHandle,
         sync: WeightSync,
-        train_tasks: list[Any],
+        train_tasks: list[Task],
         *,
-        on_step: Any = None,
+        on_step: Callable[[int, dict[str, Any]], None] | None = None,
         cursor: int = 0,
         groups_started: int = 0,
-        should_stop: Any = None,
+        should_stop: Callable[[], bool] | None = None,
     ) -> None:
         self.cfg, self.runner, self.trainer, self.sync = cfg, runner, trainer, sync
         self.stream = TaskStream(train_tasks, cfg.seed, cursor)
@@ -130,14 +130,6 @@ class Pipeline:
         self._dropped0 = 0
         self.history: list[dict[str, Any]] = []
 
-    def _engine_counts(self) -> tuple[int, int] | None:
-        """(decode steps, rows decoded) of an embedded engine; None for engines that do not count."""
-        steps, rows = (
-            getattr(self.runner.engine, "steps", None),
-            getattr(self.runner.engine, "decoded_rows", None),
-        )
-        return (steps, rows) if isinstance(steps, int) and isinstance(rows, int) else None
-
     def data_state(self) -> dict[str, Any]:
         return {"cursor": self.stream.cursor, "groups_started": self.groups_started}
 
@@ -148,7 +140,7 @@ class Pipeline:
         self._groups_started0 = self.groups_started
         self._dropped0 = self.buffer.dropped_stale
         self._last_tokens = self.runner.completion_tokens
-        self._last_engine = self._engine_counts()
+        self._last_engine = self.runner.engine.decode_counts()
         self._finished0 = self.runner.finished
         if self.cfg.mode == "sync":
             await self._run_sync(steps)
@@ -208,9 +200,9 @@ class Pipeline:
             while True:
                 async with self._cond:
                     await self._cond.wait_for(lambda: self.buffer.may_start() and self._needs_more())
-                requeued = self.buffer.take_requeue()
-                task = requeued.pop(0) if requeued else self.stream.next()
-                self.buffer._requeue[:0] = requeued  # keep the rest for the next slots
+                task = self.buffer.pop_requeued()
+                if task is None:
+                    task = self.stream.next()
                 await self.sync.apply(self.runner.engine)
                 self.buffer.started()
                 t = asyncio.create_task(self._finish_group(task))
@@ -221,7 +213,7 @@ class Pipeline:
                 t.cancel()
             await asyncio.gather(*running, return_exceptions=True)
 
-    async def _finish_group(self, task: Any) -> None:
+    async def _finish_group(self, task: Task) -> None:
         try:
             group = await self._group(task)
         except asyncio.CancelledError:
@@ -231,7 +223,7 @@ class Pipeline:
             self.buffer.put(group)
             self._cond.notify_all()
 
-    async def _group(self, task: Any) -> Group:
+    async def _group(self, task: Task) -> Group:
         index = self.groups_started
         self.groups_started += 1
         return await self.runner.run_group(task, index)
@@ -292,7 +284,7 @@ class Pipeline:
             "trajectories_per_min": (self.runner.finished - self._finished0) / max(1e-9, elapsed) * 60,
             "trainer": metrics or {},
         }
-        counts = self._engine_counts()
+        counts = self.runner.engine.decode_counts()
         if counts is not None and self._last_engine is not None:
             d_steps = counts[0] - self._last_engine[0]
             record["engine_decode_batch_mean"] = (

@@ -1,11 +1,34 @@
 """`train(cfg, resume=...)`: one whole run, what `inhabit train CONFIG` calls.
 
 1. prepare tasks and the starting model (prepare.py; cached under `<run_dir>/cache`);
-2. start the trainer (from the starting model, or the newest checkpoint with `resume`) and an
-   embedded engine on the same weights and version;
+2. pick the placement (`[placement]`: `LocalPlacement` on this machine, `RayPlacement` across a
+   Ray cluster) and have it start the run's parts (`RunParts`): the trainer (from the starting
+   model, or the newest checkpoint with `resume`), the engine(s) on the same weights and
+   version, the weight sync and the rollout runner with its sandboxes;
 3. evaluate the held-out tasks (unless resuming a run that already did);
 4. run the pipeline for `steps` trainer steps (checkpoints every `checkpoint_every` and at the end);
 5. evaluate again and write `summary.json`.
+
+Every placement runs this one path. One rollout, from `inhabit train` to the optimizer:
+
+    inhabit train CONFIG -> train() -> _run(): prepare(), placement.setup() -> RunParts
+      Pipeline.run()
+        producer: task = GroupBuffer.pop_requeued() or TaskStream.next()
+                  WeightSync.apply(engine)                       newest weights into the engine(s)
+                  RolloutRunner.run_group(task) -> Group         G episodes: harness + sandbox +
+                        |                                        engine + grading -> Trajectory x G
+                        v                                        (and a line in trajectories.jsonl)
+                  GroupBuffer.put(group)
+        trainer:  GroupBuffer.take(tasks_per_step, version)      stale groups dropped, requeued
+                  usable_groups() -> group_samples()             the group rule, advantages
+                  TrainerHandle.step(samples)                    the optimizer (thread, child
+                        |                                        process or Ray actor)
+                        v
+                  WeightSync.publish(state, version) -> apply(engine)
+                  on_step(): metrics.jsonl, display, checkpoints
+
+A trainer that dies (`TrainerLost`, only a Ray actor can) ends the attempt; the run sets its
+parts up again from the newest checkpoint, at most `placement.max_trainer_restarts` times.
 
 Stopping early: create a file named `STOP` in the run folder (`touch runs/x/STOP`). The run
 finishes the step in progress, checkpoints, skips the final evaluation, writes `summary.json`
@@ -27,11 +50,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from inhabit.contracts import Placement, RunParts, TrainerLost
 from inhabit.errors import OrchestratorError
 from inhabit.log import get_logger
 from inhabit.observability.metrics import MetricsWriter
 from inhabit.observability.progress import RunDisplay
 from inhabit.orchestrator.config import RunConfig
+from inhabit.orchestrator.prepare import Prepared
+from inhabit.rollouts import TrajectoryLog
+from inhabit.sandbox.base import SandboxProvider
 
 log = get_logger(__name__)
 
@@ -48,30 +75,39 @@ def _clear_outputs(run_dir: Path) -> None:
             p.unlink()
 
 
-def train(cfg: RunConfig, *, resume: bool = False, display: RunDisplay | None = None) -> dict[str, Any]:
+def make_placement(cfg: RunConfig) -> Placement:
+    """The placement `[placement]` asks for (`backend`: local or ray)."""
+    if cfg.placement.backend == "ray":
+        from inhabit.placement.cluster import RayPlacement
+
+        return RayPlacement(cfg)
+    from inhabit.placement.local import LocalPlacement
+
+    return LocalPlacement(cfg)
+
+
+def train(
+    cfg: RunConfig,
+    *,
+    resume: bool = False,
+    display: RunDisplay | None = None,
+    placement: Placement | None = None,
+) -> dict[str, Any]:
+    """Run `cfg` (see module docstring). `placement`: one made by `make_placement(cfg)` (the
+    default), passed in by a caller that wants to watch its parts while the run goes on."""
+    placement = placement or make_placement(cfg)
     display = display or RunDisplay(cfg.metrics.progress, cfg.steps)
     with display:
-        if cfg.placement.backend == "ray":
-            from inhabit.placement.cluster import train_on_ray
-
-            return asyncio.run(train_on_ray(cfg, resume, display, _train))
-        return asyncio.run(_train(cfg, resume, display))
+        return asyncio.run(_run(cfg, resume, display, placement))
 
 
-async def _train(cfg: RunConfig, resume: bool, display: RunDisplay, placement: Any = None) -> dict[str, Any]:
+async def _run(cfg: RunConfig, resume: bool, display: RunDisplay, placement: Placement) -> dict[str, Any]:
     import torch
     import transformers
 
-    from inhabit.inference.embedded import EmbeddedEngine
-    from inhabit.orchestrator.evaluate import evaluate
-    from inhabit.orchestrator.pipeline import Pipeline
     from inhabit.orchestrator.prepare import prepare
-    from inhabit.orchestrator.rollouts import RolloutRunner, TrajectoryLog
-    from inhabit.orchestrator.trainer_handle import InProcessTrainer, TrainerHandle
-    from inhabit.orchestrator.weight_sync import InProcessWeightSync
     from inhabit.sandbox import create_provider
-    from inhabit.trainer.checkpoint import checkpoint_name, latest_checkpoint
-    from inhabit.trainer.trainer import Trainer
+    from inhabit.trainer.checkpoint import latest_checkpoint
 
     transformers.utils.logging.disable_progress_bar()  # our own display reports progress
     t_start = time.monotonic()
@@ -90,56 +126,78 @@ async def _train(cfg: RunConfig, resume: bool, display: RunDisplay, placement: A
     if stop_file.exists():  # left from before this run started: not a request to this run
         log.warning("removing %s left from an earlier run", stop_file)
         stop_file.unlink()
-    provider = create_provider(cfg.sandbox)
-    prepared = await asyncio.to_thread(prepare, cfg, provider, display.say)
-    if not prepared.train:
-        raise OrchestratorError("no train tasks: check [tasks]")
+    placement.start()
+    try:
+        provider = create_provider(cfg.sandbox)
+        prepared = await asyncio.to_thread(prepare, cfg, provider, display.say)
+        if not prepared.train:
+            raise OrchestratorError("no train tasks: check [tasks]")
+        restarts = 0
+        while True:
+            try:
+                summary = await _attempt(cfg, display, placement, provider, prepared, ckpt, t_start)
+            except TrainerLost as e:
+                if restarts >= placement.max_trainer_restarts:
+                    raise OrchestratorError(
+                        f"{e}; gave up after {restarts} restarts "
+                        "(placement.ray.max_trainer_restarts); `inhabit train --resume` continues"
+                    ) from e
+                restarts += 1
+                ckpt = latest_checkpoint(ckpt_root)
+                if ckpt is None:  # nothing to resume from: start over, as a fresh run would
+                    _clear_outputs(run_dir)
+                display.say(f"{e}: resuming from {ckpt or 'the start (no checkpoint yet)'}")
+                continue
+            summary["trainer_restarts"] = restarts
+            return summary
+    finally:
+        placement.shutdown()
 
-    start = ckpt or prepared.model_dir
-    pl = cfg.placement
-    cpus_before: set[int] | None = None
-    handle: TrainerHandle
-    if placement is not None:  # Ray actors (inhabit.placement): trainer, engines, env servers
-        handle, data_state, engine, make_runner, sync = await placement.setup(prepared.model_dir, ckpt)
-    elif pl.trainer == "process":
-        from inhabit.orchestrator.trainer_process import ProcessTrainer, pin
 
-        handle = ProcessTrainer(
-            prepared.model_dir, cfg.trainer, checkpoint=ckpt, cpus=pl.trainer_cpus, threads=pl.trainer_threads
-        )
-        # The caller gets its CPU set back when the run ends (a second run in this process, as in
-        # bench/pipeline.py, would otherwise find only the rollout cores and pin its trainer there).
-        cpus_before = pin(pl.rollout_cpus, cfg.threads)
-        data_state: dict[str, Any] = {}
-        if ckpt is not None:
-            data_state = json.loads((ckpt / "trainer_state.json").read_text()).get("data_state", {})
-    else:
-        trainer = Trainer.from_pretrained(start, cfg.trainer)
-        if ckpt is not None:
-            trainer.load(ckpt)
-        handle = InProcessTrainer(
-            trainer, threads=cfg.trainer.num_threads or cfg.threads, max_staleness=cfg.max_staleness
-        )
-        data_state = trainer.data_state
-    if ckpt is not None:
-        display.say(f"resuming from {ckpt} (version {handle.version})")
-    if placement is None:
-        engine = EmbeddedEngine.from_path(start, cfg.engine, version=handle.version)
-        make_runner, sync = RolloutRunner, InProcessWeightSync()
+async def _attempt(
+    cfg: RunConfig,
+    display: RunDisplay,
+    placement: Placement,
+    provider: SandboxProvider,
+    prepared: Prepared,
+    ckpt: Path | None,
+    t_start: float,
+) -> dict[str, Any]:
+    """One attempt: the placement's parts, evaluation, the pipeline, the final evaluation."""
+    traj_log = TrajectoryLog(Path(cfg.run_dir) / "trajectories.jsonl")
+    try:
+        parts = await placement.setup(prepared.model_dir, ckpt, provider, traj_log)
+        try:
+            if ckpt is not None:
+                display.say(f"resuming from {ckpt} (version {parts.trainer.version})")
+            return await _drive(cfg, display, placement, parts, prepared, traj_log, t_start)
+        finally:
+            await placement.end_attempt(parts)
+    finally:
+        traj_log.close()
+
+
+async def _drive(
+    cfg: RunConfig,
+    display: RunDisplay,
+    placement: Placement,
+    parts: RunParts,
+    prepared: Prepared,
+    traj_log: TrajectoryLog,
+    t_start: float,
+) -> dict[str, Any]:
+    from inhabit.orchestrator.evaluate import evaluate
+    from inhabit.orchestrator.pipeline import Pipeline
+    from inhabit.trainer.checkpoint import checkpoint_name
+
+    run_dir = Path(cfg.run_dir)
+    ckpt_root = run_dir / "checkpoints"
+    stop_file = run_dir / STOP_FILE
+    handle, runner, engine = parts.trainer, parts.runner, parts.engine
     writer = MetricsWriter(
         run_dir, tensorboard=cfg.metrics.tensorboard, wandb=cfg.metrics.wandb,
         wandb_project=cfg.metrics.wandb_project, config=cfg.model_dump(),
     )  # fmt: skip
-    traj_log = TrajectoryLog(run_dir / "trajectories.jsonl")
-    runner = make_runner(
-        engine,
-        engine.tokenizer,
-        provider,
-        harness=cfg.harness,
-        rollout=cfg.rollout,
-        log_file=traj_log,
-        seed=cfg.seed,
-    )
     eval_path = run_dir / "eval.json"
     evals: dict[str, Any] = json.loads(eval_path.read_text()) if eval_path.exists() else {}
     held = prepared.held_out[: cfg.eval.max_tasks] if cfg.eval.max_tasks else prepared.held_out
@@ -155,16 +213,16 @@ async def _train(cfg: RunConfig, resume: bool, display: RunDisplay, placement: A
             display.say(f"held-out success before RL: {evals['before']['success_rate']:.1%}")
 
         def on_step(step: int, record: dict[str, Any]) -> None:
-            if placement is not None:
-                record["dispatch"] = placement.metrics(runner)
+            if (dispatch := placement.metrics(parts)) is not None:
+                record["dispatch"] = dispatch
             writer.log(step, record)
             display.step(step, record)
             if cfg.checkpoint_every and step % cfg.checkpoint_every == 0 and step < cfg.steps:
                 handle.save(ckpt_root / checkpoint_name(handle.version))
 
-        ds = data_state
+        ds = parts.data_state
         pipe = Pipeline(
-            cfg, runner, handle, sync, prepared.train, on_step=on_step,
+            cfg, runner, handle, parts.sync, prepared.train, on_step=on_step,
             cursor=int(ds.get("cursor", 0)), groups_started=int(ds.get("groups_started", 0)),
             should_stop=stop_file.exists,
         )  # fmt: skip
@@ -207,10 +265,3 @@ async def _train(cfg: RunConfig, resume: bool, display: RunDisplay, placement: A
         return summary
     finally:
         writer.close()
-        traj_log.close()
-        await engine.close()
-        await handle.close()
-        if cpus_before is not None:
-            from inhabit.orchestrator.trainer_process import unpin
-
-            unpin(cpus_before)

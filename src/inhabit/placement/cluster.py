@@ -1,7 +1,7 @@
-"""`RayPlacement` and `train_on_ray`: one run with its parts as Ray actors.
+"""`RayPlacement`: the `Placement` of a run whose parts are Ray actors (`placement.backend = "ray"`).
 
-`inhabit train` with `placement.backend = "ray"` calls `train_on_ray`, which joins the cluster,
-then runs the ordinary run (`inhabit.orchestrator.run._train`) with this placement plugged in:
+`inhabit.orchestrator.run.train` starts it (joins the cluster) and asks `setup()` for the parts
+of each run attempt:
 
     trainer      a TrainerActor      (placement.ray.trainer resources)      publishes to the store
     engines      N EngineActors      (placement.ray.engine resources)       pull from the store
@@ -9,30 +9,34 @@ then runs the ordinary run (`inhabit.orchestrator.run._train`) with this placeme
     driver       the pipeline, the harness loop of every episode, grading calls, metrics, logs
 
 Engines and env servers live for the whole run (`max_restarts=-1`: Ray restarts one whose node
-died as soon as capacity returns). The trainer is not restarted in place: when it dies the run
-ends its current attempt and `train_on_ray` resumes from the newest checkpoint (as
-`inhabit train --resume` would) with a new trainer actor and a fresh weight-store folder
-(`<weights>/iNNN`: version numbers restart at the checkpoint's), keeping engines and env servers.
+died as soon as capacity returns). The trainer is not restarted in place: when it dies its handle
+raises `TrainerLost`, the run ends the attempt (`end_attempt`) and calls `setup` again from the
+newest checkpoint (as `inhabit train --resume` would), which starts a new trainer actor with a
+fresh weight-store folder (`<weights>/iNNN`: version numbers restart at the checkpoint's) and
+keeps the engines and env servers.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import os
 import secrets
 import shutil
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import inhabit
+from inhabit.contracts import RunParts, TrainerLost
 from inhabit.errors import ConfigError, OrchestratorError
 from inhabit.log import get_logger
 from inhabit.placement.actors import EngineActor, EnvServerActor, TrainerActor
 from inhabit.placement.config import RayConfig
+from inhabit.placement.dispatch import DispatchRunner
+from inhabit.placement.engines import EnginePool
 from inhabit.placement.fleet import Fleet, Member
-from inhabit.placement.trainer import RayTrainer, TrainerLost
+from inhabit.placement.trainer_ray import RayTrainer
+from inhabit.rollouts import TrajectoryLog
+from inhabit.sandbox.base import SandboxProvider
 
 log = get_logger(__name__)
 
@@ -45,15 +49,13 @@ def runtime_env() -> dict[str, Any]:
 
 
 class RayPlacement:
-    """Creates and keeps the actors of one run; hands the run its Ray-backed parts."""
-
-    current: RayPlacement | None = None
-    """The newest placement of this process (for tests and tools that inject faults)."""
+    """Creates and keeps the actors of one run; hands the run its Ray-backed parts. `cfg` is the
+    `RunConfig`."""
 
     def __init__(self, cfg: Any) -> None:
-        RayPlacement.current = self
         self.cfg = cfg
         self.rc: RayConfig = cfg.placement.ray
+        self.max_trainer_restarts = self.rc.max_trainer_restarts
         if cfg.sandbox.backend == "remote":
             raise ConfigError(
                 "placement.backend='ray' starts its own env servers: set sandbox.backend to auto, bwrap or process"
@@ -65,14 +67,20 @@ class RayPlacement:
         self.trainer_handle: Any = None
         self.store_url: str | None = None
         self.incarnation = 0
-        self.trainer_restarts = 0
+        """Trainer actors started so far (one per run attempt)."""
         self._owns_ray = False
         self._fleets: list[Fleet] = []
         self.engines: Fleet | None = None
         self.env_servers: Fleet | None = None
 
+    @property
+    def trainer_restarts(self) -> int:
+        """Trainer actors started after the first (each after a `TrainerLost`)."""
+        return max(0, self.incarnation - 1)
+
     # ------------------------------------------------------------------ cluster
-    def connect(self) -> None:
+    def start(self) -> None:
+        """Join the cluster (`placement.ray.address`, else RAY_ADDRESS, else a local one)."""
         import ray
 
         if ray.is_initialized():
@@ -151,10 +159,10 @@ class RayPlacement:
             ) from None
         return RayTrainer(self.trainer_handle, info), dict(info.get("data_state", {}))
 
-    async def start_engines(self, model_dir: Path) -> Any:
+    async def start_engines(self, model_dir: Path) -> EnginePool:
         """The engine pool (actors created on the first call, kept for the whole run)."""
         from inhabit.models.loading import load_tokenizer
-        from inhabit.placement.engines import EnginePool, RayEngine
+        from inhabit.placement.engines import RayEngine
 
         if not self.engine_handles:
             self.engine_handles = [self._engine_actor(str(model_dir), i) for i in range(self.rc.engines)]
@@ -201,62 +209,57 @@ class RayPlacement:
         return self.env_servers
 
     # ------------------------------------------------------------------ the run's parts
-    async def setup(self, model_dir: Path, checkpoint: Path | None) -> tuple[Any, dict, Any, Callable, Any]:
-        """(trainer handle, data state, engine, runner factory, weight sync) for `run._train`."""
-        from inhabit.placement.dispatch import DispatchRunner
+    async def setup(
+        self, model_dir: Path, checkpoint: Path | None, provider: SandboxProvider, log_file: TrajectoryLog
+    ) -> RunParts:
+        """The parts of one run attempt. `provider` (this machine's) serves the rollouts only when
+        `placement.ray.env_servers = 0`."""
         from inhabit.placement.weight_sync import StoreWeightSync
 
-        handle, data_state = await self.start_trainer(model_dir, checkpoint)
-        engine = await self.start_engines(model_dir)
-        env = await self.start_env_servers()
-        assert self.store_url is not None
-        sync = StoreWeightSync(self.store_url, handle.version, dtype=self.cfg.engine.dtype)
-        await sync.apply(engine)
-        runner = functools.partial(DispatchRunner, env_servers=env, ray=self.rc, run_attempt=self.incarnation)
-        return handle, data_state, engine, runner, sync
+        trainer, data_state = await self.start_trainer(model_dir, checkpoint)
+        try:
+            engine = await self.start_engines(model_dir)
+            env = await self.start_env_servers()
+            assert self.store_url is not None
+            sync = StoreWeightSync(self.store_url, trainer.version, dtype=self.cfg.engine.dtype)
+            await sync.apply(engine)
+        except BaseException:
+            await trainer.close()
+            await self.close_fleets()
+            raise
+        cfg = self.cfg
+        runner = DispatchRunner(
+            engine, engine.tokenizer, provider, env_servers=env, ray=self.rc, run_attempt=self.incarnation,
+            harness=cfg.harness, rollout=cfg.rollout, log_file=log_file, seed=cfg.seed,
+        )  # fmt: skip
+        return RunParts(trainer=trainer, data_state=data_state, engine=engine, runner=runner, sync=sync)
 
-    def metrics(self, runner: Any) -> dict[str, Any]:
-        out = runner.metrics() if hasattr(runner, "metrics") else {}
-        return {**out, "trainer_restarts": self.trainer_restarts, "weights_store": self.store_url}
+    def metrics(self, parts: RunParts) -> dict[str, Any]:
+        assert isinstance(parts.runner, DispatchRunner)
+        return {
+            **parts.runner.metrics(),
+            "trainer_restarts": self.trainer_restarts,
+            "weights_store": self.store_url,
+        }
 
-    async def end_attempt(self) -> None:
+    async def end_attempt(self, parts: RunParts) -> None:
+        """Stop this attempt's trainer actor and release the engines and env servers (they stay up)."""
+        try:
+            await parts.engine.close()
+            await parts.trainer.close()
+        finally:
+            await self.close_fleets()
+
+    async def close_fleets(self) -> None:
+        """Stop watching the engine and env-server actors (they stay up for the next attempt)."""
         for f in self._fleets:
             await f.close()
-            for m in f.members:
-                close = getattr(m.payload, "close", None)
-                if close is not None and f is self.env_servers:
+            if f is not self.env_servers:
+                continue
+            for m in f.members:  # each live server's RemoteSandboxProvider
+                if m.payload is not None:
                     try:
-                        await close()
+                        await m.payload.close()
                     except Exception:  # a dead server: its sandboxes died with it
                         pass
         self._fleets.clear()
-
-
-async def train_on_ray(
-    cfg: Any, resume: bool, display: Any, inner: Callable[..., Awaitable[dict[str, Any]]]
-) -> dict[str, Any]:
-    """`inner` is `inhabit.orchestrator.run._train`; see the module docstring."""
-    from inhabit.trainer.checkpoint import latest_checkpoint
-
-    placement = RayPlacement(cfg)
-    placement.connect()
-    try:
-        while True:
-            try:
-                summary = await inner(cfg, resume, display, placement=placement)
-                summary["trainer_restarts"] = placement.trainer_restarts
-                return summary
-            except TrainerLost as e:
-                if placement.trainer_restarts >= cfg.placement.ray.max_trainer_restarts:
-                    raise OrchestratorError(
-                        f"{e}; gave up after {placement.trainer_restarts} restarts "
-                        "(placement.ray.max_trainer_restarts); `inhabit train --resume` continues"
-                    ) from e
-                placement.trainer_restarts += 1
-                ckpt = latest_checkpoint(Path(cfg.run_dir) / "checkpoints")
-                resume = ckpt is not None
-                display.say(f"{e}: resuming from {ckpt or 'the start (no checkpoint yet)'}")
-            finally:
-                await placement.end_attempt()
-    finally:
-        placement.shutdown()

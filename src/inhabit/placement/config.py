@@ -1,4 +1,5 @@
-"""`RayConfig`: where the parts of a run go when `placement.backend = "ray"` (the `[placement.ray]` table).
+"""`PlacementConfig` (the `[placement]` table): where the parts of a run go: on this machine, or as
+Ray actors (`RayConfig`, the `[placement.ray]` table).
 
 Every actor asks Ray for CPUs (and GPUs) plus optional custom resources that name machine pools,
 so that `ray start --resources '{"rollout": 4}'` on the inference machines, `{"sandbox": 8}` on
@@ -10,6 +11,8 @@ Nothing here imports Ray: the default install has no Ray, and a local run never 
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 from pydantic import Field
 
@@ -84,4 +87,24 @@ class RayConfig(Config):
     )
     probe_timeout_s: float = Field(
         5.0, gt=0, description="How long a liveness check of an actor or env server may take."
+    )
+
+
+class PlacementConfig(Config):
+    """Where the parts run: on this machine (the trainer in this process or a child of its own), or
+    as Ray actors across machines (`backend = "ray"`, see [placement.ray]; `placement = "ray"` for short)."""
+
+    backend: Literal["local", "ray"] = Field(
+        "local",
+        description="local: everything on this machine; ray: engines, env servers, trainer as Ray actors.",
+    )
+    ray: RayConfig = Field(default_factory=RayConfig, description="Actors and dispatch when backend = 'ray'.")
+
+    trainer: Literal["thread", "process"] = Field(
+        "thread", description="thread: a worker thread of this process; process: a child process."
+    )
+    trainer_cpus: list[int] | None = Field(None, description="CPU ids the trainer process is pinned to.")
+    trainer_threads: int = Field(1, ge=1, description="torch threads of the trainer process.")
+    rollout_cpus: list[int] | None = Field(
+        None, description="CPU ids this process (engine, harness, sandboxes it starts) is pinned to."
     )

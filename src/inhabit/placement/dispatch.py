@@ -1,6 +1,7 @@
 """`DispatchRunner`: the rollout runner when engines and sandboxes are Ray actors.
 
-It is a `RolloutRunner` (the pipeline and evaluation call `run_group` as usual) that adds:
+It is an `EngineRunner` (`inhabit.rollouts`; the pipeline and evaluation call `run_group` as
+usual) that adds:
 
 - Placement per rollout: each rollout attempt takes the engine and the env server with the
   least outstanding rollouts (`Fleet.pick`) and keeps them for the whole episode, so one
@@ -27,15 +28,17 @@ import time
 from collections import Counter
 from typing import Any
 
+from inhabit.contracts import Group
 from inhabit.inference.engine import InferenceEngine
+from inhabit.inference.local_policy import LocalPolicy
 from inhabit.log import get_logger
-from inhabit.orchestrator.buffer import Group
-from inhabit.orchestrator.rollouts import OK_STATUSES, RolloutRunner, guarded_rollout
 from inhabit.placement.config import RayConfig
 from inhabit.placement.engines import EngineLost, EnginePool
 from inhabit.placement.fleet import Fleet, Member
+from inhabit.rollouts import EngineRunner, guarded_rollout
 from inhabit.sandbox.base import SandboxProvider
-from inhabit.types import Trajectory
+from inhabit.tasks.task import Task
+from inhabit.types import TRAINABLE_STATUSES, Trajectory
 
 log = get_logger(__name__)
 
@@ -63,7 +66,7 @@ class _Lease(InferenceEngine):
         raise NotImplementedError("weights reach engine actors through the weight store")
 
 
-class DispatchRunner(RolloutRunner):
+class DispatchRunner(EngineRunner):
     """Runs groups across engine and env-server actors (see module docstring)."""
 
     def __init__(
@@ -87,7 +90,7 @@ class DispatchRunner(RolloutRunner):
 
     # ------------------------------------------------------------------ groups
     async def run_group(
-        self, task: Any, index: int, *, purpose: str = "train", size: int | None = None
+        self, task: Task, index: int, *, purpose: str = "train", size: int | None = None
     ) -> Group:
         start = self.engine.version
         g = size or self.cfg.group_size
@@ -125,7 +128,7 @@ class DispatchRunner(RolloutRunner):
 
     # ------------------------------------------------------------------ rollouts
     async def _rollout(
-        self, task: Any, purpose: str, group: int, i: int, deadline: float | None
+        self, task: Task, purpose: str, group: int, i: int, deadline: float | None
     ) -> Trajectory | None:
         """One rollout, retried on lost actors; None when cut by the deadline."""
         meta = {
@@ -154,10 +157,8 @@ class DispatchRunner(RolloutRunner):
         return None
 
     async def _attempt(
-        self, task: Any, meta: dict[str, Any], until: float | None, avoid_e: set[int], avoid_s: set[int]
+        self, task: Task, meta: dict[str, Any], until: float | None, avoid_e: set[int], avoid_s: set[int]
     ) -> tuple[Trajectory | None, str | None]:
-        from inhabit.inference.local_policy import LocalPolicy
-
         self._episodes += 1
         async with self._slots.slot():  # one slot per attempt (retries, oversampling)
             d0 = time.monotonic()
@@ -187,7 +188,7 @@ class DispatchRunner(RolloutRunner):
                 self.pool.fleet.mark_dead(em, "a generate call failed")
                 avoid_e.add(em.index)
                 lost = f"engine {em.index}"
-            if sm is not None and traj.status not in OK_STATUSES and not await self._alive(sm):
+            if sm is not None and traj.status not in TRAINABLE_STATUSES and not await self._alive(sm):
                 self.env_servers.mark_dead(sm, "health check failed after a failed rollout")
                 avoid_s.add(sm.index)
                 lost = f"env server {sm.index}"

@@ -75,16 +75,13 @@ def create_provider(config: SandboxConfig | None = None) -> SandboxProvider:
 
         return RemoteSandboxProvider(url=config.remote_url, token=config.remote_token, limits=config.limits)
     if backend in ("auto", "bwrap"):
-        try:
-            from inhabit.sandbox.bwrap import BwrapSandboxProvider, bwrap_problem
-        except ImportError as e:  # pragma: no cover - only while the backend is missing
-            problem: str | None = f"bwrap backend unavailable: {e}"
-        else:
-            problem = bwrap_problem()
-            if problem is None:
-                return BwrapSandboxProvider(
-                    limits=config.limits, scratch_dir=config.scratch_dir, workspace_mode=config.workspace_mode
-                )
+        from inhabit.sandbox.bwrap import BwrapSandboxProvider, bwrap_problem
+
+        problem = bwrap_problem()
+        if problem is None:
+            return BwrapSandboxProvider(
+                limits=config.limits, scratch_dir=config.scratch_dir, workspace_mode=config.workspace_mode
+            )
         if backend == "bwrap":
             raise ConfigError(f"sandbox.backend='bwrap' does not work on this host: {problem}")
         from inhabit.log import get_logger

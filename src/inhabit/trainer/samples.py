@@ -40,11 +40,9 @@ import torch
 
 from inhabit.log import get_logger
 from inhabit.trainer.losses import group_advantages
-from inhabit.types import Segment, Trajectory
+from inhabit.types import TRAINABLE_STATUSES, Segment, Trajectory
 
 log = get_logger(__name__)
-
-DEFAULT_KEEP_STATUSES: tuple[str, ...] = ("finished", "turn_limit")
 
 
 @dataclass(frozen=True)
@@ -105,7 +103,7 @@ def split_stale(
     return fresh, stale
 
 
-def is_trainable(traj: Trajectory, keep_statuses: Sequence[str] = DEFAULT_KEEP_STATUSES) -> bool:
+def is_trainable(traj: Trajectory, keep_statuses: Sequence[str] = TRAINABLE_STATUSES) -> bool:
     """Whether a rollout enters training: a kept status and a reward."""
     return traj.status in keep_statuses and traj.reward is not None
 
@@ -245,7 +243,7 @@ def group_samples(
     group_id: str | None = None,
     normalize_std: bool = False,
     drop_zero_advantage: bool = True,
-    keep_statuses: Sequence[str] = DEFAULT_KEEP_STATUSES,
+    keep_statuses: Sequence[str] = TRAINABLE_STATUSES,
 ) -> list[Sample]:
     """Samples of one group (the G rollouts of one task), with group-relative advantages.
 

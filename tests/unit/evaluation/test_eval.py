@@ -14,7 +14,7 @@ from inhabit.cli import app
 from inhabit.evaluation.metrics import pass_at_k, summarize
 from inhabit.evaluation.runner import EvalError, discover_tasks, read_records, run_eval
 from inhabit.harness.config import HarnessConfig
-from inhabit.harness.openai_policy import OpenAIPolicy
+from inhabit.inference.openai_policy import OpenAIPolicy
 from inhabit.tasks.build import write_calc_task
 
 FAST_COMMAND = f"PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 {Path(sys.prefix).resolve()}/bin/python -m pytest -q -p no:cacheprovider"

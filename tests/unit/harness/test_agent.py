@@ -2,24 +2,21 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
-from inhabit.errors import HarnessError
-from inhabit.harness.agent import apply_changes, make_policy, render_diff, workspace_changes
-from inhabit.harness.openai_policy import OpenAIPolicy
+from inhabit.errors import ConfigError
+from inhabit.harness.agent import apply_changes, render_diff, workspace_changes
+from inhabit.inference.openai_policy import OpenAIPolicy
+from inhabit.inference.policies import make_policy
 
 
 def test_make_policy_picks_by_url_or_folder(tmp_path: Path) -> None:
     policy = make_policy("http://127.0.0.1:9/v1", model_name="m")
     assert isinstance(policy, OpenAIPolicy) and policy.model == "m"
-    with pytest.raises(HarnessError, match="neither an http"):
+    with pytest.raises(ConfigError, match="neither an http"):
         make_policy(str(tmp_path / "missing"))
-    if importlib.util.find_spec("inhabit.inference.local_policy") is None:
-        with pytest.raises(HarnessError, match="no local inference"):
-            make_policy(str(tmp_path))
 
 
 async def test_changes_diff_and_apply_skip_caches(sandbox, repo: Path) -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from inhabit.contracts import Message, Policy, PolicyTurn
 from inhabit.harness.loop import run_episode
 from inhabit.harness.parse import render_call
-from inhabit.harness.policy import Message, Policy, PolicyTurn
 from inhabit.harness.prompts import NO_CALL_TEXT, SUMMARY_HEADER, SUMMARY_PROMPT
 from inhabit.types import Trajectory
 

@@ -10,12 +10,12 @@ import pytest
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
+from inhabit.contracts import Message
 from inhabit.errors import InferenceError
-from inhabit.harness.openai_policy import OpenAIPolicy
 from inhabit.harness.parse import ToolCall, parse_tool_calls
-from inhabit.harness.policy import Message
 from inhabit.harness.replay import ActionsFileError, ReplayPolicy
 from inhabit.harness.tools import TOOLS, bind_args
+from inhabit.inference.openai_policy import OpenAIPolicy
 from inhabit.serving import BackgroundServer
 
 

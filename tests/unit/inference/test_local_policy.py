@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from inhabit.harness.policy import Message, PolicyTurn
+from inhabit.contracts import Message, PolicyTurn
 from inhabit.inference.local_policy import LocalPolicy
 
 MESSAGES = [Message("system", "You fix bugs."), Message("user", "The test fails. Fix calc.py.")]

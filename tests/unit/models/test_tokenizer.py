@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inhabit.harness.policy import Message
+from inhabit.contracts import Message
 from inhabit.models.corpus import build_default_corpus, transcript
 from inhabit.models.tokenizer import (
     SPECIAL_TOKENS,

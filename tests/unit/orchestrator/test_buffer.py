@@ -5,7 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inhabit.orchestrator.buffer import Group, GroupBuffer, trajectory_min_version
+from inhabit.contracts import Group, trajectory_min_version
+from inhabit.orchestrator.buffer import GroupBuffer
 from inhabit.types import Segment, Trajectory, TurnRecord
 
 
@@ -36,7 +37,7 @@ def test_take_drops_groups_past_the_bound_and_requeues_their_tasks():
         buf.put(Group(task_id=f"t{i}", index=i, trajectories=[traj([v])], start_version=v, task=f"task{i}"))
     got = buf.take(2, trainer_version=2)
     assert [g.task_id for g in got] == ["t1", "t2"]
-    assert buf.dropped_stale == 1 and buf.take_requeue() == ["task0"]
+    assert buf.dropped_stale == 1 and buf.pop_requeued() == "task0" and buf.pop_requeued() is None
 
 
 def test_may_start_bounds_outstanding_groups():

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from inhabit.orchestrator.buffer import Group
+from inhabit.contracts import Group
 from inhabit.orchestrator.pipeline import TaskStream, rollout_stats, usable_groups
 from inhabit.trainer.samples import group_samples
 from inhabit.types import MessageRecord, Segment, Trajectory, TurnRecord

@@ -1,5 +1,5 @@
-"""Fixtures for task tests: see `inhabit.tasks.fixtures` (shared with the grading tests)."""
+"""Fixtures for task tests: see tests/task_fixtures.py (shared with the grading and evaluation tests)."""
 
-from inhabit.tasks.fixtures import FAST_COMMAND, calc_task, fast_command, make_task, sandbox_provider
+from task_fixtures import FAST_COMMAND, calc_task, chat_server, fast_command, make_task, sandbox_provider
 
-__all__ = ["FAST_COMMAND", "calc_task", "fast_command", "make_task", "sandbox_provider"]
+__all__ = ["FAST_COMMAND", "calc_task", "chat_server", "fast_command", "make_task", "sandbox_provider"]

@@ -2,8 +2,8 @@
 
 Samples go to the actor as ordinary Ray arguments (data, once per step); new weights do not come
 back: the actor publishes each version to the weight store, and `state_dict_for_engine` is empty.
-If the actor dies, every call raises `TrainerLost`; `inhabit.placement.cluster.train_on_ray`
-catches it and resumes the run from the newest checkpoint with a fresh trainer actor.
+If the actor dies, every call raises `TrainerLost`; the run (`inhabit.orchestrator.run`) catches it
+and resumes from the newest checkpoint with a fresh trainer actor (`RayPlacement.setup` again).
 """
 
 from __future__ import annotations
@@ -11,12 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from inhabit.errors import OrchestratorError
-from inhabit.orchestrator.trainer_handle import TrainerHandle
-
-
-class TrainerLost(OrchestratorError):
-    """The trainer actor died; the run can resume from its newest checkpoint."""
+from inhabit.contracts import TrainerHandle, TrainerLost
 
 
 class RayTrainer(TrainerHandle):

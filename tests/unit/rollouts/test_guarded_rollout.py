@@ -7,12 +7,12 @@ from collections.abc import Sequence
 
 import pytest
 
+from inhabit.contracts import Message, Policy, PolicyTurn
 from inhabit.harness.config import HarnessConfig
-from inhabit.harness.policy import Message, Policy, PolicyTurn
 from inhabit.harness.replay import ReplayPolicy
 from inhabit.orchestrator.quickstart.expert import expert_actions
 from inhabit.orchestrator.quickstart.tasks import generate, write_quick_task
-from inhabit.orchestrator.rollouts import guarded_rollout
+from inhabit.rollouts import guarded_rollout
 from inhabit.sandbox import SandboxConfig, create_provider
 from inhabit.tasks.task import load_task
 
@@ -71,7 +71,7 @@ def test_engine_error_in_a_turn_marks_the_episode_policy_error(setup):
 
 def test_a_crash_inside_the_rollout_becomes_a_failed_trajectory(setup, monkeypatch):
     """The last guard: whatever escapes run_rollout (a bug, a broken provider) is data, not a crash."""
-    import inhabit.orchestrator.rollouts as rollouts
+    import inhabit.rollouts as rollouts
 
     async def broken(*args, **kwargs):
         raise RuntimeError("provider went away")

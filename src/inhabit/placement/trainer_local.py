@@ -1,10 +1,15 @@
-"""`ProcessTrainer`: the trainer in a child process of its own (own cores, own torch threads).
+"""The trainer on this machine: `InProcessTrainer` (a worker thread) and `ProcessTrainer` (a child
+process), the two `TrainerHandle`s of `LocalPlacement` (`placement.trainer = "thread" | "process"`).
 
-This models disaggregated hardware on one machine: the rollout side (engine, harness, sandboxes)
-and the trainer each get their own CPU cores (`os.sched_setaffinity`) and torch thread pools, so
-neither slows the other down by contention, and the async/sync comparison measures scheduling,
-not core sharing. Samples go to the child over a pipe; each step returns the step metrics and
-the new weights (a CPU state dict), which the pipeline publishes through its `WeightSync`.
+`InProcessTrainer` wraps an `inhabit.trainer.Trainer` in this process and runs each step in a
+worker thread, so the event loop (and every rollout) keeps going while torch trains.
+
+`ProcessTrainer` models disaggregated hardware on one machine: the rollout side (engine, harness,
+sandboxes) and the trainer each get their own CPU cores (`os.sched_setaffinity`, `pin`) and torch
+thread pools, so neither slows the other down by contention, and the async/sync comparison
+measures scheduling, not core sharing. Samples go to the child over a pipe; each step returns the
+step metrics and the new weights (a CPU state dict), which the pipeline publishes through its
+`WeightSync`.
 """
 
 from __future__ import annotations
@@ -15,8 +20,44 @@ import os
 from pathlib import Path
 from typing import Any
 
+from inhabit.contracts import TrainerHandle
 from inhabit.errors import OrchestratorError
-from inhabit.orchestrator.trainer_handle import TrainerHandle
+
+
+class InProcessTrainer(TrainerHandle):
+    """An `inhabit.trainer.Trainer` in this process, stepped in a worker thread (module docstring)."""
+
+    def __init__(self, trainer: Any, threads: int | None = None, max_staleness: int | None = None) -> None:
+        self.trainer = trainer
+        self.threads = threads
+        self.max_staleness = max_staleness  # the trainer re-checks the bound at the optimizer
+        self.steps = int(trainer.data_state.get("pipeline_steps", trainer.steps))
+
+    @property
+    def version(self) -> int:  # type: ignore[override]
+        return int(self.trainer.version)
+
+    async def step(self, samples: list[Any]) -> dict[str, Any]:
+        metrics = await asyncio.to_thread(self._step, samples)
+        self.steps += 1
+        return metrics.as_dict()
+
+    def _step(self, samples: list[Any]) -> Any:
+        # torch's (OpenMP) thread count is per OS thread: set it in the worker thread itself.
+        if self.threads:
+            import torch
+
+            torch.set_num_threads(self.threads)
+        return self.trainer.train_step(samples, max_staleness=self.max_staleness)
+
+    def state_dict_for_engine(self) -> dict[str, Any]:
+        return self.trainer.state_dict_for_engine()
+
+    def set_data_state(self, state: dict[str, Any]) -> None:
+        self.trainer.data_state = {**state, "pipeline_steps": self.steps}
+
+    def save(self, path: Path) -> Path:
+        return self.trainer.save(path)
 
 
 def pin(cpus: list[int] | None, threads: int | None) -> set[int]:

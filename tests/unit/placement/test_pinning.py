@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from inhabit.orchestrator.trainer_process import pin, unpin
+from inhabit.placement.trainer_local import pin, unpin
 
 pytestmark = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
 

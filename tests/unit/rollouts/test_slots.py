@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from inhabit.orchestrator.rollouts import Slots
+from inhabit.rollouts import Slots
 
 
 def test_a_group_waits_for_all_its_slots_and_comes_before_later_singles():

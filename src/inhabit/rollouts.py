@@ -1,7 +1,10 @@
-"""The rollout side: G episodes of a task through the real harness, sandbox and engine.
+"""Rollouts as groups: `RolloutConfig` (the `[rollout]` table) and `EngineRunner`, G episodes of a
+task through the real harness, sandbox and engine.
 
-Every episode gets its own `LocalPolicy` over the one shared engine (which batches all of them),
-a fresh sandbox from the task's workspace, and grading (`inhabit.harness.rollout.run_rollout`).
+`EngineRunner` is the `RolloutRunner` (inhabit.contracts) of a run on this machine, and the base
+of the Ray placement's `DispatchRunner`. Every episode gets its own `LocalPolicy` over the one
+shared engine (which batches all of them), a fresh sandbox from the task's workspace, and
+grading (`inhabit.harness.rollout.run_rollout`).
 Whatever goes wrong (a sandbox error, an engine error, a timeout, a bug) ends as a trajectory
 with a status and an error, never as an exception out of `run_group`: a failed rollout is data.
 Every trajectory is appended to `trajectories.jsonl` in the run folder, with `metadata` saying
@@ -19,25 +22,52 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import json
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field
+
+from inhabit.config import Config
+from inhabit.contracts import Group, Policy
 from inhabit.harness.config import HarnessConfig
 from inhabit.harness.rollout import run_rollout
 from inhabit.inference.engine import InferenceEngine
+from inhabit.inference.local_policy import LocalPolicy
 from inhabit.log import get_logger
-from inhabit.orchestrator.buffer import Group
-from inhabit.orchestrator.config import RolloutConfig
 from inhabit.sandbox.base import SandboxProvider
-from inhabit.types import Trajectory
+from inhabit.tasks.task import Task
+from inhabit.types import TRAINABLE_STATUSES, Trajectory
 
 log = get_logger(__name__)
 
-OK_STATUSES = ("finished", "turn_limit")
-"""Statuses of an episode that ran to its end (finish called, or out of turns)."""
+
+class RolloutConfig(Config):
+    """How rollouts are generated."""
+
+    group_size: int = Field(8, ge=1, le=1024, description="G: rollouts per task (one group).")
+    tasks_per_step: int = Field(4, ge=1, description="Groups the trainer consumes per step.")
+    concurrency: int = Field(
+        16,
+        ge=1,
+        description="Episodes (with their grading) running at the same time; a group whose G fits "
+        "starts its G episodes together, when G slots are free.",
+    )
+    temperature: float = Field(1.0, gt=0, le=10, description="Sampling temperature.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling.")
+    max_tokens: int = Field(256, ge=8, description="Tokens one model turn may generate.")
+    timeout_s: float = Field(
+        600.0, gt=0, description="Wall-clock cap on one rollout (episode + grading); past it: status error."
+    )
+    train_zero_advantage: bool = Field(
+        False,
+        description="Also train groups whose rollouts all got the same reward (their gradient is zero; "
+        "the step still runs and the version moves: for tests and timing, not for learning).",
+    )
+    min_group_size: int = Field(
+        2, ge=1, description="A group trains only if at least this many rollouts did not fail."
+    )
 
 
 class TrajectoryLog:
@@ -109,7 +139,7 @@ class Slots:
             fut.set_result(None)
 
 
-class RolloutRunner:
+class EngineRunner:
     """Runs episodes against one engine; `run_group` never raises for a failed rollout."""
 
     def __init__(
@@ -137,12 +167,10 @@ class RolloutRunner:
         self.finished = 0
 
     async def run_one(
-        self, task: Any, meta: dict[str, Any], *, slot_taken: Callable[[], None] | None = None
+        self, task: Task, meta: dict[str, Any], *, slot_taken: Callable[[], None] | None = None
     ) -> Trajectory:
         """One episode. `slot_taken`: the caller already holds this episode's slot and this is
         called once the episode no longer needs it; None: take (and give back) a slot here."""
-        from inhabit.inference.local_policy import LocalPolicy
-
         self._episodes += 1  # before any wait: sampling seeds follow the order of the calls
         policy = LocalPolicy(
             self.engine,
@@ -164,7 +192,7 @@ class RolloutRunner:
             self.log_file.write(traj)
         return traj
 
-    async def _episode(self, task: Any, meta: dict[str, Any], policy: Any) -> Trajectory:
+    async def _episode(self, task: Task, meta: dict[str, Any], policy: Policy) -> Trajectory:
         t0 = time.monotonic()
         traj = await guarded_rollout(task, policy, self.provider, self.harness, self.cfg.timeout_s)
         assert traj is not None  # no deadline here: a timeout is data
@@ -173,7 +201,7 @@ class RolloutRunner:
         )
 
     async def run_group(
-        self, task: Any, index: int, *, purpose: str = "train", size: int | None = None
+        self, task: Task, index: int, *, purpose: str = "train", size: int | None = None
     ) -> Group:
         """G episodes of `task`, admitted together (module docstring) when G fits the slots."""
         start = self.engine.version
@@ -198,8 +226,8 @@ class RolloutRunner:
 
 
 async def guarded_rollout(
-    task: Any,
-    policy: Any,
+    task: Task,
+    policy: Policy,
     provider: SandboxProvider,
     harness: HarnessConfig,
     timeout_s: float,
@@ -222,12 +250,12 @@ async def guarded_rollout(
     except Exception as e:  # run_rollout turns failures into data; this is the last guard
         log.exception("rollout of %s raised", task.id)
         traj = _failed(task, "error", f"{type(e).__name__}: {e}")
-    if traj.status in OK_STATUSES and (engine_error := _engine_error(traj)):
+    if traj.status in TRAINABLE_STATUSES and (engine_error := _engine_error(traj)):
         traj = traj.model_copy(update={"status": "policy_error", "error": engine_error})
     return traj
 
 
-def _failed(task: Any, status: str, error: str) -> Trajectory:
+def _failed(task: Task, status: str, error: str) -> Trajectory:
     return Trajectory(task_id=task.id, instruction=task.instruction, status=status, error=error)  # type: ignore[arg-type]
 
 
@@ -237,7 +265,3 @@ def _engine_error(traj: Trajectory) -> str | None:
             if turn.finish_reason == "error":
                 return "engine error in a turn"
     return None
-
-
-def summarize_json(traj: Trajectory) -> str:
-    return json.dumps({"task": traj.task_id, "status": traj.status, "reward": traj.reward})

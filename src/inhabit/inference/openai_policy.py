@@ -19,8 +19,8 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
+from inhabit.contracts import Message, Policy, PolicyTurn
 from inhabit.errors import InferenceError
-from inhabit.harness.policy import Message, Policy, PolicyTurn
 from inhabit.log import get_logger
 
 log = get_logger(__name__)

@@ -1,0 +1,241 @@
+"""The seams between inhabit's parts: the interfaces one part implements and another calls.
+
+Every part may import this module. At run time it imports only `inhabit.types` and
+`inhabit.errors` (the other names it mentions are imported for type checking alone), so it can
+never close an import cycle.
+
+The policy (harness <-> inference):
+
+    Policy, Message, PolicyTurn   what produces the agent's next turn: `ReplayPolicy` (harness),
+                                  `OpenAIPolicy` and `LocalPolicy` (inference)
+
+The run (orchestrator <-> placement): the orchestrator drives a run through these, and a
+`Placement` (`inhabit.placement`: on this machine, or as Ray actors) builds them:
+
+    Placement, RunParts   `setup()` starts the parts of one run attempt and hands them over
+    TrainerHandle         the trainer, wherever it runs (a thread, a child process, a Ray actor)
+    WeightSync            how a new policy version travels from the trainer to the engine(s)
+    RolloutRunner         runs the G rollouts of a task and returns them as a `Group`
+    TrainerLost           a trainer that died; the run resumes from its newest checkpoint
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from inhabit.errors import OrchestratorError
+from inhabit.types import Trajectory
+
+if TYPE_CHECKING:
+    import torch
+
+    from inhabit.inference.engine import InferenceEngine
+    from inhabit.rollouts import TrajectoryLog
+    from inhabit.sandbox.base import SandboxProvider
+    from inhabit.tasks.task import Task
+
+
+# ---------------------------------------------------------------------------------------- policy
+@dataclass(frozen=True)
+class Message:
+    """One chat message as the harness renders it."""
+
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+@dataclass(frozen=True)
+class PolicyTurn:
+    """The policy's answer for one turn, plus the token-level facts RL needs."""
+
+    text: str
+    finish_reason: str = "stop"
+    prompt_token_ids: list[int] | None = None
+    completion_token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+    routed_experts: list[list[list[int]]] | None = None
+    """MoE only: [completion token][layer][k] expert ids of the forward that produced each token."""
+    prompt_routed_experts: list[list[list[int]]] | None = None
+    """MoE only: [prompt position][layer][k] for prompt positions 0..P-2 (vLLM's layout), so a trainer
+    can replay the prompt's routing too."""
+    versions: list[int] | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+class Policy(abc.ABC):
+    """Produces the next assistant turn for a conversation.
+
+    The harness only sees text in and a `PolicyTurn` out; token ids, logprobs, routed experts and
+    versions ride along (None where a policy cannot know them), so the very same loop produces
+    training data in RL and plain answers in `inhabit agent`.
+    """
+
+    context_window: int = 8192
+    """Tokens the policy can attend to; the harness summarizes before a turn would exceed it."""
+
+    @abc.abstractmethod
+    async def next_turn(
+        self, messages: Sequence[Message], *, max_tokens: int, stop: Sequence[str] = ()
+    ) -> PolicyTurn:
+        """Return the next assistant turn for `messages`."""
+
+    @abc.abstractmethod
+    def count_tokens(self, messages: Sequence[Message]) -> int:
+        """Tokens `messages` occupy once rendered (exact where the tokenizer is known)."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Free connections or engines the policy holds."""
+
+
+# ---------------------------------------------------------------------------------------- groups
+def trajectory_min_version(traj: Trajectory) -> int:
+    """Oldest policy version among the trajectory's generated tokens (-1 when none is known)."""
+    found = [v for seg in traj.segments for turn in seg.turns for v in (turn.versions or ())]
+    return min(found) if found else -1
+
+
+@dataclass
+class Group:
+    """The rollouts of one task, as a `RolloutRunner` completes them."""
+
+    task_id: str
+    index: int
+    """Sequence number of the group in the run (order of starting)."""
+    trajectories: list[Trajectory]
+    start_version: int
+    """Engine version when the group started."""
+    task: Task | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def min_version(self) -> int:
+        """Oldest version of any generated token; a group with none known counts as `start_version`."""
+        vs = [v for t in self.trajectories if (v := trajectory_min_version(t)) >= 0]
+        return min(vs) if vs else self.start_version
+
+
+class RolloutRunner(Protocol):
+    """Runs rollouts against the run's engine(s) and sandboxes; a failed rollout is data, never an
+    exception out of `run_group`."""
+
+    engine: InferenceEngine
+    completion_tokens: int
+    """Tokens generated by every recorded rollout so far."""
+    finished: int
+    """Rollouts recorded so far."""
+
+    async def run_group(
+        self, task: Task, index: int, *, purpose: str = "train", size: int | None = None
+    ) -> Group:
+        """`size` (default: the configured G) rollouts of `task`; `purpose` "train" or "eval:<label>"."""
+        ...
+
+
+# ---------------------------------------------------------------------------------------- trainer
+class TrainerLost(OrchestratorError):
+    """The trainer died; the run can resume from its newest checkpoint."""
+
+
+class TrainerHandle(abc.ABC):
+    """The pipeline's view of the trainer, wherever it runs.
+
+    Pipeline steps that skip the update (no sample with a non-zero advantage) still count as
+    steps; the count travels in the checkpoint's data state, so `--resume` continues at the right
+    step. Any call may raise `TrainerLost` when the trainer lives elsewhere and died.
+    """
+
+    version: int
+    steps: int
+
+    @abc.abstractmethod
+    async def step(self, samples: list[Any]) -> dict[str, Any]:
+        """One policy update; returns the trainer's step metrics as a dict."""
+
+    async def skip(self) -> None:
+        """A pipeline step without an update."""
+        self.steps += 1
+
+    @abc.abstractmethod
+    def state_dict_for_engine(self) -> dict[str, Any]:
+        """The new weights for `WeightSync.publish` (empty when the trainer published them itself)."""
+
+    @abc.abstractmethod
+    def set_data_state(self, state: dict[str, Any]) -> None:
+        """What the run needs to resume (task cursor, groups started), saved with the checkpoint."""
+
+    @abc.abstractmethod
+    def save(self, path: Path) -> Path: ...
+
+    async def close(self) -> None:  # noqa: B027 - optional
+        """Free what the handle holds."""
+
+
+class WeightSync(abc.ABC):
+    """Publish on the trainer side, apply on the engine side.
+
+    `apply(engine)` loads the newest published version into the engine if it is newer than what
+    the engine holds (the engine swaps between decoding steps).
+    """
+
+    @abc.abstractmethod
+    async def publish(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
+        """Make `version` available to subscribers."""
+
+    @abc.abstractmethod
+    async def apply(self, engine: InferenceEngine) -> int:
+        """Load the newest published version into `engine` if newer; return the engine's version."""
+
+
+# ---------------------------------------------------------------------------------------- placement
+@dataclass
+class RunParts:
+    """The parts of one run attempt, started by `Placement.setup`."""
+
+    trainer: TrainerHandle
+    data_state: dict[str, Any]
+    """The trainer's checkpointed data state (task cursor, groups started); empty on a fresh start."""
+    engine: InferenceEngine
+    """What rollouts generate with: one embedded engine, or a pool over engine actors."""
+    runner: RolloutRunner
+    """Runs rollouts on `engine` in the placement's sandboxes: the run's provider on this machine,
+    or env servers (Ray actors) each with a provider of its own."""
+    sync: WeightSync
+
+
+class Placement(Protocol):
+    """Where the parts of a run live; `inhabit.orchestrator.run.train` drives every kind the same way:
+
+    placement.start()
+    loop:  parts = await placement.setup(...)    # one attempt: RunParts
+           ... evaluate, pipeline, checkpoints ...
+           await placement.end_attempt(parts)    # also after TrainerLost, then set up again
+    placement.shutdown()
+    """
+
+    max_trainer_restarts: int
+    """How often a run may resume after `TrainerLost` (0: a lost trainer ends the run)."""
+
+    def start(self) -> None:
+        """Join the cluster, if any (before the run prepares its tasks)."""
+
+    async def setup(
+        self, model_dir: Path, checkpoint: Path | None, provider: SandboxProvider, log_file: TrajectoryLog
+    ) -> RunParts:
+        """Start trainer, engine(s), sandboxes and weight sync from `checkpoint` (None: the starting
+        model at `model_dir`). `provider`: the sandboxes of this machine (what the run prepared its
+        tasks with); the runner appends every rollout to `log_file`."""
+        ...
+
+    def metrics(self, parts: RunParts) -> dict[str, Any] | None:
+        """What to add to each step record as "dispatch" (None: nothing)."""
+
+    async def end_attempt(self, parts: RunParts) -> None:
+        """Stop what `setup` started for this attempt (after success, failure or `TrainerLost`)."""
+
+    def shutdown(self) -> None:
+        """Leave the cluster and stop what lives for the whole run."""

@@ -1,0 +1,96 @@
+"""`LocalPlacement`: every part of a run on this machine (`placement.backend = "local"`).
+
+    engine     one `EmbeddedEngine` in this process, on the trainer's weights and version
+    sandboxes  the run's sandbox provider (`[sandbox]`: bwrap or process)
+    trainer    `InProcessTrainer` (a worker thread, `placement.trainer = "thread"`) or
+               `ProcessTrainer` (a child process on its own cores, `placement.trainer = "process"`)
+    weights    `InProcessWeightSync`: the new state dict handed to the engine in memory
+    rollouts   `EngineRunner` (inhabit.rollouts): G episodes per group against the one engine
+
+A trainer here never goes missing the way an actor on another machine does, so a run on this
+placement is never restarted (`max_trainer_restarts = 0`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from inhabit.contracts import RunParts, TrainerHandle
+from inhabit.rollouts import EngineRunner, TrajectoryLog
+from inhabit.sandbox.base import SandboxProvider
+
+
+class LocalPlacement:
+    """The `Placement` of a run on this machine (see module docstring); `cfg` is the `RunConfig`."""
+
+    max_trainer_restarts = 0
+
+    def __init__(self, cfg: Any) -> None:
+        self.cfg = cfg
+        self._cpus_before: set[int] | None = None
+
+    def start(self) -> None:
+        """Nothing to join."""
+
+    async def setup(
+        self, model_dir: Path, checkpoint: Path | None, provider: SandboxProvider, log_file: TrajectoryLog
+    ) -> RunParts:
+        from inhabit.inference.embedded import EmbeddedEngine
+        from inhabit.placement.weight_sync import InProcessWeightSync
+
+        cfg = self.cfg
+        trainer, data_state = self._trainer(model_dir, checkpoint)
+        engine = EmbeddedEngine.from_path(checkpoint or model_dir, cfg.engine, version=trainer.version)
+        runner = EngineRunner(
+            engine, engine.tokenizer, provider,
+            harness=cfg.harness, rollout=cfg.rollout, log_file=log_file, seed=cfg.seed,
+        )  # fmt: skip
+        return RunParts(
+            trainer=trainer, data_state=data_state, engine=engine, runner=runner, sync=InProcessWeightSync()
+        )
+
+    def _trainer(self, model_dir: Path, checkpoint: Path | None) -> tuple[TrainerHandle, dict[str, Any]]:
+        from inhabit.placement.trainer_local import InProcessTrainer, ProcessTrainer, pin
+
+        cfg, pl = self.cfg, self.cfg.placement
+        if pl.trainer == "process":
+            handle = ProcessTrainer(
+                model_dir,
+                cfg.trainer,
+                checkpoint=checkpoint,
+                cpus=pl.trainer_cpus,
+                threads=pl.trainer_threads,
+            )
+            # The caller gets its CPU set back when the run ends (a second run in this process, as in
+            # bench/pipeline.py, would otherwise find only the rollout cores and pin its trainer there).
+            self._cpus_before = pin(pl.rollout_cpus, cfg.threads)
+            data_state: dict[str, Any] = {}
+            if checkpoint is not None:
+                data_state = json.loads((checkpoint / "trainer_state.json").read_text()).get("data_state", {})
+            return handle, data_state
+        from inhabit.trainer.trainer import Trainer
+
+        trainer = Trainer.from_pretrained(checkpoint or model_dir, cfg.trainer)
+        if checkpoint is not None:
+            trainer.load(checkpoint)
+        threads = cfg.trainer.num_threads or cfg.threads
+        return InProcessTrainer(trainer, threads=threads, max_staleness=cfg.max_staleness), trainer.data_state
+
+    def metrics(self, parts: RunParts) -> dict[str, Any] | None:
+        return None  # nothing is dispatched
+
+    async def end_attempt(self, parts: RunParts) -> None:
+        from inhabit.placement.trainer_local import unpin
+
+        try:
+            await parts.engine.close()
+            await parts.trainer.close()
+        finally:
+            if self._cpus_before is not None:
+                unpin(self._cpus_before)
+                self._cpus_before = None
+
+    def shutdown(self) -> None:
+        """Nothing outlives the attempt."""
