@@ -102,13 +102,16 @@ getattr(_s.modules['_py' + 'test.py' + 'thon'], 'Func' + 'tion').runtest.__code_
     "replace_module_function": """
 import sys as _s
 _r = _s.modules['_py' + 'test.run' + 'ner']
-_o = getattr(_r, 'call_runtest_' + 'hook')
-def _w(item, when, **kw):
-    ci = _o(item, when, **kw)
+def _w(item, when, log=True, **kw):
+    ihook = item.ihook
+    call = _r.CallInfo.from_call(lambda: getattr(ihook, 'pytest_runtest_' + when)(item=item, **kw), when=when)
     if when == 'call':
-        object.__setattr__(ci, 'excinfo', None)
-    return ci
-setattr(_r, 'call_runtest_' + 'hook', _w)
+        object.__setattr__(call, 'excinfo', None)
+    rep = ihook.pytest_runtest_makereport(item=item, call=call)
+    if log:
+        ihook.pytest_runtest_logreport(report=rep)
+    return rep
+setattr(_r, 'call_and_' + 'report', _w)
 """,
     "gc_thread_overrides_items": """
 import gc as _g, threading as _t, time as _tm
@@ -146,6 +149,7 @@ def _f(cls, item, call):
     r = _orig(cls, item, call)
     if r.when == 'call':
         r.outcome = 'fail' + 'ed'
+        r.longrepr = 'forced'
     return r
 setattr(_T, 'from_item_and_call', classmethod(_f))
 """,
