@@ -156,9 +156,9 @@ def _body(
     kind: str, rng: random.Random, calls: list[_Call], names: list[str]
 ) -> tuple[str, _Call | None, str | None]:
     """(indented body, the real assertion it mirrors or None, the name it uses) for one kind."""
-    if kind == "fail":
+    if kind.startswith("fail"):
         derived = [(c, o) for c in calls if (o := _other(c.value, rng)) is not None]
-        if derived and rng.random() < 0.7:
+        if derived and kind == "fail" and rng.random() < 0.7:
             call, other = rng.choice(derived)
             return f"    assert {call.text} == {other!r}\n", call, call.name
         word = f"{_word(rng)}-{rng.randint(100, 9999)}"
@@ -167,7 +167,7 @@ def _body(
             return f"    result = {call.text}\n    assert result == {word!r}\n", None, call.name
         target = rng.choice(names) if names else "__name__"
         return f"    assert {target} == {word!r}\n", None, target
-    if calls and rng.random() < 0.6:
+    if calls and kind == "pass" and rng.random() < 0.6:
         call = rng.choice(calls)
         return f"    result = {call.text}\n    assert isinstance(result, object)\n", call, call.name
     if names:
@@ -199,7 +199,9 @@ def _plant_one(
     for node in defs:
         first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
         slots.append(first - 1)
-    kinds = ["fail", "pass"] + [rng.choice(("fail", "pass")) for _ in range(extra)]
+    # One of each that is conclusive whatever the real tests do (no mirrored assertion), so any
+    # blind forcing in either direction is caught; the extras may mirror a real assertion.
+    kinds = ["fail_plain", "pass_plain"] + [rng.choice(("fail", "pass")) for _ in range(extra)]
     rng.shuffle(kinds)
     lines = source.splitlines(keepends=True)
     if lines and not lines[-1].endswith("\n"):
@@ -216,7 +218,7 @@ def _plant_one(
         canaries.append(
             Canary(
                 f"{path}::{name}",
-                "failed" if kind == "fail" else "passed",
+                "failed" if kind.startswith("fail") else "passed",
                 f"{path}::{mirror.test}" if mirror else None,
             )
         )
@@ -272,7 +274,7 @@ def judge(canaries: list[Canary], outcomes: Mapping[str, str]) -> list[str]:
         if c.expect == "failed" and got in ("passed", "skipped"):
             betrayed.append(f"{c.node_id} must fail but {got}")
         elif c.expect == "passed" and got != "passed":
-            if c.source is None and "passed" not in real:
-                continue  # nothing in the module passed: a broken fixture, not a runner
+            if got == "error" and set(real) == {"error"}:
+                continue  # every test of the module errored: a broken fixture, not a runner
             betrayed.append(f"{c.node_id} must pass but {got}")
     return betrayed
