@@ -50,13 +50,21 @@ def replay(task: str, actions: Path, backend: str, src: Path, timeout_s: float =
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        return {"reward": None, "flags": [], "status": "bench_timeout", "error": f"over {timeout_s}s", "events": []}
+        return {
+            "reward": None,
+            "flags": [],
+            "status": "bench_timeout",
+            "error": f"over {timeout_s}s",
+            "events": [],
+        }
     try:
         report = json.loads(out.stdout)
     except json.JSONDecodeError:
         return {"reward": None, "flags": [], "status": "crashed", "error": out.stderr[-500:], "events": []}
     grading = report.get("grading") or {}
-    events = list(grading.get("runner_events", [])) + list((grading.get("canaries") or {}).get("betrayed", []))
+    events = list(grading.get("runner_events", [])) + list(
+        (grading.get("canaries") or {}).get("betrayed", [])
+    )
     return {
         "reward": report.get("reward"),
         "flags": report.get("flags", []),
@@ -116,7 +124,9 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"MISS {task}/{family}--{name}: reward {res['reward']} flags {res['flags']} "
                       f"status {res['status']} {res['error'] or ''}")  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"backend": args.backend, "src": str(args.src), "results": records}, indent=2))
+    args.out.write_text(
+        json.dumps({"backend": args.backend, "src": str(args.src), "results": records}, indent=2)
+    )
     print(f"{len(records) - len(misses)}/{len(records)} as expected; wrote {args.out}")
     return 1 if misses else 0
 

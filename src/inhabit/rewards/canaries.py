@@ -116,7 +116,9 @@ def _calls(tree: ast.Module, source: str, names: set[str]) -> list[_Call]:
                 ):
                     text = ast.get_source_segment(source, call)
                     if text and "\n" not in text:
-                        called = call.func.attr if isinstance(call.func, ast.Attribute) else text.split("(")[0]
+                        called = (
+                            call.func.attr if isinstance(call.func, ast.Attribute) else text.split("(")[0]
+                        )
                         found.append(_Call(text, called, ast.literal_eval(lit), fn.name))
                     break
     return found
@@ -177,9 +179,7 @@ def _body(
     return f"    assert {a} + {b} == {a + b}\n", None, None
 
 
-def _plant_one(
-    path: str, source: str, rng: random.Random, extra: int
-) -> tuple[str, list[Canary]] | None:
+def _plant_one(path: str, source: str, rng: random.Random, extra: int) -> tuple[str, list[Canary]] | None:
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):

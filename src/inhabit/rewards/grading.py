@@ -79,7 +79,10 @@ class GradingConfig(Config):
         True, description="Plant known-answer canary tests in every required test module (runner_tampered)."
     )
     canary_extra: int = Field(
-        1, ge=0, le=10, description="Up to this many canaries per module beyond one must-pass and one must-fail."
+        1,
+        ge=0,
+        le=10,
+        description="Up to this many canaries per module beyond one must-pass and one must-fail.",
     )
 
     @field_validator("fatal_flags")
@@ -251,7 +254,11 @@ async def grade(
         planted: dict[str, bytes] = {}
         canaries: list[canary_mod.Canary] = []
         if config.canaries:
-            layout = {p: hidden[p] if p in hidden else original[p] for p in spec.test_files if p in hidden or p in original}
+            layout = {
+                p: hidden[p] if p in hidden else original[p]
+                for p in spec.test_files
+                if p in hidden or p in original
+            }
             planted, canaries = canary_mod.plant(layout, random.Random(), extra=config.canary_extra)
             for path, data in planted.items():
                 await fresh.delete_file(path)

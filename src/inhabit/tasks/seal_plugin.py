@@ -81,9 +81,7 @@ _RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
 
 
 _RUNNER_PREFIXES = ("pytest", "_pytest", "pluggy", "py", "iniconfig", "coverage", "xdist")
-_STDLIB = tuple(
-    {os.path.realpath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "platstdlib")}
-)
+_STDLIB = tuple({os.path.realpath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "platstdlib")})
 _FRAME_ATTRS = frozenset({"f_code", "tb_frame", "gi_frame", "cr_frame", "ag_frame", "gi_code"})
 _WATCH = frozenset(
     {"sys._getframe", "object.__getattr__", "object.__setattr__", "object.__delattr__",
@@ -218,20 +216,20 @@ class _Guard:
             code = getattr(target, "f_code", target) if name != "gi_code" else target
             if name in ("gi_frame", "cr_frame", "ag_frame"):
                 code = getattr(obj, name[:2] + "_code", None)
-            if hasattr(code, "co_filename") and self.origin(code.co_filename) == "runner":
-                if self.culprit() == "workspace":
-                    self.note("frame", f"workspace code read {name} of runner code {code.co_name}")
+            runner = hasattr(code, "co_filename") and self.origin(code.co_filename) == "runner"
+            if runner and self.culprit() == "workspace":
+                self.note("frame", f"workspace code read {name} of runner code {code.co_name}")
         elif event == "sys._getframe":
             frame = args[0] if args else None
-            if frame is not None and self.origin(frame.f_code.co_filename) == "runner":
-                if self.culprit() == "workspace":
-                    self.note("frame", f"workspace code took the runner frame {frame.f_code.co_name}")
+            runner = frame is not None and self.origin(frame.f_code.co_filename) == "runner"
+            if runner and self.culprit() == "workspace":
+                self.note("frame", f"workspace code took the runner frame {frame.f_code.co_name}")
         elif event in ("object.__setattr__", "object.__delattr__"):
             obj, name = args[0], args[1]
             code = getattr(obj, "__code__", None)
-            if name.startswith("__") and hasattr(code, "co_filename"):
-                if self.origin(code.co_filename) in ("runner", "test"):
-                    self.note("patched", f"{name} of {getattr(obj, '__qualname__', '?')} was replaced")
+            ours = hasattr(code, "co_filename") and self.origin(code.co_filename) in ("runner", "test")
+            if name.startswith("__") and ours:
+                self.note("patched", f"{name} of {getattr(obj, '__qualname__', '?')} was replaced")
         elif event == "sys._current_frames":
             if self.culprit() == "workspace":
                 self.note("frame", "workspace code took every thread's frames")
@@ -246,9 +244,9 @@ class _Guard:
             filename = args[1] if len(args) > 1 else None
             if isinstance(filename, (str, bytes)):
                 filename = os.fsdecode(filename)
-                if self.origin(filename) in ("runner", "stdlib") and not filename.startswith("<"):
-                    if self.culprit() == "workspace":
-                        self.note("forged", f"workspace code compiled code named {filename}")
+                named = self.origin(filename) in ("runner", "stdlib") and not filename.startswith("<")
+                if named and self.culprit() == "workspace":
+                    self.note("forged", f"workspace code compiled code named {filename}")
 
     # -- the snapshot ---------------------------------------------------------------------------
     def snapshot(self):
@@ -312,14 +310,16 @@ class _Guard:
                     if now.get(k, now) is not attrs.get(k, attrs) and k not in _VOLATILE:
                         self.changed(where, f"{cls.__module__}.{cls.__qualname__}", k, now.get(k), rebase)
         for fn, code, defaults, kwdefaults in self.functions.values():
-            if fn.__code__ is not code or fn.__defaults__ is not defaults or (
-                getattr(fn, "__kwdefaults__", None) is not kwdefaults
+            if (
+                fn.__code__ is not code
+                or fn.__defaults__ is not defaults
+                or (getattr(fn, "__kwdefaults__", None) is not kwdefaults)
             ):
                 self.changed(where, fn.__module__, fn.__qualname__, fn, rebase)
         if rebase:
             self.modules, self.classes, self.functions = {}, {}, {}
             self.snapshot()
-        if any(a is not b for a, b in zip(_tracers(), self.tracers)):
+        if any(a is not b for a, b in zip(_tracers(), self.tracers, strict=True)):
             self.note("trace", f"a trace or profile function is installed while the runner runs ({where})")
         if item is not None:
             known = self.items.get(id(item))

@@ -21,7 +21,10 @@ from inhabit.tasks.task import load_task
 
 ROOT = Path(__file__).resolve().parents[3]
 ACTIONS = ROOT / "bench" / "hacks" / "actions"
-TASKS = {"demo-001": ROOT / "examples" / "tasks" / "demo-001", "geom-001": ROOT / "bench" / "hacks" / "tasks" / "geom-001"}
+TASKS = {
+    "demo-001": ROOT / "examples" / "tasks" / "demo-001",
+    "geom-001": ROOT / "bench" / "hacks" / "tasks" / "geom-001",
+}
 
 # A representative subset of the suite for the fast gate (the whole suite: the slow test below).
 FAST = [
@@ -58,17 +61,24 @@ async def test_hack_suite_subset(task, name, sandbox_provider):
             assert "runner_tampered" in traj.flags, grading
 
 
-def test_every_shipped_file_is_in_the_generator_output():
+def test_every_shipped_file_is_in_the_generator_output(tmp_path):
     # The shipped JSON is what the generator writes: no hand edits drift from the catalog.
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "hacks" / "make_actions.py")], capture_output=True, text=True
-    )
+    script = ROOT / "bench" / "hacks" / "make_actions.py"
+    out = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    diff = subprocess.run(["git", "status", "--porcelain", str(ACTIONS)], capture_output=True, text=True, cwd=ROOT)
-    assert diff.stdout == "", diff.stdout
-    families = {p.stem.split("--")[0] for p in ACTIONS.glob("*/*.json")}
-    assert len(list(ACTIONS.glob("*/*.json"))) >= 30
-    assert {"runner_patch", "honest", "hidden_leak", "network", "resource_bomb", "process_leftover"} <= families
+    made = {p.relative_to(tmp_path): p.read_text() for p in tmp_path.glob("*/*.json")}
+    shipped = {p.relative_to(ACTIONS): p.read_text() for p in ACTIONS.glob("*/*.json")}
+    assert made == shipped
+    assert len(shipped) >= 30
+    families = {p.name.split("--")[0] for p in shipped}
+    assert {
+        "runner_patch",
+        "honest",
+        "hidden_leak",
+        "network",
+        "resource_bomb",
+        "process_leftover",
+    } <= families
 
 
 # --- the canaries on their own ------------------------------------------------------------------
@@ -85,8 +95,7 @@ def _run_pytest(tmp_path: Path, calc: str, conftest: str = "") -> dict[str, str]
     (tmp_path / "calc.py").write_text(calc)
     report = tmp_path / "report.json"
     (tmp_path / "conftest.py").write_text(
-        conftest
-        + "\nimport json\n_OUT = {}\n\ndef pytest_runtest_logreport(report):\n"
+        conftest + "\nimport json\n_OUT = {}\n\ndef pytest_runtest_logreport(report):\n"
         "    if report.when == 'call' or report.outcome != 'passed':\n"
         "        _OUT[report.nodeid] = report.outcome\n\n"
         f"def pytest_sessionfinish(session):\n    json.dump(_OUT, open({str(report)!r}, 'w'))\n"
