@@ -9,14 +9,17 @@ dir takes part:
      provider cannot, copy the files through the sandbox API);
   2. `hacks.neutralize`: restore every original test file, revert test infrastructure, remove
      start-up hooks, plugins, shadowing modules, planted bytecode and forged reports (flags);
-  3. lay hidden/ over the copy;
+  3. lay hidden/ over the copy and plant known-answer canaries in every required test module
+     (`inhabit.rewards.canaries`);
   4. run the task's command with inhabit's controls appended: `-p no:cacheprovider`,
      `--rootdir=. --confcutdir=.`, `-c` pinned to the original configuration (or an empty one
      outside the workspace when the task has none), `--continue-on-collection-errors`, the
      required test files as arguments (so files the agent added are never collected), a cleaned
      environment, and a sealed JUnit XML report at a fresh path outside the workspace
      (`inhabit.tasks.testrun`);
-  5. check that no test, conftest or pytest configuration file changed on disk during the run;
+  5. check that no test, conftest or pytest configuration file changed on disk during the run,
+     that every canary reported the outcome it must have, and that the seal plugin's runner
+     integrity checks found nothing (`runner_tampered`);
   6. reward 1 when every fail_to_pass and pass_to_pass test passed and no fatal flag was raised,
      else 0. Tests that are missing, skipped, or in a file that failed to collect count as failed.
 
@@ -27,6 +30,7 @@ grading machinery itself (a sandbox that cannot be created) is data: status "err
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -39,6 +43,7 @@ from pydantic import Field, field_validator
 from inhabit.config import Config
 from inhabit.errors import GradingError, InhabitError
 from inhabit.log import get_logger
+from inhabit.rewards import canaries as canary_mod
 from inhabit.rewards import hacks
 from inhabit.rewards.infra import PYTEST_CONFIG_NAMES, is_test_path, pytest_section, root_pytest_config
 from inhabit.sandbox.base import Sandbox, SandboxLimits, SandboxProvider
@@ -65,10 +70,20 @@ class GradingConfig(Config):
             hacks.TESTS_CHANGED_DURING_RUN,
             hacks.CODE_USES_PYTEST,
             hacks.CODE_ALWAYS_EQUAL,
+            hacks.RUNNER_TAMPERED,
         ],
         description="Flags that force reward 0 even when the required tests passed.",
     )
     scan_code: bool = Field(True, description="Scan the agent's changed non-test code for hack patterns.")
+    canaries: bool = Field(
+        True, description="Plant known-answer canary tests in every required test module (runner_tampered)."
+    )
+    canary_extra: int = Field(
+        1,
+        ge=0,
+        le=10,
+        description="Up to this many canaries per module beyond one must-pass and one must-fail.",
+    )
 
     @field_validator("fatal_flags")
     @classmethod
@@ -236,6 +251,18 @@ async def grade(
         for path, data in hidden.items():
             await fresh.delete_file(path)
             await fresh.write_file(path, data)
+        planted: dict[str, bytes] = {}
+        canaries: list[canary_mod.Canary] = []
+        if config.canaries:
+            layout = {
+                p: hidden[p] if p in hidden else original[p]
+                for p in spec.test_files
+                if p in hidden or p in original
+            }
+            planted, canaries = canary_mod.plant(layout, random.Random(), extra=config.canary_extra)
+            for path, data in planted.items():
+                await fresh.delete_file(path)
+                await fresh.write_file(path, data)
         cfg_args, empty_ini = _config_args(original, hidden)
         extra = ["-p", "no:cacheprovider", "--rootdir=.", "--confcutdir=.", "--continue-on-collection-errors"]
         protected = hacks.protected_files(
@@ -245,6 +272,7 @@ async def grade(
                 p, test_dirs=config.test_dirs, file_globs=config.test_file_globs, extra_files=spec.test_files
             ),
         )
+        protected.update(planted)
         run = await run_tests(
             fresh,
             spec.command,
@@ -266,6 +294,9 @@ async def grade(
     outcomes, run_flags = _required_outcomes(run, spec.required_tests)
     if rewritten:
         run_flags.append(hacks.TESTS_CHANGED_DURING_RUN)
+    betrayed = canary_mod.judge(canaries, run.outcomes)
+    if betrayed or run.tampering:
+        run_flags.append(hacks.RUNNER_TAMPERED)
     code_flags = hacks.scan_code(neut.changed_code) if config.scan_code else {}
     flags: list[str] = []
     for name in [*neut.flags, *run_flags, *code_flags]:
@@ -285,6 +316,8 @@ async def grade(
         "code_flags": code_flags,
         "problems": list(run.problems),
         "changed_during_run": rewritten,
+        "canaries": {"planted": len(canaries), "betrayed": betrayed},
+        "runner_events": list(run.tampering),
         "collection_errors": run.collection_errors,
         "messages": {n: run.messages[n] for n in outcomes if n in run.messages},
         # A shaped signal for reward configs that want one; the reward itself stays all-or-nothing.

@@ -16,16 +16,45 @@ What it does:
     over both under the key. inhabit accepts the XML only if the seal verifies and the passed
     sets agree.
 
-What it does NOT protect against: code under test runs in this same process and can, with
-deliberate effort, find this module in sys.modules and read the key or rewrite pytest's report
-objects before either channel sees them. The seal catches the plain forgeries (writing the XML
-from a test, at import or at exit; patching the junitxml plugin; deleting the report).
+  * Watches the runner (see "Runner integrity" below) and puts what it saw in the sealed body
+    (`tampering`); grading turns any of it into `runner_tampered`.
+
+Runner integrity. At import, before any conftest or workspace module is imported, this plugin
+takes an identity snapshot of the runner (every attribute of the pytest, _pytest, pluggy and
+installed-plugin modules and of their classes, every function's code and defaults) and installs
+an audit hook (`sys.addaudithook`, which cannot be removed). Reported, as "kind: detail":
+  * patched   a runner module or class attribute, or a runner function's code or defaults, differs
+              from the snapshot (checked after collection, before each test's report is made, at
+              each report and before sealing); a runner or test function's __code__ was replaced;
+              a collected test item got a new type, function or `runtest`;
+  * plugin    a pytest plugin or hook implementation defined in workspace code that is not a test
+              file or conftest (registered through the plugin manager or pushed into its lists);
+  * frame     workspace code got a frame of the runner (sys._getframe, a traceback's tb_frame, a
+              frame's f_code, a generator's frame) or every thread's frames (sys._current_frames);
+  * gc        workspace code asked gc for the referrers or referents of a runner object;
+  * trace     workspace code installed sys.settrace, or a trace or profile function other than the
+              one present at start-up (coverage's) is still installed when the runner runs;
+  * forged    workspace code compiled code under a runner or standard-library file name.
+"Workspace code" is the innermost frame on the stack that is not the standard library, this
+plugin or an installed package; test files and conftest.py are the task's own and are trusted.
+Using gc.get_objects, import hooks, a profiler within a call, or sys.modules is not reported.
+
+What it does NOT protect against: code under test runs in this same process, so a determined
+attack can still reach this module's memory (clear what it recorded, read the key) through
+paths that raise no audit event (a frame's f_back, f_locals, a function's __closure__). That is
+why grading also plants known-answer canaries (inhabit.rewards.canaries): whatever the technique,
+forcing outcomes blindly changes a canary's outcome. The seal catches the plain forgeries
+(writing the XML from a test, at import or at exit; patching the junitxml plugin; deleting the
+report).
 """
 
 import hashlib
 import hmac
 import json
 import os
+import sys
+import sysconfig
+import threading
 
 import pytest
 
@@ -51,6 +80,281 @@ _COLLECT_ERRORS = []
 _RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
 
 
+_RUNNER_PREFIXES = ("pytest", "_pytest", "pluggy", "py", "iniconfig", "coverage", "xdist")
+_STDLIB = tuple({os.path.realpath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "platstdlib")})
+_FRAME_ATTRS = frozenset({"f_code", "tb_frame", "gi_frame", "cr_frame", "ag_frame", "gi_code"})
+_WATCH = frozenset(
+    {"sys._getframe", "object.__getattr__", "object.__setattr__", "object.__delattr__",
+     "sys._current_frames", "gc.get_referrers", "gc.get_referents", "sys.settrace", "compile",
+     "code.__new__"}
+)  # fmt: skip
+_TEST_DIRS = frozenset({"tests", "test", "testing"})
+# pytest rewrites these module globals itself around every test (assertion helpers).
+_VOLATILE = frozenset(
+    {"_reprcompare", "_assertion_pass", "_config", "_pytest_diamond_inheritance_warning_shown",
+     "__abstractmethods__", "_abc_impl", "__doc__"}
+)  # fmt: skip
+
+
+def _tracers():
+    return (
+        sys.gettrace(),
+        sys.getprofile(),
+        getattr(threading, "_trace_hook", None),
+        getattr(threading, "_profile_hook", None),
+    )
+
+
+def _is_runner_module(name):
+    return name.split(".")[0] in _RUNNER_PREFIXES or name.startswith("pytest_") or name == __name__
+
+
+class _Guard:
+    """The runner's identity snapshot and the audit hook's record (see the module docstring)."""
+
+    def __init__(self):
+        self.events = []
+        self.seen = set()
+        self.pm = None
+        self.items = {}
+        self.busy = False
+        self.cwd = os.path.realpath(os.getcwd()) + os.sep
+        self.runner_dirs = set()
+        self.modules = {}
+        self.classes = {}
+        self.functions = {}
+        self.tracers = _tracers()
+        self.files = {}
+        self.own = False  # this module joins the snapshot once it is fully defined (end of file)
+        for name, mod in list(sys.modules.items()):
+            if _is_runner_module(name) and getattr(mod, "__file__", None):
+                self.runner_dirs.add(os.path.dirname(os.path.realpath(mod.__file__)) + os.sep)
+        self.snapshot()
+        sys.addaudithook(self.audit)
+
+    def note(self, kind, detail):
+        text = f"{kind}: {detail}"[:300]
+        key = text.split(" (")[0]  # one entry per finding, not per checkpoint that saw it again
+        if key not in self.seen:
+            self.seen.add(key)
+            self.events.append(text)
+
+    # -- where code comes from ----------------------------------------------------------------
+    def origin(self, filename):
+        """'runner', 'stdlib', 'library', 'test' or 'workspace' for a code object's file name."""
+        kind = self.files.get(filename)
+        if kind is None:
+            kind = self.files[filename] = self._origin(filename)
+        return kind
+
+    def _origin(self, filename):
+        if filename.startswith("<frozen") or filename == __file__:
+            return "stdlib" if filename != __file__ else "runner"
+        if filename.startswith("<"):
+            return "workspace"  # exec'd or compiled text: whoever called it is on the stack below
+        path = os.path.realpath(filename)
+        if any(path.startswith(d) for d in self.runner_dirs):
+            return "runner"
+        if "/site-packages/" in path or "/dist-packages/" in path:
+            return "library"
+        if path.startswith(_STDLIB):
+            return "stdlib"
+        if not path.startswith(self.cwd):
+            return "library" if os.path.exists(path) else "workspace"
+        rel = path[len(self.cwd) :]
+        base = os.path.basename(rel)
+        parts = rel.split(os.sep)[:-1]
+        if (
+            base == "conftest.py"
+            or (base.startswith("test_") and base.endswith(".py"))
+            or base.endswith("_test.py")
+            or _TEST_DIRS.intersection(parts)
+        ):
+            return "test"
+        return "workspace"
+
+    def culprit(self):
+        """The innermost caller that is not the standard library or an installed package:
+        'workspace' when that is workspace code (the only origin reported)."""
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_code.co_filename == __file__:
+            frame = frame.f_back
+        while frame is not None:
+            kind = self.origin(frame.f_code.co_filename)
+            if kind not in ("stdlib", "library"):
+                return kind
+            frame = frame.f_back
+        return None
+
+    def runner_obj(self, obj):
+        if isinstance(obj, type(sys)):
+            return _is_runner_module(obj.__name__)
+        code = getattr(obj, "__code__", None)
+        if code is not None and hasattr(code, "co_filename"):
+            return self.origin(code.co_filename) == "runner"
+        cls = obj if isinstance(obj, type) else type(obj)
+        return _is_runner_module(getattr(cls, "__module__", "") or "")
+
+    # -- the audit hook -------------------------------------------------------------------------
+    def audit(self, event, args):
+        if event not in _WATCH or self.busy:
+            return
+        self.busy = True  # what the hook itself touches raises events too
+        try:
+            self._audit(event, args)
+        except Exception as e:  # never break the run: report it instead
+            self.note("patched", f"integrity hook failed on {event}: {type(e).__name__}")
+        finally:
+            self.busy = False
+
+    def _audit(self, event, args):
+        if event == "object.__getattr__":
+            obj, name = args
+            if name not in _FRAME_ATTRS:
+                return
+            target = getattr(obj, name) if name != "f_code" else obj.f_code
+            code = getattr(target, "f_code", target) if name != "gi_code" else target
+            if name in ("gi_frame", "cr_frame", "ag_frame"):
+                code = getattr(obj, name[:2] + "_code", None)
+            runner = hasattr(code, "co_filename") and self.origin(code.co_filename) == "runner"
+            if runner and self.culprit() == "workspace":
+                self.note("frame", f"workspace code read {name} of runner code {code.co_name}")
+        elif event == "sys._getframe":
+            frame = args[0] if args else None
+            runner = frame is not None and self.origin(frame.f_code.co_filename) == "runner"
+            if runner and self.culprit() == "workspace":
+                self.note("frame", f"workspace code took the runner frame {frame.f_code.co_name}")
+        elif event in ("object.__setattr__", "object.__delattr__"):
+            obj, name = args[0], args[1]
+            code = getattr(obj, "__code__", None)
+            ours = hasattr(code, "co_filename") and self.origin(code.co_filename) in ("runner", "test")
+            if name.startswith("__") and ours:
+                self.note("patched", f"{name} of {getattr(obj, '__qualname__', '?')} was replaced")
+        elif event == "sys._current_frames":
+            if self.culprit() == "workspace":
+                self.note("frame", "workspace code took every thread's frames")
+        elif event in ("gc.get_referrers", "gc.get_referents"):
+            objs = args[0] if args and isinstance(args[0], tuple) else args
+            if any(self.runner_obj(o) for o in objs) and self.culprit() == "workspace":
+                self.note("gc", f"workspace code called {event} on a runner object")
+        elif event == "sys.settrace":
+            if self.culprit() == "workspace":
+                self.note("trace", "workspace code called sys.settrace")
+        elif event in ("compile", "code.__new__"):
+            filename = args[1] if len(args) > 1 else None
+            if isinstance(filename, (str, bytes)):
+                filename = os.fsdecode(filename)
+                named = self.origin(filename) in ("runner", "stdlib") and not filename.startswith("<")
+                if named and self.culprit() == "workspace":
+                    self.note("forged", f"workspace code compiled code named {filename}")
+
+    # -- the snapshot ---------------------------------------------------------------------------
+    def snapshot(self):
+        for name, mod in list(sys.modules.items()):
+            if mod is None or not _is_runner_module(name) or name in self.modules:
+                continue
+            if name == __name__ and not self.own:
+                continue
+            attrs = dict(vars(mod))
+            self.modules[name] = (mod, attrs)
+            for value in attrs.values():
+                if isinstance(value, type) and _is_runner_module(value.__module__ or ""):
+                    if value not in self.classes:
+                        self.classes[value] = dict(vars(value))
+                        for member in vars(value).values():
+                            self._function(getattr(member, "__func__", member))
+                else:
+                    self._function(value)
+
+    def _function(self, fn):
+        code = getattr(fn, "__code__", None)
+        if code is not None and hasattr(fn, "__defaults__") and id(fn) not in self.functions:
+            self.functions[id(fn)] = (fn, code, fn.__defaults__, getattr(fn, "__kwdefaults__", None))
+
+    def verify(self, where, item=None, rebase=False):
+        if self.busy:
+            return
+        self.busy = True
+        try:
+            self._verify(where, item, rebase)
+        finally:
+            self.busy = False
+
+    def changed(self, where, label, key, value, rebase):
+        """A snapshot difference. While pytest starts (`rebase="full"`: before any conftest), its
+        own plugins patch the runner (legacypath's fspath properties): accepted unless the new
+        value is workspace code. While it configures itself (`"soft"`: conftests are imported by
+        then) only new data is accepted (pdb's plugin manager), not new runner or workspace code.
+        Afterwards every difference is reported."""
+        fn = getattr(value, "__func__", getattr(value, "fget", value))
+        code = getattr(fn, "__code__", None)
+        origin = self.origin(code.co_filename) if hasattr(code, "co_filename") else None
+        if rebase == "full" and origin != "workspace":
+            return
+        if rebase == "soft" and origin in (None, "library"):
+            return
+        self.note("patched", f"{label}.{key} changed ({where})")
+
+    def _verify(self, where, item, rebase=False):
+        self.snapshot()  # runner modules pytest imported since (taken as they are now)
+        for name, (mod, attrs) in self.modules.items():
+            now = vars(mod)
+            if len(now) != len(attrs) or any(now.get(k, attrs) is not v for k, v in attrs.items()):
+                for k in set(now) | set(attrs):
+                    if now.get(k, now) is not attrs.get(k, attrs) and k not in _VOLATILE:
+                        self.changed(where, name, k, now.get(k), rebase)
+        for cls, attrs in self.classes.items():
+            now = vars(cls)
+            if len(now) != len(attrs) or any(now.get(k, attrs) is not v for k, v in attrs.items()):
+                for k in set(now) | set(attrs):
+                    if now.get(k, now) is not attrs.get(k, attrs) and k not in _VOLATILE:
+                        self.changed(where, f"{cls.__module__}.{cls.__qualname__}", k, now.get(k), rebase)
+        for fn, code, defaults, kwdefaults in self.functions.values():
+            if (
+                fn.__code__ is not code
+                or fn.__defaults__ is not defaults
+                or (getattr(fn, "__kwdefaults__", None) is not kwdefaults)
+            ):
+                self.changed(where, fn.__module__, fn.__qualname__, fn, rebase)
+        if rebase:
+            self.modules, self.classes, self.functions = {}, {}, {}
+            self.snapshot()
+        if any(a is not b for a, b in zip(_tracers(), self.tracers, strict=True)):
+            self.note("trace", f"a trace or profile function is installed while the runner runs ({where})")
+        if item is not None:
+            known = self.items.get(id(item))
+            if known is not None and (
+                type(item) is not known[1]
+                or getattr(item, "obj", None) is not known[2]
+                or {"runtest", "setup", "teardown"}.intersection(vars(item))
+            ):
+                self.note("patched", f"the test item {item.nodeid} was altered")
+        if self.pm is not None:
+            self.check_plugins()
+
+    def check_plugins(self):
+        for plugin in self.pm.get_plugins():
+            self.check_plugin(plugin)
+        for caller in vars(self.pm.hook).values():
+            for impl in getattr(caller, "_hookimpls", ()):
+                code = getattr(impl.function, "__code__", None)
+                if code is not None and self.origin(code.co_filename) == "workspace":
+                    self.note("plugin", f"a {caller.name} implementation from {code.co_filename}")
+
+    def check_plugin(self, plugin):
+        # (A plugin object of a class from nowhere is judged by its hook functions' code instead.)
+        if isinstance(plugin, type(sys)):
+            filename = getattr(plugin, "__file__", None) or "<module>"
+        else:
+            module = sys.modules.get(getattr(type(plugin), "__module__", "") or "")
+            filename = getattr(module, "__file__", None)
+        if filename and self.origin(filename) == "workspace":
+            self.note("plugin", f"a pytest plugin from {filename}")
+
+
+_GUARD = _Guard()
+
+
 def _note(node_id, outcome):
     old = _OUTCOMES.get(node_id)
     if old is None or _RANK[outcome] > _RANK[old]:
@@ -62,14 +366,43 @@ def pytest_configure(config):
     if _XML:
         config.option.xmlpath = _XML
         config.option.junitprefix = None
+    _GUARD.pm = config.pluginmanager
+    _GUARD.check_plugins()
 
 
+def pytest_load_initial_conftests(early_config):
+    # Runs after pytest's own early patches (legacypath, tryfirst) and after installed plugins
+    # were imported, before the first conftest is (Config's own implementation is trylast).
+    _GUARD.verify("while pytest started", rebase="full")
+
+
+def pytest_sessionstart(session):
+    _GUARD.verify("while pytest configured itself", rebase="soft")
+
+
+def pytest_plugin_registered(plugin):
+    _GUARD.check_plugin(plugin)
+
+
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items):
     for item in items:
         item.user_properties.append(("inhabit_nodeid", item.nodeid))
+        _GUARD.items[id(item)] = (item, type(item), getattr(item, "obj", None))
+
+
+def pytest_collection_finish(session):
+    _GUARD.verify("after collection")
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    _GUARD.verify(item.nodeid, item)
+    yield
 
 
 def pytest_runtest_logreport(report):
+    _GUARD.verify(report.nodeid)
     if report.when == "call":
         _note(report.nodeid, "passed" if report.passed else "skipped" if report.skipped else "failed")
     elif report.failed:
@@ -92,11 +425,22 @@ def pytest_unconfigure(config):
             digest = hashlib.sha256(f.read()).hexdigest()
     except OSError:
         digest = ""
+    _GUARD.verify("before sealing")
     body = json.dumps(
-        {"xml_sha256": digest, "outcomes": _OUTCOMES, "collection_errors": _COLLECT_ERRORS},
+        {
+            "xml_sha256": digest,
+            "outcomes": _OUTCOMES,
+            "collection_errors": _COLLECT_ERRORS,
+            "tampering": _GUARD.events[:50],
+        },
         sort_keys=True,
     )
     mac = hmac.new(_KEY, body.encode(), hashlib.sha256).hexdigest()
     fd = os.open(_SEAL, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(json.dumps({"body": body, "mac": mac}))
+
+
+# Everything above is defined: this module joins the runner snapshot.
+_GUARD.own = True
+_GUARD.snapshot()

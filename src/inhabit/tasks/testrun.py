@@ -24,8 +24,10 @@ only for humans (`output_tail`), never parsed for outcomes.
 
 Protects against: forged report files anywhere (the path is fresh and unpredictable, outside the
 workspace), code under test overwriting the report during or after the run, patching the junitxml
-plugin, plugins or options smuggled in through environment variables. Does NOT protect against code
-under test that deliberately reaches into this process's memory (see seal_plugin.py).
+plugin, plugins or options smuggled in through environment variables. The plugin also checks the
+runner's integrity and seals what it saw (`tampering`). It does NOT by itself stop code under test
+that deliberately reaches into the pytest process's memory by unaudited paths (see seal_plugin.py;
+grading's canaries are the backstop).
 """
 
 from __future__ import annotations
@@ -71,6 +73,8 @@ class TestRunResult:
     """pytest's INTERNALERROR message, e.g. SystemExit while importing a test module."""
     interrupted: bool = False
     """The session was cut short (pytest.exit, KeyboardInterrupt) but still wrote its report."""
+    tampering: tuple[str, ...] = ()
+    """What the seal plugin's runner integrity checks saw ("kind: detail"; see seal_plugin.py)."""
 
     @property
     def passed(self) -> list[str]:
@@ -248,6 +252,7 @@ exit $rc
         problems=tuple(problems),
         internal_error=report.internal_error if report else None,
         interrupted=bool(report and report.interrupted),
+        tampering=tuple(str(e) for e in seal.get("tampering", ()))[:50] if seal else (),
     )
 
 
