@@ -1,7 +1,7 @@
 """`inhabit sandbox ...`: check what isolation this host supports, run the demo, run a command.
 
     inhabit sandbox doctor             which backend, workspace mode and limit mechanism work here
-    inhabit sandbox demo               the sandbox demo (also what `inhabit quickstart` runs for now)
+    inhabit sandbox demo               tests inside, file API, snapshot/restore, isolation, timings
     inhabit sandbox run DIR -- CMD...  run one command in a throwaway sandbox over DIR
 
 Heavy work stays inside command bodies so `inhabit --help` stays fast.
