@@ -26,6 +26,8 @@ def _open_store(url: str) -> Any:
     try:
         store = Store(url)
         store.fs.ls(store.root, detail=False)
+        if store.is_local and not store.fs.isdir(store.root):  # a local file lists as itself
+            raise NotADirectoryError(url)
     except FileNotFoundError:
         raise WeightsError(f"no weight store at {url}: nothing is there (check the path or URL)") from None
     except NotADirectoryError:
