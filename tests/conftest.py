@@ -37,3 +37,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(gpu_skip)
         if ray_skip and "ray" in item.keywords:
             item.add_marker(ray_skip)
+
+
+@pytest.fixture(autouse=True)
+def _wide_console(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CLI output must not depend on the terminal or the paths of the machine running the suite.
+
+    rich wraps at the console width (80 columns when output is not a terminal), so a longer
+    checkout or temporary path moved a wrap into the middle of asserted text. During each test,
+    every rich console (in this process, or in a subprocess that inherits the environment) is
+    this wide; pytest's own report, written between tests, keeps the real terminal's width."""
+    monkeypatch.setenv("COLUMNS", "1000")

@@ -12,6 +12,9 @@ from __future__ import annotations
 class InhabitError(Exception):
     """Base of every error inhabit raises on purpose."""
 
+    exit_code: int = 2
+    """What `inhabit` exits with when this ends a command: 2 for bad input, 1 for work that failed."""
+
 
 class ConfigError(InhabitError):
     """A config file or override is malformed or fails validation."""
@@ -47,6 +50,14 @@ class GradingError(InhabitError):
 
 class InferenceError(InhabitError):
     """The inference engine or a remote endpoint failed or refused a request."""
+
+
+class PolicyUnreachable(InferenceError):
+    """The policy's endpoint cannot be used at all: nothing listens, the model name is unknown, or
+    the key is refused. An error of the command (`inhabit agent`, `inhabit eval`), never one
+    rollout's outcome: the harness loop lets it through instead of recording a `policy_error`."""
+
+    exit_code = 1
 
 
 class ModelLoadError(InferenceError):

@@ -38,6 +38,17 @@ def setup_logging(level: str | int | None = None) -> None:
     _CONFIGURED = True
 
 
+def quiet_third_party_progress() -> None:
+    """No tqdm bars from transformers or huggingface_hub (e.g. "Loading weights" when a model
+    folder loads): inhabit's commands report their own progress, and those bars would land in the
+    middle of a command's output. Both libraries read this variable when they are imported."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    if "transformers" in sys.modules:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+
+
 def get_logger(name: str) -> logging.Logger:
     """Return a logger under the `inhabit` namespace (pass `__name__`)."""
     if not name.startswith("inhabit"):

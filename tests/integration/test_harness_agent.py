@@ -117,7 +117,7 @@ def agent(repo: Path, url: str, *extra: str, stdin: str = "") -> subprocess.Comp
         input=stdin,
         capture_output=True,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(SRC), "COLUMNS": "120"},
+        env={**os.environ, "PYTHONPATH": str(SRC)},
         timeout=120,
     )
 
@@ -157,11 +157,12 @@ def test_agent_leaves_the_repo_untouched_when_the_diff_is_rejected(server, repo:
     assert rec["decision"] == "rejected" and "+    return a + b" in rec["diff"]
 
 
-def test_agent_with_an_unreachable_endpoint_reports_a_policy_error(repo: Path) -> None:
+def test_agent_with_an_unreachable_endpoint_is_an_error_of_the_command(repo: Path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed again: nothing listens there
     out = agent(repo, f"http://127.0.0.1:{port}/v1", "--yes", "--model-name", "m", "max_turns=2")
-    assert out.returncode == 0, out.stderr
-    assert "policy_error" in out.stdout
-    assert session(repo)["decision"] == "no_changes"
+    assert out.returncode == 1, out.stderr
+    assert f"error: cannot connect to http://127.0.0.1:{port}/v1" in out.stderr
+    assert "Traceback" not in out.stderr
+    assert not (repo / ".inhabit").exists()  # no session: nothing happened

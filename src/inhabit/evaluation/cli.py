@@ -11,13 +11,14 @@ import typer
 
 def print_summary(summary: dict[str, Any], title: str) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     def pct(x: float | None) -> str:
         return "-" if x is None else f"{x:.1%}"
 
     k = summary["k"]
-    table = Table(title=title)
+    table = Table(title=escape(title))
     table.add_column("metric")
     table.add_column("value", justify="right")
     rows = [
@@ -25,7 +26,7 @@ def print_summary(summary: dict[str, Any], title: str) -> None:
         ("samples", summary["samples"]),
         ("success rate", pct(summary["success_rate"])),
         ("pass@1", pct(summary["pass@1"])),
-        (f"pass@{k}", pct(summary.get(f"pass@{k}"))),
+        *([(f"pass@{k}", pct(summary.get(f"pass@{k}")))] if k > 1 else []),
         ("mean reward", f"{summary['mean_reward']:.3f}"),
         ("mean turns", f"{summary['mean_turns']:.1f}"),
         ("mean completion tokens", f"{summary['mean_completion_tokens']:.0f}"),
@@ -39,7 +40,7 @@ def print_summary(summary: dict[str, Any], title: str) -> None:
     rows += [(f"  flag {f}", n) for f, n in summary["flags"].items()]
     rows += [(f"  outcome {c}", n) for c, n in summary["causes"].items()]
     for name, value in rows:
-        table.add_row(name, str(value))
+        table.add_row(escape(name), escape(str(value)))
     Console().print(table)
 
 
@@ -68,6 +69,7 @@ def register(app: typer.Typer) -> None:
             None, "--served-model", help="Model name at the endpoint (default: its first)."
         ),
         seed: int = typer.Option(None, "--seed", help="Sampling seed (local models)."),
+        api_key: str = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY", help="Endpoint API key."),
         backend: str = typer.Option("auto", "--backend", help="Sandbox backend: auto, bwrap or process."),
         trajectories: Path = typer.Option(
             None, "--trajectories", help="Also save each trajectory JSON here."
@@ -84,7 +86,7 @@ def register(app: typer.Typer) -> None:
         import json
 
         from inhabit.evaluation.metrics import summarize
-        from inhabit.evaluation.runner import EvalError, discover_tasks, run_eval
+        from inhabit.evaluation.runner import INFRA_STATUSES, EvalError, discover_tasks, run_eval
         from inhabit.harness.config import HarnessConfig
         from inhabit.sandbox import SandboxConfig, create_provider
 
@@ -111,13 +113,13 @@ def register(app: typer.Typer) -> None:
 
             # K greedy samples would be K copies of one answer: pass@K needs sampling.
             temp = temperature if temperature is not None else (0.0 if samples == 1 else 0.8)
-            policy = make_policy(model, model_name=served_name, temperature=temp, seed=seed)
+            policy = make_policy(model, model_name=served_name, temperature=temp, seed=seed, api_key=api_key)
             provider = create_provider(SandboxConfig(backend=backend))  # type: ignore[arg-type]
             try:
                 with Progress() as bar:
-                    from inhabit.evaluation.runner import read_records
+                    from inhabit.evaluation.runner import done_records, read_records
 
-                    done = len(read_records(records_path)) if resume else 0
+                    done = len(done_records(read_records(records_path))) if resume else 0
                     bid = bar.add_task("eval", total=len(task_list) * samples, completed=done)
                     return await run_eval(
                         task_list, policy, provider, records_path, samples=samples, concurrency=concurrency,
@@ -142,3 +144,13 @@ def register(app: typer.Typer) -> None:
         out.write_text(json.dumps(summary, indent=1))
         print_summary(summary, f"inhabit eval: {model} on {tasks}")
         typer.echo(f"wrote {out} and {records_path}")
+        failed = [r for r in records if r.get("status") in INFRA_STATUSES]
+        if failed:
+            typer.secho(
+                f"error: {len(failed)} of {len(records)} samples failed for infrastructure reasons, not the "
+                f"model's (first: {failed[0]['status']}: {failed[0].get('error')}); run the same command "
+                "with --resume to run them again",
+                fg=typer.colors.RED,
+                err=True,
+            )
+            raise typer.Exit(1)

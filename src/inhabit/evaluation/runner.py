@@ -3,8 +3,11 @@
 
 Each finished (task, sample) is appended as one JSON line to the records file as soon as it ends,
 so an interrupted eval resumes: `run_eval(..., resume=True)` skips every pair already recorded and
-runs the rest. A rollout that fails (policy down, sandbox gone) is a record with its status, never
-a crash of the eval; only records are summarized (`evaluation.metrics.summarize`).
+runs the rest. A rollout that fails (policy error, sandbox gone) is a record with its status, never
+a crash of the eval; only records are summarized (`evaluation.metrics.summarize`). Such a failure
+of the machinery (`INFRA_STATUSES`) measures nothing about the model, so it never counts as done:
+`--resume` runs that sample again. A policy that cannot be reached at all (`PolicyUnreachable`)
+stops the whole eval with that error, before anything more is recorded.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from inhabit.contracts import Policy
-from inhabit.errors import InhabitError
+from inhabit.errors import InhabitError, PolicyUnreachable
 from inhabit.evaluation.capture import CapturingProvider
 from inhabit.harness.config import HarnessConfig
 from inhabit.log import get_logger
@@ -25,9 +28,20 @@ from inhabit.sandbox.base import SandboxProvider
 from inhabit.tasks.task import Task, load_task
 from inhabit.types import Trajectory
 
-__all__ = ["EvalError", "discover_tasks", "read_records", "record_of", "run_eval"]
+__all__ = [
+    "INFRA_STATUSES",
+    "EvalError",
+    "discover_tasks",
+    "done_records",
+    "read_records",
+    "record_of",
+    "run_eval",
+]
 
 log = get_logger(__name__)
+
+# Rollout statuses that say the machinery failed (policy, sandbox, grading), not the model.
+INFRA_STATUSES = frozenset({"policy_error", "sandbox_error", "grading_error", "error"})
 
 
 class EvalError(InhabitError):
@@ -95,6 +109,13 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     return out
 
 
+def done_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records that count as done: the last one of each (task, sample), unless the machinery
+    failed in it (then `--resume` runs that sample again)."""
+    last = {(r.get("task_id"), r.get("sample", 0)): r for r in records}
+    return [r for r in last.values() if r.get("status") not in INFRA_STATUSES]
+
+
 async def run_eval(
     tasks: list[Task],
     policy: Policy,
@@ -122,10 +143,11 @@ async def run_eval(
         raise EvalError(f"{path} already holds {len(existing)} records; pass --resume to continue it "
                         "or choose another --out")  # fmt: skip
     wanted = {t.id for t in tasks}
-    records = [r for r in existing if r.get("task_id") in wanted and r.get("sample", 0) < samples]
+    records = [
+        r for r in done_records(existing) if r.get("task_id") in wanted and r.get("sample", 0) < samples
+    ]
     done = {(r["task_id"], r["sample"]) for r in records}
     todo = [(t, s) for s in range(samples) for t in tasks if (t.id, s) not in done]
-    path.parent.mkdir(parents=True, exist_ok=True)
     lock = asyncio.Lock()
     queue: asyncio.Queue = asyncio.Queue()
     for item in todo:
@@ -138,6 +160,8 @@ async def run_eval(
             capture = CapturingProvider(provider, task.workspace_dir) if composer is not None else None
             try:
                 traj = await run_rollout(task, policy, capture or provider, config=harness)
+            except PolicyUnreachable:
+                raise
             except Exception as e:  # run_rollout turns failures into data; this is a last guard
                 traj = Trajectory(task_id=task.id, instruction=task.instruction, status="error",
                                   error=f"{type(e).__name__}: {e}")  # fmt: skip
@@ -145,6 +169,7 @@ async def run_eval(
             if capture is not None:
                 rec |= await _compose(composer, traj, capture)
             async with lock:
+                path.parent.mkdir(parents=True, exist_ok=True)
                 with path.open("a") as f:
                     f.write(json.dumps(rec) + "\n")
                 if save_trajectories is not None:
@@ -154,5 +179,11 @@ async def run_eval(
                 if on_record:
                     on_record(rec)
 
-    await asyncio.gather(*(worker() for _ in range(max(1, min(concurrency, len(todo))))))
+    workers = [asyncio.ensure_future(worker()) for _ in range(max(1, min(concurrency, len(todo))))]
+    try:
+        await asyncio.gather(*workers)
+    finally:  # one worker's PolicyUnreachable stops the others: their rollouts could not succeed
+        for w in workers:
+            w.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
     return records

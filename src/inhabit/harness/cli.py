@@ -14,6 +14,8 @@ from typing import Any
 import typer
 
 _BACKENDS = ("auto", "bwrap", "process")
+# An agent session that ended in one of these did not do its work: `inhabit agent` exits 1.
+FAILED_STATUSES = ("policy_error", "sandbox_error", "error")
 
 
 def _provider(backend: str) -> Any:
@@ -78,22 +80,24 @@ def _print_replay(report: dict[str, Any]) -> None:
     from rich.table import Table
 
     console = Console()
-    table = Table(title=f"replay of {report['task_id']}", show_lines=True)
+    table = Table(title=f"replay of {escape(report['task_id'])}", show_lines=True)
     for col in ("turn", "tool", "args", "observation"):
         table.add_column(col, overflow="fold")
     for c in report["transcript"]:
         args = ", ".join(f"{k}={str(v)[:80]!r}" for k, v in c["args"].items())
         obs = "\n".join(c["observation"].splitlines()[:8])
         style = "red" if c["error"] else None
-        table.add_row(str(c["turn"] + 1), str(c["tool"]), escape(args), escape(obs), style=style)
+        table.add_row(str(c["turn"] + 1), escape(str(c["tool"])), escape(args), escape(obs), style=style)
     console.print(table)
     colour = "green" if report["reward"] >= 1 else "red"
-    console.print(f"status: {report['status']}" + (f" ({report['error']})" if report["error"] else ""))
+    console.print(
+        f"status: {report['status']}" + (f" ({escape(report['error'])})" if report["error"] else "")
+    )
     console.print(f"reward: [{colour}]{report['reward']}[/{colour}]")
-    console.print(f"flags: {', '.join(report['flags']) or 'none'}")
+    console.print(f"flags: {escape(', '.join(report['flags'])) or 'none'}")
     outcomes = report["grading"].get("outcomes", {})
     for node, outcome in outcomes.items():
-        console.print(f"  {node}: {outcome}")
+        console.print(f"  {escape(node)}: {escape(str(outcome))}", highlight=False)
 
 
 async def _agent(
@@ -109,6 +113,7 @@ async def _agent(
     context_window: int,
 ) -> Path:
     from rich.console import Console
+    from rich.markup import escape
     from rich.syntax import Syntax
 
     from inhabit.harness.agent import (
@@ -141,9 +146,11 @@ async def _agent(
     finally:
         await provider.close()
         await policy.close()
-    console.rule(f"episode {traj.status}" + (f": {traj.error}" if traj.error else ""))
+    console.rule(f"episode {traj.status}")
+    if traj.error:  # printed whole: a rule's title would cut it at the terminal's width
+        console.print(f"[red]error:[/red] {escape(traj.error)}", highlight=False)
     if traj.final_message:
-        console.print(traj.final_message)
+        console.print(escape(traj.final_message))
     if not changes:
         console.print("no changes to the repository.")
         decision = "no_changes"
@@ -153,12 +160,14 @@ async def _agent(
         if yes or _confirm(f"Apply these changes to {repo}? ({summary})"):
             apply_changes(repo, changes)
             decision = "accepted"
-            console.print(f"[green]applied {len(changes)} change(s) to {repo}[/green]")
+            console.print(f"[green]applied {len(changes)} change(s) to {escape(str(repo))}[/green]")
         else:
             decision = "rejected"
             console.print("[yellow]changes discarded; the repository is untouched[/yellow]")
     path = save_session(repo, traj, changes, decision, model=model)
-    console.print(f"session saved to {path}")
+    console.print(f"session saved to {escape(str(path))}", highlight=False)
+    if traj.status in FAILED_STATUSES:
+        raise typer.Exit(1)
     return path
 
 

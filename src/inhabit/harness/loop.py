@@ -9,7 +9,9 @@ restarts the context as [system prompt, task + summary].
 
 The episode ends on finish, `max_turns`, `max_total_tokens`, or a context that cannot be
 compacted. Whatever goes wrong (a policy that fails, a sandbox that dies) ends the episode with a
-status and an error on the trajectory: a failed rollout is data, not an exception. The loop knows
+status and an error on the trajectory: a failed rollout is data, not an exception. The one
+exception is `PolicyUnreachable` (no server at the URL, an unknown model, a refused key): no
+rollout could succeed, so it ends the caller's command instead of becoming data. The loop knows
 nothing of training or of `inhabit agent`; `observer` lets a caller watch turns as they happen.
 """
 
@@ -19,7 +21,7 @@ import time
 from collections.abc import Sequence
 
 from inhabit.contracts import Message, Policy, PolicyTurn
-from inhabit.errors import SandboxError
+from inhabit.errors import PolicyUnreachable, SandboxError
 from inhabit.harness.config import HarnessConfig
 from inhabit.harness.execute import execute_calls
 from inhabit.harness.prompts import (
@@ -100,6 +102,8 @@ class _Episode:
         t0 = time.monotonic()
         try:
             turn = await self.policy.next_turn(messages, max_tokens=max_tokens)
+        except PolicyUnreachable:
+            raise
         except Exception as e:
             raise _PolicyFailed(f"{type(e).__name__}: {e}") from e
         finally:
@@ -202,6 +206,8 @@ async def run_episode(
     error: str | None
     try:
         status, error = await episode.run()
+    except PolicyUnreachable:
+        raise
     except _PolicyFailed as e:
         status, error = "policy_error", str(e)
     except SandboxError as e:

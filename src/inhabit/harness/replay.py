@@ -81,9 +81,17 @@ class ReplayPolicy(Policy):
     def from_file(cls, path: str | Path) -> ReplayPolicy:
         path = Path(path)
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError as e:
             raise ActionsFileError(f"actions file {path} does not exist") from e
+        except IsADirectoryError as e:
+            raise ActionsFileError(f"actions file {path} is a directory; pass the JSON file in it") from e
+        except UnicodeDecodeError as e:
+            raise ActionsFileError(
+                f"actions file {path} is not UTF-8 text ({e.reason} at byte {e.start})"
+            ) from e
+        except OSError as e:
+            raise ActionsFileError(f"cannot read actions file {path}: {e.strerror or e}") from e
         except json.JSONDecodeError as e:
             raise ActionsFileError(f"actions file {path} is not valid JSON: {e}") from e
         return cls(parse_actions(data, str(path)))

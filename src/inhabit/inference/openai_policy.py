@@ -4,6 +4,11 @@ Retries: connection errors, timeouts, 429 and 5xx are retried with exponential b
 jitter up to `max_retries`; other errors (400, 401, 404) fail at once. The policy raises
 `InferenceError` after the last try, which the loop records as a `policy_error` rollout.
 
+An endpoint that cannot be used at all raises `PolicyUnreachable` instead, which ends the command:
+a connection that fails before the endpoint ever answered (a wrong URL or a server that is down:
+no retries, they would only delay the same answer), one that still fails after every retry, a
+model name it does not serve (404) and a refused key (401, 403).
+
 Tokens: `count_tokens` is an estimate (characters / a ratio), calibrated from the server's
 `usage.prompt_tokens` whenever it returns one; exact counts need a local tokenizer (LocalPolicy).
 Token ids, logprobs, routed experts and versions are captured when the server returns them:
@@ -20,7 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from inhabit.contracts import Message, Policy, PolicyTurn
-from inhabit.errors import InferenceError
+from inhabit.errors import InferenceError, PolicyUnreachable
 from inhabit.log import get_logger
 
 log = get_logger(__name__)
@@ -54,6 +59,7 @@ class OpenAIPolicy(Policy):
         self.backoff_s = backoff_s
         self.logprobs = logprobs
         self.chars_per_token = 3.5  # conservative until the server's usage calibrates it
+        self._answered = False  # has the endpoint ever answered (any HTTP status)?
         self._client = openai.AsyncOpenAI(
             base_url=base_url, api_key=api_key or "not-needed", timeout=timeout_s, max_retries=0
         )
@@ -70,25 +76,48 @@ class OpenAIPolicy(Policy):
     async def _call(self, make: Any) -> Any:
         import openai
 
-        retryable = (
-            openai.APIConnectionError,
-            openai.APITimeoutError,
-            openai.RateLimitError,
-            openai.InternalServerError,
-        )
         for attempt in range(self.max_retries + 1):
             try:
-                return await make()
-            except retryable as e:
-                if attempt == self.max_retries:
-                    raise InferenceError(
-                        f"{self.base_url}: {type(e).__name__} after {attempt + 1} tries: {e}"
+                result = await make()
+            except openai.APITimeoutError as e:
+                error: Exception = e
+            except openai.APIConnectionError as e:
+                root = e.__cause__ or e  # httpx's error says what happened (refused, no such host)
+                cause = f"{type(root).__name__}: {root}"
+                if not self._answered:
+                    raise PolicyUnreachable(
+                        f"cannot connect to {self.base_url} ({cause}); is a server running at that URL?"
                     ) from e
-                delay = self.backoff_s * 2**attempt * (0.5 + random.random())
-                log.warning("endpoint %s: %s; retrying in %.1fs", self.base_url, type(e).__name__, delay)
-                await asyncio.sleep(delay)
+                if attempt == self.max_retries:
+                    raise PolicyUnreachable(
+                        f"{self.base_url} went away ({cause}, {attempt + 1} tries)"
+                    ) from e
+                error = e
+            except (openai.RateLimitError, openai.InternalServerError) as e:
+                self._answered = True
+                error = e
+            except (openai.AuthenticationError, openai.PermissionDeniedError) as e:
+                raise PolicyUnreachable(
+                    f"{self.base_url} refused the API key ({e.status_code}: {_message(e)}); "
+                    "pass the right one with --api-key or OPENAI_API_KEY"
+                ) from e
+            except openai.NotFoundError as e:
+                raise PolicyUnreachable(
+                    f"{self.base_url} answered 404 ({_message(e)}); check the URL (it ends in /v1) "
+                    "and the model name"
+                ) from e
             except openai.APIError as e:
                 raise InferenceError(f"{self.base_url}: {type(e).__name__}: {e}") from e
+            else:
+                self._answered = True
+                return result
+            if attempt == self.max_retries:
+                raise InferenceError(
+                    f"{self.base_url}: {type(error).__name__} after {attempt + 1} tries: {error}"
+                ) from error
+            delay = self.backoff_s * 2**attempt * (0.5 + random.random())
+            log.warning("endpoint %s: %s; retrying in %.1fs", self.base_url, type(error).__name__, delay)
+            await asyncio.sleep(delay)
         raise AssertionError("unreachable")
 
     async def next_turn(
@@ -141,6 +170,18 @@ class OpenAIPolicy(Policy):
 
     async def close(self) -> None:
         await self._client.close()
+
+
+def _message(error: Any) -> str:
+    """The server's own error message (OpenAI's {"error": {"message": ...}} shape), else the status."""
+    body = getattr(error, "body", None)
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and inner.get("message"):
+            return str(inner["message"])
+        if isinstance(body.get("detail"), str):
+            return body["detail"]
+    return str(getattr(error, "message", error))
 
 
 def _extra(response: Any, choice: Any, name: str) -> Any:

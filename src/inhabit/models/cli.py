@@ -45,6 +45,10 @@ def build(
     from inhabit.models.tiny import build_tiny_model, count_parameters, resolve_spec, save_model_folder
     from inhabit.models.tokenizer import default_tokenizer
 
+    if out.exists() and not out.is_dir():
+        raise typer.BadParameter(
+            f"{out} is a file, not a folder; pass a new or existing folder", param_hint="--out"
+        )
     _quiet_transformers()
     console = Console()
     spec = resolve_spec(preset)
@@ -54,12 +58,13 @@ def build(
     with console.status(f"building {preset}"):
         model = build_tiny_model(spec, vocab_size=vocab, seed=seed)
         save_model_folder(model, tokenizer, out)
-    console.print(f"wrote {preset} (seed {seed}) to {out}: {count_parameters(model)}")
+    console.print(f"wrote {preset} (seed {seed}) to {out}: {count_parameters(model)}", markup=False)
 
 
 def info(path: Path = typer.Argument(..., help="A local Hugging Face model folder.")) -> None:
     """Show a model folder's architecture, sizes, MoE routing and tokenizer."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from inhabit.models.loading import load_model
@@ -70,7 +75,7 @@ def info(path: Path = typer.Argument(..., help="A local Hugging Face model folde
     model, tokenizer = load_model(path)
     cfg = model.config
     counts = count_parameters(model)
-    table = Table(title=str(path), show_header=False)
+    table = Table(title=escape(str(path)), show_header=False)
     rows = [
         ("architecture", f"{type(model).__name__} ({cfg.model_type})"),
         ("parameters", f"{counts.total:,} total, {counts.active:,} active per token"),
@@ -87,7 +92,7 @@ def info(path: Path = typer.Argument(..., help="A local Hugging Face model folde
         gate = blocks[0].gate
         rows.append(("MoE", f"{len(blocks)} layers, {gate.num_experts} experts, top-{gate.top_k}"))
     for k, v in rows:
-        table.add_row(k, v)
+        table.add_row(k, escape(v))
     Console().print(table)
 
 

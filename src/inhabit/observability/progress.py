@@ -47,7 +47,7 @@ class RunDisplay:
         if self.mode == "off":
             return
         if self._console is not None:
-            self._console.print(text, highlight=False)
+            self._console.print(text, highlight=False, markup=False)
         else:
             print(text, flush=True)
 
@@ -68,7 +68,7 @@ class RunDisplay:
         if self._progress is not None:
             short = f"reward {record['reward']['mean']:.2f}  success {record['success_rate']:.0%}"
             self._progress.update(self._task, completed=step, description=short)
-            self._progress.console.print(line, highlight=False)
+            self._progress.console.print(line, highlight=False, markup=False)
         elif self.mode != "off":
             print(line, flush=True)
 

@@ -3,6 +3,7 @@
     inhabit train configs/quickstart.toml                      # a run from a TOML file
     inhabit train configs/quickstart.toml steps=5 mode=sync    # plus dotted overrides
     inhabit train configs/quickstart.toml --resume             # continue from the newest checkpoint
+    inhabit train configs/quickstart.toml --dry-run            # resolved config and plan; no work
     inhabit quickstart                                         # = inhabit train configs/quickstart.toml
 
 Heavy imports (torch, transformers) stay inside command bodies.
@@ -56,16 +57,27 @@ def register(app: typer.Typer) -> None:
         ray_address: str | None = typer.Option(
             None, "--ray-address", help="Run on this Ray cluster (placement.backend=ray), e.g. 'auto'."
         ),
+        dry_run: bool = typer.Option(
+            False,
+            "--dry-run",
+            help="Print the resolved config and the plan (tasks, model, steps, placement); do nothing.",
+        ),
     ) -> None:
         """Train a policy with RL inside the harness (async pipeline, or mode=sync)."""
         from inhabit.config import load_config
         from inhabit.orchestrator.config import RunConfig
-        from inhabit.orchestrator.run import train as run_train
 
         cfg = load_config(RunConfig, config, overrides or [])
         if ray_address:
             cfg.placement.backend = "ray"
             cfg.placement.ray.address = ray_address
+        if dry_run:
+            from inhabit.orchestrator.plan import render
+
+            typer.echo(render(cfg))
+            return
+        from inhabit.orchestrator.run import train as run_train
+
         _print_result(run_train(cfg, resume=resume))
 
     @app.command()

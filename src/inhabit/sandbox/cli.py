@@ -1,7 +1,7 @@
 """`inhabit sandbox ...`: check what isolation this host supports, run the demo, run a command.
 
     inhabit sandbox doctor             which backend, workspace mode and limit mechanism work here
-    inhabit sandbox demo               the sandbox demo (also what `inhabit quickstart` runs for now)
+    inhabit sandbox demo               tests inside, file API, snapshot/restore, isolation, timings
     inhabit sandbox run DIR -- CMD...  run one command in a throwaway sandbox over DIR
 
 Heavy work stays inside command bodies so `inhabit --help` stays fast.
@@ -20,6 +20,7 @@ def doctor() -> None:
     import os
 
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from inhabit.sandbox import bwrap, cgroups, hostfs
@@ -28,8 +29,8 @@ def doctor() -> None:
     table = Table(title="inhabit sandbox doctor", show_header=False)
     binary = bwrap.bwrap_binary()
     problem = bwrap.bwrap_problem()
-    table.add_row("bwrap binary", str(binary) if binary else "[red]missing[/]")
-    table.add_row("bwrap namespaces", "[green]work[/]" if problem is None else f"[red]{problem}[/]")
+    table.add_row("bwrap binary", escape(str(binary)) if binary else "[red]missing[/]")
+    table.add_row("bwrap namespaces", "[green]work[/]" if problem is None else f"[red]{escape(problem)}[/]")
     table.add_row("running as", "root" if os.geteuid() == 0 else f"uid {os.geteuid()} (unprivileged)")
     table.add_row(
         "workspace mode",
@@ -46,7 +47,7 @@ def doctor() -> None:
     )
     if manager is not None:
         manager.close()
-    table.add_row("scratch dir", str(hostfs.default_scratch_dir()))
+    table.add_row("scratch dir", escape(str(hostfs.default_scratch_dir())))
     if problem is None:
         import asyncio
 

@@ -1,4 +1,4 @@
-"""The sandbox demo (what `inhabit quickstart` runs until the RL pipeline lands).
+"""The sandbox demo (`inhabit sandbox demo`): a short tour of what a sandbox does and what it costs.
 
 It builds a tiny repository with a failing test, starts a sandbox on the default backend, runs
 the tests inside, fixes the bug through the file API, snapshots, breaks it again and restores,

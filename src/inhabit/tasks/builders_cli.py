@@ -44,6 +44,7 @@ def build(
     import asyncio
 
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from inhabit.tasks.builder import BuildConfig, BuildError, build_tasks
@@ -65,7 +66,7 @@ def build(
     except BuildError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from e
-    table = Table(title=f"tasks build: {report.project} -> {report.out}")
+    table = Table(title=escape(f"tasks build: {report.project} -> {report.out}"))
     table.add_column("what")
     table.add_column("value", justify="right")
     rate = report.kept / max(1, report.candidates - report.statuses.get("error", 0))
@@ -80,7 +81,7 @@ def build(
         ("validity rate", f"{rate:.0%}"),
         ("elapsed (s)", f"{report.elapsed_s:.1f}"),
     ):
-        table.add_row(k, str(v))
+        table.add_row(escape(k), escape(str(v)))
     Console().print(table)
 
 

@@ -27,6 +27,12 @@ def check(
     (when present), that pass_to_pass tests pass, and that grading raises no flag."""
     if backend not in ("auto", "bwrap", "process"):
         raise typer.BadParameter("choose auto, bwrap or process", param_hint="--backend")
+    if not task_dir.is_dir() and not (task_dir.name == "task.toml" and task_dir.is_file()):
+        what = "is a file" if task_dir.exists() else "does not exist"
+        raise typer.BadParameter(
+            f"{task_dir} {what}; pass a task directory (holding task.toml, workspace/, hidden/)",
+            param_hint="TASK_DIR",
+        )
     import asyncio
     import json
 
@@ -50,10 +56,12 @@ def check(
 
 def _print_report(report) -> None:  # type: ignore[no-untyped-def]
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
-    console = Console()
-    title = f"task {report.task_id or '?'} ({report.path})"
+    # Test ids, paths and messages are the user's text: `test_p[one]` or "[grading]" is not markup.
+    console = Console(highlight=False)
+    title = escape(f"task {report.task_id or '?'} ({report.path})")
     if report.tests:
         table = Table(title=title)
         table.add_column("test", overflow="fold")
@@ -69,7 +77,7 @@ def _print_report(report) -> None:  # type: ignore[no-untyped-def]
         for t in report.tests:
             after = "-" if t.after is None else f"[{colors.get(t.after, 'white')}]{t.after}[/]"
             table.add_row(
-                t.node_id,
+                escape(t.node_id),
                 t.kind,
                 f"[{colors.get(t.before, 'white')}]{t.before}[/]",
                 after,
@@ -81,11 +89,11 @@ def _print_report(report) -> None:  # type: ignore[no-untyped-def]
     for label, part in (("before", report.before), ("with reference.patch", report.after)):
         if part:
             flags = ", ".join(part["flags"]) or "none"
-            console.print(f"{label}: reward {part['reward']:g}, {part['summary']}; flags: {flags}")
+            console.print(escape(f"{label}: reward {part['reward']:g}, {part['summary']}; flags: {flags}"))
     for note in report.notes:
-        console.print(f"[yellow]note:[/] {note}")
+        console.print(f"[yellow]note:[/] {escape(note)}")
     for problem in report.problems:
-        console.print(f"[red]problem:[/] {problem}")
+        console.print(f"[red]problem:[/] {escape(problem)}")
     console.print("[bold green]VALID[/]" if report.valid else "[bold red]INVALID[/]")
 
 

@@ -159,6 +159,8 @@ def load_task(path: str | Path) -> Task:
     if root.name == "task.toml" and root.is_file():
         root = root.parent
     root = root.resolve()
+    if root.exists() and not root.is_dir():
+        raise TaskFormatError(f"{path} is a file, not a task directory (holding task.toml, workspace/)")
     if not root.is_dir():
         raise TaskFormatError(f"task directory {path} does not exist")
     toml_path = root / "task.toml"

@@ -9,12 +9,32 @@ inhabit weights log runs/weights                        # versions, kinds, sizes
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
 weights_app = typer.Typer(
     name="weights", help="Weight stores: serve, pull, verify, inspect.", no_args_is_help=True
 )
+
+
+def _open_store(url: str) -> Any:
+    """The store at `url`, which must exist and answer (a WeightsError saying which it does not)."""
+    from inhabit.errors import WeightsError
+    from inhabit.weights.store import Store, StoreUnreachable
+
+    try:
+        store = Store(url)
+        store.fs.ls(store.root, detail=False)
+        if store.is_local and not store.fs.isdir(store.root):  # a local file lists as itself
+            raise NotADirectoryError(url)
+    except FileNotFoundError:
+        raise WeightsError(f"no weight store at {url}: nothing is there (check the path or URL)") from None
+    except NotADirectoryError:
+        raise WeightsError(f"{url} is a file, not a weight store (a folder of versions)") from None
+    except Exception as e:  # each fsspec backend raises its own network errors (aiohttp, botocore, ...)
+        raise StoreUnreachable(f"cannot reach the weight store {url} ({type(e).__name__}: {e})") from e
+    return store
 
 
 def register(app: typer.Typer) -> None:
@@ -29,9 +49,14 @@ def serve(
     port: int = typer.Option(8470, help="TCP port (0 picks a free one)."),
 ) -> None:
     """Serve a store read-only over HTTP (subscribers pull it with fsspec's http filesystem)."""
+    from inhabit.errors import WeightsError
     from inhabit.weights.serve import StoreServer
 
-    server = StoreServer(store, host=host, port=port)
+    _open_store(store)
+    try:
+        server = StoreServer(store, host=host, port=port)
+    except OSError as e:
+        raise WeightsError(f"cannot listen on {host}:{port} ({e.strerror or e}); pick another --port") from e
     typer.echo(f"serving {store} at {server.url} (read-only; Ctrl-C stops)", err=True)
     try:
         server.serve_forever()
@@ -60,9 +85,12 @@ def pull(
     from inhabit.errors import WeightsError
     from inhabit.weights.subscribe import Subscriber, SubscriberConfig
 
+    if out.exists() and not out.is_dir():
+        raise typer.BadParameter(f"{out} is a file, not a folder", param_hint="--out")
+    store = _open_store(url)
     out.mkdir(parents=True, exist_ok=True)
     config = SubscriberConfig(name="pull", cache_dir=str(cache or out / ".weights-cache"), workers=workers)
-    sub = Subscriber(url, config)
+    sub = Subscriber(store, config)
     with Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn()
     ) as progress:
@@ -103,16 +131,17 @@ def verify(
 ) -> None:
     """Check every manifest and shard checksum; exit 1 if anything is corrupt or missing."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from inhabit.weights.verify import verify_store
 
-    problems, checked = verify_store(store, version, deep=deep)
+    problems, checked = verify_store(_open_store(store), version, deep=deep)
     console = Console()
     if problems:
         table = Table("version", "problem")
         for v, message in problems:
-            table.add_row(str(v), message)
+            table.add_row(str(v), escape(message))
         console.print(table)
         console.print(f"[red]{len(problems)} problem(s) in {checked} version(s)[/red]")
         raise typer.Exit(1)
@@ -125,12 +154,12 @@ def log_cmd(store: str = typer.Argument(..., help="Store directory or fsspec URL
     import datetime as dt
 
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from inhabit.errors import WeightsError
-    from inhabit.weights.store import Store
 
-    s = Store(store)
+    s = _open_store(store)
     table = Table(
         "version", "kind", "parent", "chain", "tensors", "changed", "raw MB", "stored MB", "ratio", "created"
     )
@@ -139,7 +168,7 @@ def log_cmd(store: str = typer.Argument(..., help="Store directory or fsspec URL
         try:
             m = s.manifest(v)
         except WeightsError as e:
-            table.add_row(str(v), "[red]corrupt[/red]", "", "", "", "", "", "", "", str(e)[:40])
+            table.add_row(str(v), "[red]corrupt[/red]", "", "", "", "", "", "", "", escape(str(e)[:40]))
             continue
         numel = sum(t.numel for t in m.tensors) or 1
         changed = sum(t.changed for t in m.tensors)
@@ -158,7 +187,9 @@ def log_cmd(store: str = typer.Argument(..., help="Store directory or fsspec URL
     leases = s.leases()
     console.print(table)
     if leases:
-        console.print("leases: " + ", ".join(f"{lease.name}@{lease.version}" for lease in leases))
+        console.print(
+            "leases: " + ", ".join(f"{lease.name}@{lease.version}" for lease in leases), markup=False
+        )
 
 
 @weights_app.command()
@@ -167,7 +198,5 @@ def gc(
     keep_chains: int = typer.Option(2, help="Newest chains to keep (leased chains are always kept)."),
 ) -> None:
     """Delete old chains that no subscriber holds, and leftovers of publishes that died."""
-    from inhabit.weights.store import Store
-
-    deleted = Store(store).gc(keep_chains)
+    deleted = _open_store(store).gc(keep_chains)
     typer.echo(f"deleted {len(deleted)} version(s){': ' + ', '.join(map(str, deleted)) if deleted else ''}")

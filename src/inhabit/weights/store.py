@@ -43,6 +43,12 @@ class VersionNotFound(WeightsError):
     """The requested version is not (or no longer) in the store."""
 
 
+class StoreUnreachable(WeightsError):
+    """The store's filesystem does not answer (network down, wrong host or port)."""
+
+    exit_code = 1
+
+
 @dataclass(frozen=True)
 class Lease:
     """A subscriber's claim on a version (protects its chain from garbage collection)."""
@@ -65,6 +71,8 @@ class Store:
         self.root = root.rstrip("/") if root not in ("/", "") else root
         protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
         self.is_local = protocol in ("file", "local")
+        # fsspec's http filesystem (`inhabit weights serve`) only reads: no leases, no publishing.
+        self.read_only = protocol in ("http", "https")
 
     def __repr__(self) -> str:
         return f"Store({self.url!r})"

@@ -231,6 +231,9 @@ class Subscriber:
         return {t.name for t in manifest.tensors if t.encoding != "same"}
 
     def _lease(self, version: int) -> None:
+        if self.store.read_only:  # an http store cannot take leases; gc there is its owner's call
+            log.debug("%s is read-only: no lease for version %d", self.store.url, version)
+            return
         try:
             self.store.lease(self.config.name, version, self.config.lease_ttl_s)
         except Exception as e:  # best effort: a read-only store (http) cannot take leases

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from inhabit.cli import app
 from inhabit.evaluation.metrics import pass_at_k, summarize
-from inhabit.evaluation.runner import EvalError, discover_tasks, read_records, run_eval
+from inhabit.evaluation.runner import EvalError, discover_tasks, done_records, read_records, run_eval
 from inhabit.harness.config import HarnessConfig
 from inhabit.inference.openai_policy import OpenAIPolicy
 from inhabit.tasks.build import write_calc_task
@@ -94,6 +94,38 @@ def test_cli_prints_table_writes_json_and_counts_failures(tmp_path, chat_server)
     assert summary["samples"] == 2 and summary["success_rate"] == 0.0 and summary["pass@2"] == 0.0
     assert summary["causes"] == {"turn_limit": 2}
     assert len(read_records(out.with_suffix(".records.jsonl"))) == 2
+
+
+def test_table_lists_pass_at_1_once_when_k_is_1(capsys):
+    from inhabit.evaluation.cli import print_summary
+
+    recs = [{"task_id": "a", "sample": 0, "success": True, "reward": 1.0, "status": "finished", "turns": 2,
+             "completion_tokens": 5, "prompt_tokens": 9, "flags": []}]  # fmt: skip
+    print_summary(summarize(recs, k=1), "t")
+    assert capsys.readouterr().out.count("pass@1") == 1
+
+
+async def test_a_sample_the_machinery_failed_runs_again_on_resume(tmp_path, sandbox_provider, chat_server):
+    tasks = discover_tasks(write_calc_task(tmp_path / "calc", command=FAST_COMMAND))
+    down = {"now": True}
+
+    def reply(body: dict) -> str:
+        if down["now"]:
+            raise RuntimeError("the engine fell over")  # the server answers 500
+        return fixer(body)
+
+    _, url = chat_server(reply)
+    policy = OpenAIPolicy(url, max_retries=0)
+    path, harness = tmp_path / "r.jsonl", HarnessConfig(max_turns=4)
+    (rec,) = await run_eval(tasks, policy, sandbox_provider, path, harness=harness)
+    assert rec["status"] == "policy_error" and not rec["success"]
+    assert done_records(read_records(path)) == []  # recorded, but not done
+    down["now"] = False
+    (rec,) = await run_eval(tasks, policy, sandbox_provider, path, resume=True, harness=harness)
+    await policy.close()
+    assert rec["status"] == "finished" and rec["success"]
+    assert [r["status"] for r in read_records(path)] == ["policy_error", "finished"]
+    assert done_records(read_records(path)) == [rec]
 
 
 def test_shipped_reward_config_parses():

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,7 +13,7 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
 from inhabit.contracts import Message
-from inhabit.errors import InferenceError
+from inhabit.errors import InferenceError, PolicyUnreachable
 from inhabit.harness.parse import ToolCall, parse_tool_calls
 from inhabit.harness.replay import ActionsFileError, ReplayPolicy
 from inhabit.harness.tools import TOOLS, bind_args
@@ -126,3 +128,27 @@ async def test_openai_policy_gives_up_at_once_on_client_errors(endpoint) -> None
         await policy.next_turn([Message("user", "x")], max_tokens=5)
     await policy.close()
     assert len(state["seen"]) == 1
+
+
+@pytest.mark.parametrize(("status", "message"), [(401, "refused the API key"), (403, "refused the API key"),
+                                                 (404, "answered 404")])  # fmt: skip
+async def test_openai_policy_an_endpoint_that_cannot_serve_us_is_unreachable(
+    endpoint, status, message
+) -> None:
+    state, url = endpoint
+    state["fail"], state["status"] = 5, status
+    policy = OpenAIPolicy(url, "m", backoff_s=0.01)
+    with pytest.raises(PolicyUnreachable, match=message):
+        await policy.next_turn([Message("user", "x")], max_tokens=5)
+    await policy.close()
+    assert len(state["seen"]) == 1  # no retries: the same answer would come back
+
+
+async def test_openai_policy_nothing_listening_is_unreachable_at_once() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    policy = OpenAIPolicy(f"http://127.0.0.1:{port}/v1", "m", backoff_s=10.0)  # a retry would hang the test
+    with pytest.raises(PolicyUnreachable, match="cannot connect to"):
+        await asyncio.wait_for(policy.next_turn([Message("user", "x")], max_tokens=5), 30)
+    await policy.close()

@@ -79,3 +79,20 @@ async def test_reference_patch_that_edits_tests_is_invalid(tmp_path, sandbox_pro
     report = await check_task(root, sandbox_provider)
     assert not report.valid
     assert any("test_file_modified" in p for p in report.problems)
+
+
+def test_report_prints_square_brackets_of_test_ids_and_messages(capsys):
+    from inhabit.tasks.check import CheckReport, TestCheck
+    from inhabit.tasks.cli import _print_report
+
+    report = CheckReport(
+        path="/x/[task]",
+        task_id="t[1]",
+        tests=[TestCheck("tests/test_p.py::test_p[one]", "fail_to_pass", "failed", "passed", True)],
+        problems=["task.toml has no [grading] table"],
+        notes=["see [bold]this[/bold]"],
+    )
+    _print_report(report)
+    out = capsys.readouterr().out
+    assert "test_p[one]" in out and "t[1]" in out and "/x/[task]" in out
+    assert "no [grading] table" in out and "see [bold]this[/bold]" in out

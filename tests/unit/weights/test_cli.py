@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from safetensors.torch import load_file
@@ -20,10 +21,21 @@ def _publish(root: Path, versions, n: int) -> None:
         pub.publish(state)
 
 
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
 def test_pull_over_http_from_served_store(tmp_path, versions):
     root = tmp_path / "store"
     _publish(root, versions, 5)
     server = StoreServer(str(root), host="127.0.0.1", port=0).start()
+    seen = _Records()
+    logging.getLogger("inhabit.weights").addHandler(seen)
     try:
         runner = CliRunner()
         out = tmp_path / "out"
@@ -36,7 +48,10 @@ def test_pull_over_http_from_served_store(tmp_path, versions):
         )
         assert result.exit_code == 0, result.output
         assert_same_weights(load_file(str(tmp_path / "o2" / "model.safetensors")), versions[1])
+        # A served store is read-only: a pull takes no lease there, and warns of nothing.
+        assert [r.getMessage() for r in seen.records if r.levelno >= logging.WARNING] == []
     finally:
+        logging.getLogger("inhabit.weights").removeHandler(seen)
         server.close()
 
 
