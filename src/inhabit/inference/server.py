@@ -461,7 +461,9 @@ def _install_error_handlers(app: FastAPI) -> None:
         errors = e.errors()
         if any(err.get("type") == "json_invalid" for err in errors):
             reason = next((err.get("ctx") or {}).get("error", "") for err in errors)
-            return respond(400, f"the body is not valid JSON ({reason})".replace(" ()", ""), "invalid_request_error")
+            return respond(
+                400, f"the body is not valid JSON ({reason})".replace(" ()", ""), "invalid_request_error"
+            )
         first = errors[0] if errors else {}
         loc = [str(p) for p in first.get("loc", ()) if p != "body"]
         msg = "; ".join(
@@ -479,11 +481,15 @@ def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(EngineOverloaded)
     async def _overloaded(_: Request, e: EngineOverloaded) -> JSONResponse:
         # Retry-After lets OpenAI's SDK (and others) back off and retry on their own.
-        return respond(429, str(e), "rate_limit_error", code="engine_overloaded", headers={"Retry-After": "1"})
+        return respond(
+            429, str(e), "rate_limit_error", code="engine_overloaded", headers={"Retry-After": "1"}
+        )
 
     @app.exception_handler(ClientGone)
     async def _gone(_: Request, e: ClientGone) -> JSONResponse:
-        return respond(499, "the client closed the connection; the request was aborted", "invalid_request_error")
+        return respond(
+            499, "the client closed the connection; the request was aborted", "invalid_request_error"
+        )
 
     handlers: list[tuple[type[Exception], int, str]] = [
         (InvalidRequest, 400, "invalid_request_error"),
