@@ -20,8 +20,8 @@ from collections.abc import Awaitable
 from typing import Any, TypeVar
 
 from fastapi import Request
-from starlette.exceptions import HTTPException
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
 
 from inhabit.inference.protocol import error_body
 
