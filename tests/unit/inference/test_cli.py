@@ -46,6 +46,23 @@ def test_inhabit_serve_answers_and_stops(moe_folder):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+    out = proc.stdout.read().decode() if proc.stdout else ""
+    assert "serving" in out
+    assert "Loading weights" not in out and "it/s]" not in out, out  # no third-party progress bars
+
+
+def test_a_taken_port_is_one_clear_error_before_the_model_loads(moe_folder):
+    env = os.environ | {"PYTHONPATH": str(SRC)}
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        cmd = [sys.executable, "-m", "inhabit", "serve", "--model", str(moe_folder), "--port", str(port)]
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0 and "Traceback" not in out.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in out.stderr
+    assert "serving" not in out.stderr and "Loading" not in out.stderr  # it stopped before loading
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
 
 
 def test_bad_serve_config_is_one_clean_error(tmp_path):

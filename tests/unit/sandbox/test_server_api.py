@@ -395,9 +395,9 @@ async def test_too_many_sandboxes_is_429(workspace):
 
 
 async def test_idle_sandboxes_are_reaped_but_busy_ones_are_not(workspace, kind):
-    s = Served(kind, idle_ttl_s=0.5, reap_interval_s=0.1)
+    s = Served(kind, lease_s=0.5, reap_interval_s=0.1)
     with s.server:
-        prov = RemoteSandboxProvider(s.url, TOKEN)
+        prov = RemoteSandboxProvider(s.url, TOKEN, heartbeat=False)  # a client that went silent
         idle = await prov.create(workspace)
         busy = await prov.create(workspace)
         r = await busy.exec("sleep 1.5; echo survived")  # longer than the TTL, but in use
