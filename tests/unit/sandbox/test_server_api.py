@@ -404,13 +404,15 @@ async def test_idle_sandboxes_are_reaped_but_busy_ones_are_not(workspace, kind):
         assert r.stdout == "survived\n"
         with pytest.raises(SandboxNotFound):
             await idle.exec("true")
+        watcher = RemoteSandboxProvider(s.url, TOKEN)  # another client: prov's requests renew its lease
         for _ in range(100):  # bounded: the reaper runs every 0.1 s
-            if not await prov.list_sandboxes():
+            if not await watcher.list_sandboxes():
                 break
             await asyncio.sleep(0.05)
-        assert await prov.list_sandboxes() == []
+        assert await watcher.list_sandboxes() == []
         assert s.providers[0]._sandboxes == {}
         await prov.close()
+        await watcher.close()
 
 
 async def test_shutdown_closes_every_sandbox_and_kills_its_processes(workspace, kind):
