@@ -52,10 +52,14 @@ def start(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
     """`python -m inhabit ARGV` in its own process (as deployed), output to `log`."""
     full_env = {**os.environ, **env, "PYTHONPATH": str(SRC)}
     with log.open("w") as out:
-        return subprocess.Popen([sys.executable, "-m", "inhabit", *argv], env=full_env, stdout=out, stderr=out)
+        return subprocess.Popen(
+            [sys.executable, "-m", "inhabit", *argv], env=full_env, stdout=out, stderr=out
+        )
 
 
-def wait_ready(url: str, proc: subprocess.Popen, headers: dict[str, str] | None = None, timeout_s: float = 300) -> float:
+def wait_ready(
+    url: str, proc: subprocess.Popen, headers: dict[str, str] | None = None, timeout_s: float = 300
+) -> float:
     """Seconds until `url` answers 200 (raises if the process exits or the time runs out)."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout_s:
@@ -132,8 +136,10 @@ def error_kind(e: BaseException) -> str:
 # ---- what a server leaves on the host ---------------------------------------------------------
 
 
-def leftovers(marker: str | None = None) -> dict[str, list[str]]:
-    """Processes whose command line holds `marker`, inhabit mounts, scratch dirs and cgroups."""
+def leftovers(marker: str | None = None, pid: int | None = None) -> dict[str, list[str]]:
+    """Processes whose command line holds `marker`, and the inhabit mounts, scratch directories
+    and cgroups of server process `pid` (their names carry it; others' runs on a shared machine
+    do not count)."""
     procs = []
     if marker:
         for d in Path("/proc").iterdir():
@@ -141,17 +147,23 @@ def leftovers(marker: str | None = None) -> dict[str, list[str]]:
                 with contextlib.suppress(OSError):
                     if marker in (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
                         procs.append(d.name)
+    tags = (
+        (f"inhabit-bw-{pid}-", f"inhabit-env-server-{pid}-")
+        if pid
+        else ("inhabit-bw-", "inhabit-env-server-")
+    )
     mounts = []
     with contextlib.suppress(OSError):
-        mounts = [ln.split()[4] for ln in Path("/proc/self/mountinfo").read_text().splitlines() if "inhabit" in ln]
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+        mounts = [ln.split()[4] for ln in lines if any(t in ln for t in tags)]
     dirs = []
     for base in (Path("/dev/shm"), Path("/tmp")):
         with contextlib.suppress(OSError):
-            dirs += [str(p) for p in base.iterdir() if p.name.startswith(("inhabit-bw-", "inhabit-env-server-"))]
+            dirs += [str(p) for p in base.iterdir() if p.name.startswith(tags)]
     groups = []
     cg = Path("/sys/fs/cgroup")
     with contextlib.suppress(OSError):
-        for p in cg.rglob("inhabit-*"):
+        for p in cg.rglob(f"inhabit-{pid}" if pid else "inhabit-*"):
             if p.is_dir() and len(p.relative_to(cg).parts) <= 3:
                 groups.append(str(p))
     return {"processes": procs, "mounts": mounts, "directories": dirs, "cgroups": groups}
@@ -176,10 +188,30 @@ def machine() -> dict[str, Any]:
 
 def report(title: str, phases: list[dict[str, Any]], extra: dict[str, Any], out: Path) -> None:
     table = Table(title=title)
-    for col in ("phase", "s", "requests", "ok", "errors by kind", "p50 s", "p99 s", "RSS MiB start/end", "notes"):
+    for col in (
+        "phase",
+        "s",
+        "requests",
+        "ok",
+        "errors by kind",
+        "p50 s",
+        "p99 s",
+        "RSS MiB start/end",
+        "notes",
+    ):
         table.add_column(col)
     for p in phases:
-        skip = {"phase", "seconds", "requests", "ok", "errors", "p50_s", "p99_s", "rss_start_mb", "rss_end_mb"}
+        skip = {
+            "phase",
+            "seconds",
+            "requests",
+            "ok",
+            "errors",
+            "p50_s",
+            "p99_s",
+            "rss_start_mb",
+            "rss_end_mb",
+        }
         notes = ", ".join(f"{k}={v}" for k, v in p.items() if k not in skip)
         errors = ", ".join(f"{k}:{v}" for k, v in sorted(p["errors"].items())) or "0"
         table.add_row(

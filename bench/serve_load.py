@@ -35,10 +35,14 @@ def build_model(where: Path) -> Path:
     from inhabit.models.tokenizer import default_tokenizer
 
     tok = default_tokenizer()
-    return save_model_folder(build_tiny_model("dense-1m", vocab_size=len(tok), seed=0), tok, where / "dense-1m")
+    return save_model_folder(
+        build_tiny_model("dense-1m", vocab_size=len(tok), seed=0), tok, where / "dense-1m"
+    )
 
 
-async def chat(http: httpx.AsyncClient, phase: Phase, *, stream: bool, max_tokens: int, timeout: float = 60) -> None:
+async def chat(
+    http: httpx.AsyncClient, phase: Phase, *, stream: bool, max_tokens: int, timeout: float = 60
+) -> None:
     body = {"model": "m", "messages": MSG, "max_tokens": max_tokens, "stream": stream, "temperature": 1.0}
     t0 = time.monotonic()
     try:
@@ -57,7 +61,7 @@ async def chat(http: httpx.AsyncClient, phase: Phase, *, stream: bool, max_token
                 r = await http.post("/v1/chat/completions", json=body)
                 r.raise_for_status()
         phase.record("ok", time.monotonic() - t0)
-    except BaseException as e:  # noqa: BLE001  (every failure is a data point)
+    except BaseException as e:
         if isinstance(e, asyncio.CancelledError):
             raise
         phase.record_error(e)
@@ -139,17 +143,21 @@ async def hostile(url: str, pid: int, phase: Phase, big: int) -> None:
     async def send(data: bytes) -> None:
         async with httpx.AsyncClient(base_url=url, timeout=60) as c:
             try:
-                r = await c.post("/v1/chat/completions", content=data, headers={"content-type": "application/json"})
+                r = await c.post(
+                    "/v1/chat/completions", content=data, headers={"content-type": "application/json"}
+                )
                 json_ok = r.headers.get("content-type", "").startswith("application/json")
                 phase.record(str(r.status_code) if json_ok else f"{r.status_code}-not-json")
-            except BaseException as e:  # noqa: BLE001
+            except BaseException as e:
                 phase.record_error(e)
 
     poller = threading.Thread(target=poll_health)
     poller.start()
     rss0 = rss_mb(pid)
     five_mb = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x" * 5_000_000}]}).encode()
-    under_cap = json.dumps({"model": "m", "messages": [{"role": "user", "content": "word " * 700_000}]}).encode()
+    under_cap = json.dumps(
+        {"model": "m", "messages": [{"role": "user", "content": "word " * 700_000}]}
+    ).encode()
     await asyncio.gather(*(send(five_mb) for _ in range(big)), *(send(under_cap) for _ in range(big)))
     rss1 = rss_mb(pid)
     for data in HOSTILE:
@@ -166,9 +174,7 @@ async def hostile(url: str, pid: int, phase: Phase, big: int) -> None:
 
 async def shutdown(url: str, proc, phase: Phase, n: int) -> None:
     async with httpx.AsyncClient(base_url=url, timeout=60) as http:
-        tasks = [
-            asyncio.create_task(chat(http, phase, stream=i % 2 == 0, max_tokens=2000)) for i in range(n)
-        ]
+        tasks = [asyncio.create_task(chat(http, phase, stream=i % 2 == 0, max_tokens=2000)) for i in range(n)]
         await asyncio.sleep(1.0)
         t0 = time.monotonic()
         proc.send_signal(signal.SIGTERM)
@@ -218,7 +224,7 @@ async def main(args: argparse.Namespace) -> None:
     with Phase("shutdown", proc.pid) as p:
         await shutdown(url, proc, p, 8 if quick else 16)
     phases.append(p.summary())
-    left = new_since(before, leftovers(str(model)))
+    left = new_since(before, leftovers(str(model), proc.pid))
     report(
         "inhabit serve under load and faults (dense-1m, loopback)",
         phases,
@@ -231,7 +237,9 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="Short phases and fewer clients (about a minute).")
     ap.add_argument("--phase-seconds", type=float, default=None, help="Length of steady and overload phases.")
-    ap.add_argument("--soak-seconds", type=float, default=0, help="Steady load this long, RSS compared (0: skip).")
+    ap.add_argument(
+        "--soak-seconds", type=float, default=0, help="Steady load this long, RSS compared (0: skip)."
+    )
     ap.add_argument("--max-queue", type=int, default=32, help="engine.max_queue of the server.")
     ap.add_argument("--batch", type=int, default=16, help="engine.max_batch_size of the server.")
     asyncio.run(main(ap.parse_args()))

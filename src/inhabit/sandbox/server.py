@@ -44,6 +44,7 @@ import contextlib
 import hashlib
 import hmac
 import json
+import os
 import posixpath
 import shutil
 import socket
@@ -410,8 +411,8 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         # tmpfs by default: unpacking hundreds of small files on a disk-backed /tmp costs ms each.
-        spool = hostfs.make_private_dir(
-            config.spool_dir or hostfs.default_scratch_dir(), "inhabit-env-server-"
+        spool = hostfs.make_private_dir(  # the pid in the name tells whose leftover it would be
+            config.spool_dir or hostfs.default_scratch_dir(), f"inhabit-env-server-{os.getpid()}-"
         )
         provider = provider_factory()
         registry = SandboxRegistry(provider, config, spool)
@@ -422,8 +423,10 @@ def create_app(
         lifecycle.started(registry)
 
         async def reaper() -> None:
+            # Often enough that a silent client's sandboxes go within about one lease.
+            interval = min(config.reap_interval_s, config.lease_s / 4)
             while True:
-                await asyncio.sleep(config.reap_interval_s)
+                await asyncio.sleep(interval)
                 try:
                     await registry.reap()
                 except Exception:  # one failed sweep must not stop reaping for good
