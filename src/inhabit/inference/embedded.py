@@ -235,10 +235,14 @@ class EmbeddedEngine(InferenceEngine):
             self._lock.notify()
         await swap.future
 
-    async def close(self) -> None:
+    def begin_close(self) -> None:
+        """Stop taking requests; the worker fails those in flight with EngineClosed (signal-safe)."""
         with self._lock:
             self._closing = True
             self._lock.notify()
+
+    async def close(self) -> None:
+        self.begin_close()
         await asyncio.to_thread(self._thread.join, 30)
 
     def stats(self) -> dict[str, Any]:

@@ -516,7 +516,8 @@ def _handler(respond: Callable[..., JSONResponse], status: int, type_: str):
 def serve(config: Any) -> None:
     """Bind the port, load the model folder, announce, and serve until interrupted (`inhabit serve`).
 
-    Binding comes first so that a taken port is one clear error before minutes of loading.
+    Binding comes first so that a taken port is one clear error before minutes of loading. On
+    SIGTERM/SIGINT the engine stops at once: requests in flight answer 503 (`EngineClosed`).
     """
     import contextlib
 
@@ -543,8 +544,15 @@ def serve(config: Any) -> None:
     app.router.lifespan_context = lifespan
     host, port = sock.getsockname()[:2]
     log.info("serving %s as %r on http://%s:%d/v1", config.model, name, host, port)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=10))
-    server.run(sockets=[sock])
+
+    class _Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            # Requests in flight end now with 503 (a stream with an error event) instead of a
+            # bare 500 when the graceful timeout cancels them.
+            engine.begin_close()
+            super().handle_exit(sig, frame)
+
+    _Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=10)).run(sockets=[sock])
 
 
 def _quiet_progress_bars() -> None:
