@@ -90,10 +90,11 @@ async def test_a_killed_clients_exec_is_killed_and_its_sandbox_reaped(workspace,
 
 
 async def test_a_live_client_keeps_its_idle_sandbox_past_the_lease(workspace):
-    with _server(lease_s=0.6, idle_ttl_s=0.6, reap_interval_s=0.1) as srv:
+    # Leases of 2 s leave a busy machine over a second of slack for each heartbeat (every 2/3 s).
+    with _server(lease_s=2.0, idle_ttl_s=2.0, reap_interval_s=0.1) as srv:
         prov = RemoteSandboxProvider(srv.url, TOKEN)
         sb = await prov.create(workspace)
-        await asyncio.sleep(2.5)  # four leases without a request: only heartbeats
+        await asyncio.sleep(6.5)  # three leases without a request: only heartbeats
         assert (await sb.exec("echo alive")).stdout == "alive\n"
         await prov.close()
 
