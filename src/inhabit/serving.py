@@ -1,4 +1,4 @@
-"""`BackgroundServer`: any ASGI app served by uvicorn in a thread on a bound socket.
+"""`BackgroundServer`: any ASGI app served by uvicorn in a thread on a bound socket; `bind_socket`.
 
 For tests, benchmarks and notebooks that need a real server on loopback (port 0 picks a free
 port). Kept free of heavy imports (no torch) so that any part's tests can use it;
@@ -48,3 +48,26 @@ class BackgroundServer:
         self._server.should_exit = True
         self._thread.join(10)
         self._sock.close()
+
+
+def bind_socket(host: str, port: int, command: str) -> Any:
+    """A listening TCP socket on host:port, or a typed error saying what to do (port taken...)."""
+    import socket
+
+    from inhabit.errors import ConfigError
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        family, _, _, _, addr = infos[0]
+        # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets whose proto says TCP.
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+        sock.listen(2048)
+    except OSError as e:
+        raise ConfigError(
+            f"{command} cannot listen on {host}:{port}: {e.strerror or e}; "
+            "pick another --port (or --host), or stop what uses it"
+        ) from None
+    sock.set_inheritable(True)
+    return sock

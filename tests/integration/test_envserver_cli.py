@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from inhabit.sandbox.pool import SandboxPool
-from inhabit.sandbox.remote import EnvServerUnauthorized, RemoteSandboxProvider
+from inhabit.sandbox.remote import EnvServerLost, EnvServerUnauthorized, RemoteSandboxProvider
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 # A process that leaves the exec's process group (setsid) and reports its pid only once it has,
@@ -195,3 +195,39 @@ def test_missing_root_is_refused(tmp_path):
     )
     assert r.returncode == 2
     assert "--root" in r.stderr and "not a directory" in r.stderr
+
+
+async def test_sigterm_answers_an_exec_in_flight_with_503_and_a_typed_error(server, workspace, tmp_path):
+    url, proc = server
+    prov = RemoteSandboxProvider(url, TOKEN)
+    sb = await prov.create(workspace)
+    running = asyncio.create_task(sb.exec("sleep 30", timeout_s=60))
+    for _ in range(300):  # bounded: until the exec is running on the server
+        if any(s.active_requests for s in await prov.list_sandboxes()):
+            break
+        await asyncio.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    # Before: a plain-text 500 after the 10 s graceful timeout. Now: JSON 503 shutting_down at once.
+    with pytest.raises(EnvServerLost, match="shutting down"):
+        await asyncio.wait_for(running, 30)
+    assert prov.losses == 1
+    assert proc.wait(30) in (0, -signal.SIGTERM)
+    assert "serving on" in (tmp_path / "server.log").read_text()
+    await prov._http.aclose()
+
+
+def test_a_taken_port_is_one_clear_error_before_anything_starts():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = subprocess.run(
+            [sys.executable, "-m", "inhabit", "env-server", "--port", str(port), "--backend", "process"],
+            env=_env(INHABIT_ENV_TOKEN=TOKEN),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in r.stderr and "serving" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr

@@ -68,4 +68,12 @@ class ServeConfig(Config):
     max_upload_bytes: int = Field(
         8 * 1024**3, ge=1, description="Largest safetensors upload accepted by /v1/load_weights."
     )
+    max_request_bytes: int = Field(
+        4 * 1024**2,
+        ge=1024,
+        description=(
+            "Largest request body on every route but /v1/load_weights (413 past it, before parsing); "
+            "4 MiB holds any prompt that fits a 500k-token context."
+        ),
+    )
     engine: EngineConfig = Field(default_factory=EngineConfig)

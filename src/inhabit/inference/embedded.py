@@ -63,6 +63,7 @@ class TokenEvent:
     logprob: float
     version: int
     routed_experts: list[list[int]] | None = None
+    top_logprobs: dict[int, float] | None = None  # when the request asked for top_logprobs
 
 
 @dataclass
@@ -84,6 +85,35 @@ class _Seq:
     top: list[dict[int, float]] = field(default_factory=list)
     cancelled: bool = False
     finish: str | None = None
+
+
+class StreamHandle:
+    """One admitted streaming request: iterate for its events; `cancel()` frees its batch slot."""
+
+    def __init__(self, seq: _Seq, queue: asyncio.Queue[TokenEvent]) -> None:
+        self._seq, self._queue = seq, queue
+
+    async def __aiter__(self) -> AsyncIterator[TokenEvent | Completion]:
+        seq, queue = self._seq, self._queue
+        while True:
+            get = asyncio.ensure_future(queue.get())
+            try:
+                done, _ = await asyncio.wait({get, seq.future}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                if not get.done():
+                    get.cancel()
+            if get in done:
+                yield get.result()
+                continue
+            while not queue.empty():  # tokens that raced the final result
+                yield queue.get_nowait()
+            yield seq.future.result()
+            return
+
+    def cancel(self) -> None:
+        """Abort the request if it is still running (the worker retires it at its next step)."""
+        if not self._seq.future.done():
+            self._seq.cancelled = True
 
 
 @dataclass
@@ -172,24 +202,23 @@ class EmbeddedEngine(InferenceEngine):
 
     async def stream(self, request: GenerationRequest) -> AsyncIterator[TokenEvent | Completion]:
         """Yield a TokenEvent per sampled token, then the final Completion."""
+        handle = self.open_stream(request)
+        try:
+            async for ev in handle:
+                yield ev
+        finally:
+            handle.cancel()
+
+    def open_stream(self, request: GenerationRequest) -> StreamHandle:
+        """Admit `request` now and return its events (a server decides 429 before any byte).
+
+        Typed errors (EngineOverloaded, InvalidRequest, EngineClosed) raise here; the caller
+        must `cancel()` the handle when it stops reading, or the request runs to its end.
+        """
         queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
         loop = asyncio.get_running_loop()
         (seq,) = self._submit([request], lambda ev: loop.call_soon_threadsafe(queue.put_nowait, ev))
-        try:
-            while True:
-                get = asyncio.ensure_future(queue.get())
-                done, _ = await asyncio.wait({get, seq.future}, return_when=asyncio.FIRST_COMPLETED)
-                if get in done:
-                    yield get.result()
-                    continue
-                get.cancel()
-                while not queue.empty():  # tokens that raced the final result
-                    yield queue.get_nowait()
-                yield seq.future.result()
-                return
-        finally:
-            if not seq.future.done():
-                seq.cancelled = True
+        return StreamHandle(seq, queue)
 
     async def load_weights(self, weights: Mapping[str, torch.Tensor] | str | Path, version: int) -> None:
         """Swap weights between decode steps; returns once the new weights are in use."""
@@ -206,10 +235,14 @@ class EmbeddedEngine(InferenceEngine):
             self._lock.notify()
         await swap.future
 
-    async def close(self) -> None:
+    def begin_close(self) -> None:
+        """Stop taking requests; the worker fails those in flight with EngineClosed (signal-safe)."""
         with self._lock:
             self._closing = True
             self._lock.notify()
+
+    async def close(self) -> None:
+        self.begin_close()
         await asyncio.to_thread(self._thread.join, 30)
 
     def decode_counts(self) -> tuple[int, int]:
@@ -436,7 +469,8 @@ class EmbeddedEngine(InferenceEngine):
             if route is not None:
                 s.routes.append(route)
             if s.on_event is not None:
-                s.on_event(TokenEvent(s.req.request_id, tok, lp, self._version, route))
+                top_now = s.top[-1] if s.req.sampling.top_logprobs and s.top else None
+                s.on_event(TokenEvent(s.req.request_id, tok, lp, self._version, route, top_now))
             reason = self._finish_reason(s)
             if reason:
                 finished.append((row, reason))

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import base64
 import io
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from inhabit.inference.engine import Completion, SamplingParams
 
@@ -28,9 +28,25 @@ class _Lenient(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
+def _utf8(text: str) -> str:
+    """JSON may carry lone surrogates ("\\ud800") that no tokenizer can encode: refuse them (400)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(
+            f"the text holds an unpaired surrogate at position {e.start}: send valid UTF-8 text"
+        ) from None
+    return text
+
+
+Text = Annotated[str, AfterValidator(_utf8)]
+# torch seeds are unsigned 64-bit; the server adds the choice index (n <= 64) to the seed.
+Seed = Annotated[int, Field(ge=0, le=2**63 - 1)]
+
+
 class ChatMessage(_Lenient):
     role: Literal["system", "user", "assistant"]
-    content: str
+    content: Text
 
 
 class StreamOptions(_Lenient):
@@ -43,8 +59,8 @@ class _Common(_Lenient):
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     n: int = Field(1, ge=1, le=64)
-    stop: str | list[str] | None = None
-    seed: int | None = None
+    stop: Text | list[Text] | None = None
+    seed: Seed | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
     presence_penalty: float = 0.0
@@ -89,7 +105,7 @@ class ChatRequest(_Common):
 
 
 class CompletionRequest(_Common):
-    prompt: str | list[int] | list[str] | list[list[int]]
+    prompt: Text | list[int] | list[Text] | list[list[int]]
     logprobs: int | None = Field(None, ge=0, le=20)
     echo: bool = False
     return_tokens_as_token_ids: bool = False

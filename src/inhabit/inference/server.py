@@ -7,13 +7,17 @@ Endpoints: `GET /v1/models`, `POST /v1/chat/completions` (streaming with SSE), `
 protocol.py. When the server has an API key every /v1 endpoint requires it; without one the
 weight endpoint is disabled (403), since a weight load replaces the policy.
 
-Errors are OpenAI error objects (`{"error": {"message", "type", "param", "code"}}`): 400 for bad
-requests, 401/403 for auth, 404 for unknown models or routes, 413 for oversized uploads, 429 when
-the engine's queue is full, 503 once it is closed.
+Errors are OpenAI error objects (`{"error": {"message", "type", "param", "code"}}`, always JSON):
+400 for bad requests (a prompt that cannot fit the context, or `max_tokens` that would pass it),
+401/403 for auth, 404 for unknown models or routes, 413 for bodies past `max_request_bytes` (or
+uploads past `max_upload_bytes`), 429 with `Retry-After` when the engine's queue is full (streaming
+requests too: admission is decided before the first byte), 503 once it is closed. A request whose
+client disconnects is aborted at the engine's next step, streaming or not. See server_limits.py.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
@@ -29,7 +33,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from inhabit.errors import InhabitError
-from inhabit.inference.embedded import EmbeddedEngine, TokenEvent
+from inhabit.inference.embedded import EmbeddedEngine, StreamHandle, TokenEvent
 from inhabit.inference.engine import Completion, GenerationRequest
 from inhabit.inference.errors import (
     EngineClosed,
@@ -46,8 +50,15 @@ from inhabit.inference.protocol import (
     encode_routes,
     error_body,
 )
+from inhabit.inference.server_limits import (
+    BodyCap,
+    ClientGone,
+    ErrorJSON,
+    PromptBound,
+    until_disconnected,
+)
 from inhabit.inference.stops import safe_prefix
-from inhabit.serving import BackgroundServer  # noqa: F401  (re-exported: older imports use this path)
+from inhabit.serving import BackgroundServer, bind_socket  # noqa: F401  (BackgroundServer: re-exported)
 
 log = logging.getLogger(__name__)
 
@@ -67,11 +78,14 @@ def create_app(
     model_name: str,
     api_key: str | None = None,
     max_upload_bytes: int = 8 * 1024**3,
+    max_request_bytes: int = 4 * 1024**2,
 ) -> FastAPI:
     """The FastAPI app serving `engine` (the caller owns the engine's lifetime)."""
     app = FastAPI(title="inhabit inference server")
     app.state.engine = engine
     _install_error_handlers(app)
+    app.add_middleware(BodyCap, cap=max_request_bytes, exempt=("/v1/load_weights",))
+    bound = PromptBound(tokenizer)
 
     def auth(request: Request) -> None:
         if api_key is None:
@@ -91,16 +105,34 @@ def create_app(
                 param="model",
             )
 
-    def budget(prompt_len: int, asked: int | None) -> int:
+    def budget(prompt_len: int, asked: int | None, param: str) -> int:
         room = engine.max_model_len - prompt_len
         if room < 1:
             raise ApiError(
                 400,
                 f"the prompt has {prompt_len} tokens; the context is {engine.max_model_len}",
-                param="messages",
+                param=param,
                 code="context_length_exceeded",
             )
-        return min(asked, room) if asked else room
+        if asked is not None and asked > room:  # as OpenAI and vLLM: refuse rather than clamp
+            raise ApiError(
+                400,
+                f"max_tokens={asked} and the prompt's {prompt_len} tokens exceed the context of "
+                f"{engine.max_model_len} tokens; ask for at most {room}",
+                param="max_tokens",
+                code="context_length_exceeded",
+            )
+        return asked or room
+
+    def refuse_long_text(texts: list[str], param: str) -> None:
+        """400 before tokenizing when the text alone cannot fit the context."""
+        if (least := bound.at_least(texts)) >= engine.max_model_len:
+            raise ApiError(
+                400,
+                f"the prompt is at least {least} tokens long; the context is {engine.max_model_len}",
+                param=param,
+                code="context_length_exceeded",
+            )
 
     @app.get("/health")
     async def health() -> dict:
@@ -123,14 +155,15 @@ def create_app(
         return engine.stats()
 
     @app.post("/v1/chat/completions", dependencies=[Depends(auth)])
-    async def chat(req: ChatRequest) -> Any:
+    async def chat(req: ChatRequest, request: Request) -> Any:
         from inhabit.models.tokenizer import encode_chat
 
         check_model(req.model)
         if msg := req.unsupported():
             raise ApiError(400, msg)
-        prompt = encode_chat(tokenizer, req.messages)
-        max_tokens = budget(len(prompt), req.max_completion_tokens or req.max_tokens)
+        refuse_long_text([m.content for m in req.messages], "messages")
+        prompt = await asyncio.to_thread(encode_chat, tokenizer, req.messages)
+        max_tokens = budget(len(prompt), req.max_completion_tokens or req.max_tokens, "messages")
         gens = [
             GenerationRequest(prompt, _with_max(req.sampling(max_tokens, i), max_tokens))
             for i in range(req.n)
@@ -138,8 +171,8 @@ def create_app(
         rid = f"chatcmpl-{uuid.uuid4().hex}"
         if req.stream:
             fmt = _ChatChunks(rid, model_name, tokenizer, req)
-            return _sse(engine, gens[0], fmt, tokenizer, req.stops())
-        outs = _checked(await engine.generate(gens))
+            return _sse(engine.open_stream(gens[0]), gens[0], fmt, tokenizer, req.stops())
+        outs = _checked(await until_disconnected(request, engine.generate(gens)))
         choices = []
         for i, c in enumerate(outs):
             choice = {
@@ -162,25 +195,27 @@ def create_app(
         }
 
     @app.post("/v1/completions", dependencies=[Depends(auth)])
-    async def completions(req: CompletionRequest) -> Any:
+    async def completions(req: CompletionRequest, request: Request) -> Any:
         check_model(req.model)
         if msg := req.unsupported():
             raise ApiError(400, msg)
-        prompts = _prompts(tokenizer, req.prompt)
+        texts = [req.prompt] if isinstance(req.prompt, str) else [p for p in req.prompt if isinstance(p, str)]
+        for text in texts:
+            refuse_long_text([text], "prompt")
+        prompts = await asyncio.to_thread(_prompts, tokenizer, req.prompt)
         if req.stream and len(prompts) != 1:
             raise ApiError(400, "streaming supports one prompt at a time", param="prompt")
         gens = []
         for p in prompts:
-            max_tokens = budget(len(p), req.max_tokens)
+            max_tokens = budget(len(p), req.max_tokens, "prompt")
             gens += [
                 GenerationRequest(p, _with_max(req.sampling(max_tokens, i), max_tokens)) for i in range(req.n)
             ]
         rid = f"cmpl-{uuid.uuid4().hex}"
         if req.stream:
-            return _sse(
-                engine, gens[0], _CompletionChunks(rid, model_name, tokenizer, req), tokenizer, req.stops()
-            )
-        outs = _checked(await engine.generate(gens))
+            fmt = _CompletionChunks(rid, model_name, tokenizer, req)
+            return _sse(engine.open_stream(gens[0]), gens[0], fmt, tokenizer, req.stops())
+        outs = _checked(await until_disconnected(request, engine.generate(gens)))
         choices = []
         for i, c in enumerate(outs):
             lp = None
@@ -301,9 +336,8 @@ class _ChatChunks:
     def chunk(self, delta: dict, events: list[TokenEvent], finish: str | None, extra: dict) -> dict:
         lp = None
         if self.req.logprobs and events:
-            lp = chat_logprobs(
-                self.tokenizer, [e.token_id for e in events], [e.logprob for e in events], None
-            )
+            top = [e.top_logprobs or {} for e in events] if self.req.top_logprobs else None
+            lp = chat_logprobs(self.tokenizer, [e.token_id for e in events], [e.logprob for e in events], top)
         choice = {"index": 0, "delta": delta, "logprobs": lp, "finish_reason": finish}
         choice |= {"token_ids": [e.token_id for e in events], "policy_versions": [e.version for e in events]}
         return {
@@ -335,8 +369,13 @@ class _CompletionChunks(_ChatChunks):
     def chunk(self, delta: dict, events: list[TokenEvent], finish: str | None, extra: dict) -> dict:
         lp = None
         if self.req.logprobs is not None and events:
+            top = [e.top_logprobs or {} for e in events] if self.req.logprobs else None
             lp = completion_logprobs(
-                self.tokenizer, [e.token_id for e in events], [e.logprob for e in events], None
+                self.tokenizer,
+                [e.token_id for e in events],
+                [e.logprob for e in events],
+                top,
+                as_ids=self.req.return_tokens_as_token_ids,
             )
         choice = {"index": 0, "text": delta.get("content", ""), "logprobs": lp, "finish_reason": finish}
         choice |= {"token_ids": [e.token_id for e in events], "policy_versions": [e.version for e in events]}
@@ -352,7 +391,22 @@ class _CompletionChunks(_ChatChunks):
         return None
 
 
-def _sse(engine: EmbeddedEngine, gen: GenerationRequest, fmt: Any, tokenizer: Any, stops: tuple[str, ...]):
+class _Stream(StreamingResponse):
+    """An SSE response that aborts its engine request however the response ends (a client
+    gone before the first byte included, when the body iterator never even starts)."""
+
+    def __init__(self, body: AsyncIterator[str], handle: StreamHandle) -> None:
+        super().__init__(body, media_type="text/event-stream")
+        self.handle = handle
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.handle.cancel()
+
+
+def _sse(handle: StreamHandle, gen: GenerationRequest, fmt: Any, tokenizer: Any, stops: tuple[str, ...]):
     async def events() -> AsyncIterator[str]:
         ids: list[int] = []
         sent = ""
@@ -361,7 +415,7 @@ def _sse(engine: EmbeddedEngine, gen: GenerationRequest, fmt: Any, tokenizer: An
             first = fmt.first(gen.prompt_token_ids)
             if first is not None:
                 yield _data(first)
-            async for ev in engine.stream(gen):
+            async for ev in handle:
                 if isinstance(ev, TokenEvent):
                     ids.append(ev.token_id)
                     pending.append(ev)
@@ -384,7 +438,7 @@ def _sse(engine: EmbeddedEngine, gen: GenerationRequest, fmt: Any, tokenizer: An
             yield _data(error_body(str(e), "server_error"))
         yield "data: [DONE]\n\n"
 
-    return StreamingResponse(events(), media_type="text/event-stream")
+    return _Stream(events(), handle)
 
 
 def _data(obj: dict) -> str:
@@ -395,8 +449,8 @@ def _data(obj: dict) -> str:
 
 
 def _install_error_handlers(app: FastAPI) -> None:
-    def respond(status: int, message: str, type_: str, param=None, code=None) -> JSONResponse:
-        return JSONResponse(error_body(message, type_, param, code), status_code=status)
+    def respond(status: int, message: str, type_: str, param=None, code=None, headers=None) -> JSONResponse:
+        return ErrorJSON(error_body(message, type_, param, code), status_code=status, headers=headers)
 
     @app.exception_handler(ApiError)
     async def _api(_: Request, e: ApiError) -> JSONResponse:
@@ -404,27 +458,52 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, e: RequestValidationError) -> JSONResponse:
-        first = e.errors()[0] if e.errors() else {}
+        errors = e.errors()
+        if any(err.get("type") == "json_invalid" for err in errors):
+            reason = next((err.get("ctx") or {}).get("error", "") for err in errors)
+            return respond(
+                400, f"the body is not valid JSON ({reason})".replace(" ()", ""), "invalid_request_error"
+            )
+        first = errors[0] if errors else {}
         loc = [str(p) for p in first.get("loc", ()) if p != "body"]
         msg = "; ".join(
             f"{'.'.join(str(p) for p in err.get('loc', ()) if p != 'body')}: {err.get('msg')}"
-            for err in e.errors()
+            for err in errors
         )
         return respond(400, msg or "invalid request", "invalid_request_error", ".".join(loc) or None)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, e: StarletteHTTPException) -> JSONResponse:
+        if isinstance(e.detail, dict):  # the body cap's own error object
+            return ErrorJSON(e.detail, status_code=e.status_code)
         return respond(e.status_code, str(e.detail), "invalid_request_error")
+
+    @app.exception_handler(EngineOverloaded)
+    async def _overloaded(_: Request, e: EngineOverloaded) -> JSONResponse:
+        # Retry-After lets OpenAI's SDK (and others) back off and retry on their own.
+        return respond(
+            429, str(e), "rate_limit_error", code="engine_overloaded", headers={"Retry-After": "1"}
+        )
+
+    @app.exception_handler(ClientGone)
+    async def _gone(_: Request, e: ClientGone) -> JSONResponse:
+        return respond(
+            499, "the client closed the connection; the request was aborted", "invalid_request_error"
+        )
 
     handlers: list[tuple[type[Exception], int, str]] = [
         (InvalidRequest, 400, "invalid_request_error"),
         (WeightLoadError, 400, "invalid_request_error"),
-        (EngineOverloaded, 429, "rate_limit_error"),
         (EngineClosed, 503, "server_error"),
         (InhabitError, 500, "server_error"),
     ]
     for cls, status, type_ in handlers:
         app.add_exception_handler(cls, _handler(respond, status, type_))
+
+    @app.exception_handler(Exception)
+    async def _bug(_: Request, e: Exception) -> JSONResponse:
+        log.error("request failed", exc_info=e)
+        return respond(500, f"internal error ({type(e).__name__}); see the server log", "server_error")
 
 
 def _handler(respond: Callable[..., JSONResponse], status: int, type_: str):
@@ -435,11 +514,17 @@ def _handler(respond: Callable[..., JSONResponse], status: int, type_: str):
 
 
 def serve(config: Any) -> None:
-    """Load the model folder and run the server until interrupted (`inhabit serve`)."""
+    """Bind the port, load the model folder, announce, and serve until interrupted (`inhabit serve`).
+
+    Binding comes first so that a taken port is one clear error before minutes of loading. On
+    SIGTERM/SIGINT the engine stops at once: requests in flight answer 503 (`EngineClosed`).
+    """
     import contextlib
 
     import uvicorn
 
+    sock = bind_socket(config.host, config.port, "serve")
+    _quiet_progress_bars()
     engine = EmbeddedEngine.from_path(config.model, config.engine)
     name = config.served_model_name or Path(config.model).resolve().name
 
@@ -454,7 +539,27 @@ def serve(config: Any) -> None:
         model_name=name,
         api_key=config.api_key,
         max_upload_bytes=config.max_upload_bytes,
+        max_request_bytes=config.max_request_bytes,
     )
     app.router.lifespan_context = lifespan
-    log.info("serving %s as %r on http://%s:%d/v1", config.model, name, config.host, config.port)
-    uvicorn.run(app, host=config.host, port=config.port, log_level="warning")
+    host, port = sock.getsockname()[:2]
+    log.info("serving %s as %r on http://%s:%d/v1", config.model, name, host, port)
+
+    class _Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            # Requests in flight end now with 503 (a stream with an error event) instead of a
+            # bare 500 when the graceful timeout cancels them.
+            engine.begin_close()
+            super().handle_exit(sig, frame)
+
+    _Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=10)).run(sockets=[sock])
+
+
+def _quiet_progress_bars() -> None:
+    """No third-party progress bars (checkpoint shards) in a server's output."""
+    import os
+
+    from transformers.utils import logging as hf_logging
+
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    hf_logging.disable_progress_bar()

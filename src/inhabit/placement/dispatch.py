@@ -6,8 +6,9 @@ usual) that adds:
 - Placement per rollout: each rollout attempt takes the engine and the env server with the
   least outstanding rollouts (`Fleet.pick`) and keeps them for the whole episode, so one
   episode's turns hit one engine and its sandbox lives on one server.
-- Retries of lost work: an attempt whose engine actor died (`EngineLost`) or whose env server no
-  longer answers is thrown away and the rollout runs again from the start on other actors (at
+- Retries of lost work: an attempt whose engine actor died (`EngineLost`), or whose env server no
+  longer answers or told it it was shutting down (`EnvServerLost`, counted in the provider's
+  `losses`), is thrown away and the rollout runs again from the start on other actors (at
   most `max_attempts` times). The rollout keeps its id (`metadata.trajectory_id`:
   purpose:group:rollout; unique within a run attempt, `metadata.run_attempt`, which a trainer
   restart increments), only the finished attempt is recorded, so a fault neither loses a
@@ -167,6 +168,7 @@ class DispatchRunner(EngineRunner):
             self.dispatch_s += time.monotonic() - d0
             lease = _Lease(em)
             provider = sm.payload if sm is not None else self.provider
+            losses = sm.payload.losses if sm is not None else 0
             policy = LocalPolicy(
                 lease, self.tokenizer, temperature=self.cfg.temperature, top_p=self.cfg.top_p,
                 seed=self.seed * 1_000_003 + self._episodes * 7919,
@@ -188,10 +190,16 @@ class DispatchRunner(EngineRunner):
                 self.pool.fleet.mark_dead(em, "a generate call failed")
                 avoid_e.add(em.index)
                 lost = f"engine {em.index}"
-            if sm is not None and traj.status not in TRAINABLE_STATUSES and not await self._alive(sm):
+            # EnvServerLost during the episode (a tool call, grading) loses it even when the
+            # trajectory still looks finished: its observations are the server's errors.
+            env_lost = sm is not None and sm.payload.losses > losses
+            if sm is not None and (env_lost or traj.status not in TRAINABLE_STATUSES) and not await self._alive(sm):
                 self.env_servers.mark_dead(sm, "health check failed after a failed rollout")
                 avoid_s.add(sm.index)
                 lost = f"env server {sm.index}"
+            elif env_lost:
+                avoid_s.add(sm.index)
+                lost = f"env server {sm.index} (unreachable for a while)"
             traj = traj.model_copy(
                 update={
                     "metadata": {

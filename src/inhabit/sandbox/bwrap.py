@@ -51,7 +51,7 @@ import os
 import secrets
 import shutil
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from inhabit.errors import SandboxError, SandboxNotFound
@@ -333,13 +333,30 @@ class BwrapSandboxProvider(SandboxProvider):
         self._sandboxes[sandbox_id] = sandbox
         return sandbox
 
+    def _views_in_use(self) -> set[Path]:
+        in_use = {sb._stack.base for sb in self._sandboxes.values() if sb._stack is not None}
+        return in_use | {snap.base for snap in self._snapshots.values()}
+
+    def release_unused_views(self) -> list[Callable[[], None]]:
+        """Forget idmapped views no sandbox or snapshot uses; return their unmounts (run them later).
+
+        Called when a sandbox closes or a snapshot is dropped: a view outliving its last user
+        would keep a mount (of a directory that may be deleted next, like an upload) on the host.
+        """
+        in_use = self._views_in_use()
+        ops: list[Callable[[], None]] = []
+        for path, view in list(self._idmapped.items()):
+            if view not in in_use:
+                del self._idmapped[path]
+                ops.append(functools.partial(_drop_view, view))
+        return ops
+
     def _evict_views(self) -> None:
         """Keep at most _MAX_VIEWS idmapped views: every mount on the host makes each bwrap
         start (which copies the mount table) a little slower. Views in use are kept."""
         if len(self._idmapped) < _MAX_VIEWS:
             return
-        in_use = {sb._stack.base for sb in self._sandboxes.values() if sb._stack is not None}
-        in_use |= {snap.base for snap in self._snapshots.values()}
+        in_use = self._views_in_use()
         for path, view in list(self._idmapped.items()):
             if len(self._idmapped) < _MAX_VIEWS:
                 break
@@ -384,6 +401,7 @@ class BwrapSandboxProvider(SandboxProvider):
         layers.run_all([f for v in snap.volumes if (f := v.release())])
         if snap.copy_dir is not None:
             hostfs.remove_tree(snap.copy_dir)
+        layers.run_all(self.release_unused_views())
 
     def _cleanup_sync(self) -> None:
         if self._closed:
@@ -402,3 +420,9 @@ class BwrapSandboxProvider(SandboxProvider):
 
     async def close(self) -> None:
         await asyncio.to_thread(self._cleanup_sync)
+
+
+def _drop_view(view: Path) -> None:
+    with contextlib.suppress(OSError):
+        mounts.umount(view)
+        view.rmdir()

@@ -138,6 +138,7 @@ class BwrapSandbox(Sandbox):
                 ops.append(functools.partial(hostfs.remove_tree, self.workspace))
         ops += [f for v in self._held if (f := v.release())]
         self._held = []
+        ops += self._p.release_unused_views()  # after the overlay over the view is unmounted
         return ops
 
     def _cleanup_sync(self) -> None:

@@ -13,13 +13,18 @@ server's upload cap, which is checked before sending), or else a snapshot id thi
 (exec's is its own `timeout_s` plus a margin); HTTP errors come back as the typed errors of
 `inhabit.errors` and the OS errors a local sandbox raises (404 -> SandboxNotFound or
 FileNotFoundError, 400 -> PathOutsideWorkspace, IsADirectoryError or
-SandboxError, 413/429 -> SandboxLimitExceeded, 401 -> EnvServerUnauthorized); only idempotent
-calls (reads, listing, writes, deletes, restore, close) are retried, and only on connection
-errors, never a create, exec or snapshot, which could otherwise happen twice.
+SandboxError, 413/429 -> SandboxLimitExceeded, 401 -> EnvServerUnauthorized, a server that
+cannot be reached or answers 503 `shutting_down` -> EnvServerLost); only idempotent calls (reads,
+listing, writes, deletes, restore, close) are retried, and only on connection errors, never a
+create, exec or snapshot, which could otherwise happen twice. `losses` counts the EnvServerLost
+errors this provider met, so placement can tell a rollout that lost its server from one that failed.
 
-A sandbox not closed by the time the interpreter exits is closed by a last synchronous request.
+The provider names itself to the server (a random client id) and, while it holds sandboxes, sends
+a heartbeat every third of the server's lease: a client killed outright loses its sandboxes
+after the lease (30 s by default), one that is alive keeps them. A sandbox not closed by the time
+the interpreter exits is closed by a last synchronous request.
 What this does NOT protect against: isolation is the server's backend's; the token travels in
-clear over plain HTTP; a client killed outright leaves its sandboxes until the server's idle TTL.
+clear over plain HTTP.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import contextlib
 import functools
 import io
 import os
+import secrets
 import tarfile
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
@@ -47,7 +53,7 @@ from inhabit.errors import (
 from inhabit.log import get_logger
 from inhabit.sandbox import cleanup
 from inhabit.sandbox.base import ExecResult, FileEntry, Sandbox, SandboxInfo, SandboxLimits, SandboxProvider
-from inhabit.sandbox.server_wire import API_PREFIX, ExecOut, HealthOut, SandboxOut
+from inhabit.sandbox.server_wire import API_PREFIX, CLIENT_HEADER, ExecOut, HealthOut, SandboxOut
 
 log = get_logger(__name__)
 
@@ -75,6 +81,10 @@ class EnvServerUnauthorized(SandboxError):
     """The env server refused the bearer token (401)."""
 
 
+class EnvServerLost(SandboxError):
+    """The env server cannot be reached or is shutting down: run the work on another server."""
+
+
 def error_from_response(resp: httpx.Response) -> Exception:
     """Map an env-server error response to the typed error a local backend would raise."""
     try:
@@ -83,6 +93,8 @@ def error_from_response(resp: httpx.Response) -> Exception:
     except (ValueError, AttributeError):
         detail, code = resp.text[:500], None
     status = resp.status_code
+    if status == 503 and code == "shutting_down":
+        return EnvServerLost(f"the env server is shutting down: {detail}")
     if status == 401:
         return EnvServerUnauthorized(
             f"the env server refused the token: {detail}; check --token / INHABIT_ENV_TOKEN"
@@ -104,7 +116,9 @@ class _Http:
     def __init__(self, url: str, token: str, *, timeout_s: float, retries: int) -> None:
         self.url = url.rstrip("/")
         self.retries = max(1, retries)
-        self.headers = {"Authorization": f"Bearer {token}"}
+        self.client_id = secrets.token_hex(8)
+        self.headers = {"Authorization": f"Bearer {token}", CLIENT_HEADER: self.client_id}
+        self.losses = 0
         self.client = httpx.AsyncClient(
             base_url=self.url + API_PREFIX,
             headers=self.headers,
@@ -124,6 +138,15 @@ class _Http:
     async def request(
         self, method: str, path: str, *, idempotent: bool, timeout_s: float | None = None, **kw: Any
     ) -> httpx.Response:
+        try:
+            return await self._request(method, path, idempotent=idempotent, timeout_s=timeout_s, **kw)
+        except EnvServerLost:
+            self.losses += 1
+            raise
+
+    async def _request(
+        self, method: str, path: str, *, idempotent: bool, timeout_s: float | None = None, **kw: Any
+    ) -> httpx.Response:
         attempts = self.retries if idempotent else 1
         timeout = httpx.Timeout(timeout_s) if timeout_s is not None else httpx.USE_CLIENT_DEFAULT
         for attempt in range(attempts):
@@ -131,7 +154,7 @@ class _Http:
                 resp = await self.client.request(method, path, timeout=timeout, **kw)
             except _RETRYABLE as e:
                 if attempt + 1 >= attempts:
-                    raise SandboxError(f"cannot reach the env server at {self.url}: {e!r}") from e
+                    raise EnvServerLost(f"cannot reach the env server at {self.url}: {e!r}") from e
                 await asyncio.sleep(0.1 * 3**attempt)
                 continue
             except httpx.TimeoutException as e:
@@ -334,7 +357,9 @@ class RemoteSandboxProvider(SandboxProvider):
         timeout_s: float = 60.0,
         exec_margin_s: float = 30.0,
         retries: int = 3,
+        heartbeat: bool = True,
     ) -> None:
+        """`heartbeat=False`: no lease renewals, so idle sandboxes last one lease (tests, scripts)."""
         token = token or os.environ.get(TOKEN_ENV)
         if not token:
             raise ConfigError(f"the env server at {url} needs a token: pass token= or set {TOKEN_ENV}")
@@ -344,6 +369,14 @@ class RemoteSandboxProvider(SandboxProvider):
         self._exec_margin_s = exec_margin_s
         self._live: dict[str, RemoteSandbox] = {}
         self._health: HealthOut | None = None
+        self._heartbeat: asyncio.Task[None] | None = None
+        self._lease_s: float | None = None
+        self._beats = heartbeat
+
+    @property
+    def losses(self) -> int:
+        """How many calls ended in EnvServerLost (unreachable, or shutting down) so far."""
+        return self._http.losses
 
     async def health(self) -> HealthOut:
         """The server's status and size caps (also checks that the token is accepted)."""
@@ -395,11 +428,25 @@ class RemoteSandboxProvider(SandboxProvider):
         return self._adopt(resp)
 
     def _adopt(self, resp: httpx.Response) -> RemoteSandbox:
-        sb = RemoteSandbox(
-            self._http, SandboxOut.model_validate(resp.json()), exec_margin_s=self._exec_margin_s, owner=self
-        )
+        out = SandboxOut.model_validate(resp.json())
+        sb = RemoteSandbox(self._http, out, exec_margin_s=self._exec_margin_s, owner=self)
         self._live[sb.sandbox_id] = sb
+        if out.lease_s is not None and self._beats:
+            self._lease_s = out.lease_s
+            if self._heartbeat is None or self._heartbeat.done():
+                self._heartbeat = asyncio.create_task(self._beat(), name="env-server-heartbeat")
         return sb
+
+    async def _beat(self) -> None:
+        """Renew this client's lease while it holds sandboxes (a failed beat is retried next time)."""
+        while self._live and self._lease_s is not None:
+            await asyncio.sleep(self._lease_s / 3)
+            try:
+                await self._http.client.post(
+                    f"/clients/{self._http.client_id}/heartbeat", timeout=self._lease_s / 3
+                )
+            except httpx.HTTPError as e:
+                log.debug("heartbeat to %s failed: %r", self.url, e)
 
     def _forget(self, sb: RemoteSandbox) -> None:
         self._live.pop(sb.sandbox_id, None)
@@ -410,4 +457,7 @@ class RemoteSandboxProvider(SandboxProvider):
         Snapshots stay on the server until it shuts down (it has no route to drop one).
         """
         await asyncio.gather(*(sb.close() for sb in list(self._live.values())), return_exceptions=True)
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            await asyncio.gather(self._heartbeat, return_exceptions=True)
         await self._http.aclose()

@@ -4,7 +4,8 @@ Rollouts on one machine use sandboxes that live on another: `inhabit env-server`
 `SandboxProvider` (bwrap, process) and `RemoteSandboxProvider` (remote.py) speaks to it. Routes,
 all under `/v1` and all behind `Authorization: Bearer <token>`:
 
-    GET    /health                              backend, sandbox count, size limits
+    GET    /health                              backend, sandbox count, size limits, lease
+    POST   /clients/{client_id}/heartbeat       renew the lease of that client's sandboxes
     GET    /sandboxes                           live sandboxes
     POST   /sandboxes                           JSON {directory | snapshot_id, limits?}
     POST   /sandboxes/upload?limits=<json>      raw tar(.gz) body -> a sandbox of that workspace
@@ -21,8 +22,15 @@ all under `/v1` and all behind `Authorization: Bearer <token>`:
 Errors are JSON `{detail, code}` (server_wire.ERROR_CODES). A request without the right token gets
 401 before any route runs, so it changes nothing; tokens are compared in constant time. Bodies
 are capped while they stream in (413), directory sources must resolve under `--root`, snapshot
-ids are this server's own opaque ids (a client cannot name a host path as a "snapshot"), and
-sandboxes idle past the TTL are closed by a reaper; shutdown closes every sandbox.
+ids are this server's own opaque ids (a client cannot name a host path as a "snapshot").
+
+Lifetimes: a client that names itself (`X-Inhabit-Client: <id>`, as `RemoteSandboxProvider`
+does) holds a lease on the sandboxes it creates, renewed by any of its requests and by its
+heartbeats; a sandbox whose client was silent for `lease_s` and that runs no request is closed
+(a client that is alive keeps its sandboxes however long its work takes). Sandboxes of clients
+without an id are closed after `idle_ttl_s` without a request. An exec whose client disconnects
+is killed at once. On SIGTERM, requests in flight and new ones answer 503 `shutting_down`, then
+every sandbox is closed.
 
 What this does NOT protect against: anyone holding the token can run arbitrary code in
 sandboxes, so isolation is exactly the backend's (the process backend has none); traffic is
@@ -36,6 +44,7 @@ import contextlib
 import hashlib
 import hmac
 import json
+import os
 import posixpath
 import shutil
 import socket
@@ -63,7 +72,7 @@ from inhabit.sandbox.server_registry import (
     UnknownSnapshot,
 )
 from inhabit.sandbox.server_upload import BadUpload
-from inhabit.sandbox.server_wire import API_PREFIX
+from inhabit.sandbox.server_wire import API_PREFIX, CLIENT_HEADER
 
 log = get_logger(__name__)
 
@@ -91,7 +100,14 @@ class EnvServerConfig(Config):
     max_concurrent_uploads: int = Field(
         4, ge=1, description="Uploads received and unpacked at once (each may use the caps above)."
     )
-    idle_ttl_s: float = Field(900, gt=0, description="Sandboxes unused this long are closed.")
+    idle_ttl_s: float = Field(
+        900, gt=0, description="Sandboxes of clients without an id (no lease) unused this long are closed."
+    )
+    lease_s: float = Field(
+        30,
+        gt=0,
+        description="Sandboxes whose client sent nothing (not even a heartbeat) this long are closed.",
+    )
     reap_interval_s: float = Field(10, gt=0, description="How often the idle reaper looks.")
     spool_dir: Path | None = Field(
         None, description="Where uploads are unpacked; default a tmpfs (/dev/shm) when present."
@@ -136,11 +152,12 @@ def _digest(token: str) -> bytes:
 class _Guard:
     """401 for requests without the right bearer token; 413 for bodies past their cap."""
 
-    def __init__(self, app: Any, token: str, upload_cap: int, body_cap: int) -> None:
+    def __init__(self, app: Any, token: str, upload_cap: int, body_cap: int, lifecycle: Lifecycle) -> None:
         self.app = app
         self.expected = _digest(token)
         self.upload_cap = upload_cap
         self.body_cap = body_cap
+        self.lifecycle = lifecycle
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -162,6 +179,11 @@ class _Guard:
                 extra=((b"www-authenticate", b"Bearer"),),
             )
             return
+        if self.lifecycle.shutting_down:
+            await _send_json(send, 503, _shutting_down())
+            return
+        if (client := headers.get(CLIENT_HEADER)) and self.lifecycle.registry is not None:
+            self.lifecycle.registry.heard_from(client[:64])
         cap = self.upload_cap if scope["path"].rstrip("/").endswith("/sandboxes/upload") else self.body_cap
         declared = headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > cap:
@@ -179,6 +201,69 @@ class _Guard:
             return message
 
         await self.app(scope, capped_receive, send)
+
+
+def _shutting_down() -> dict[str, str]:
+    return {
+        "detail": "the env server is shutting down; create the sandbox on another server",
+        "code": "shutting_down",
+    }
+
+
+class ShuttingDown(SandboxError):
+    """The server is stopping: requests in flight end with 503 `shutting_down`."""
+
+
+class ClientGone(SandboxError):
+    """The client disconnected before its answer was ready (its exec was killed)."""
+
+
+class Lifecycle:
+    """The server's registry once started, and whether it is shutting down (set from a signal)."""
+
+    def __init__(self) -> None:
+        self.registry: SandboxRegistry | None = None
+        self.stopping: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def started(self, registry: SandboxRegistry) -> None:
+        self.registry, self.stopping = registry, asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+
+    @property
+    def shutting_down(self) -> bool:
+        return self.stopping is not None and self.stopping.is_set()
+
+    def begin_shutdown(self) -> None:
+        """Safe from a signal handler or another thread."""
+        if self._loop is not None and self.stopping is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is already closed
+                self._loop.call_soon_threadsafe(self.stopping.set)
+
+    async def guard(self, request: Request, work: Any) -> Any:
+        """Await `work`, cancelling it (which kills a command) if the client leaves or we stop."""
+        assert self.stopping is not None
+        task = asyncio.ensure_future(work)
+        watch = asyncio.ensure_future(_disconnect(request))
+        stop = asyncio.ensure_future(self.stopping.wait())
+        try:
+            done, _ = await asyncio.wait({task, watch, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watch.cancel()
+            stop.cancel()
+        if task in done:
+            return task.result()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        if stop in done:
+            raise ShuttingDown(_shutting_down()["detail"])
+        raise ClientGone("the client disconnected; its command was killed")
+
+
+async def _disconnect(request: Request) -> None:
+    # The body was read already, so the next message the server gives is the disconnect.
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def _too_large(cap: int) -> dict[str, str]:
@@ -207,6 +292,10 @@ def _error(status: int, code: str, detail: str) -> JSONResponse:
 def _map_error(exc: Exception) -> JSONResponse:
     """Turn a typed error from the backend or the registry into a status and a code."""
     msg = str(exc) or type(exc).__name__
+    if isinstance(exc, ShuttingDown):
+        return _error(503, "shutting_down", msg)
+    if isinstance(exc, ClientGone):
+        return _error(499, "client_closed", msg)
     if isinstance(exc, UnknownSnapshot):
         return _error(404, "snapshot_not_found", msg)
     if isinstance(exc, SandboxNotFound):
@@ -303,17 +392,27 @@ def make_provider_factory(backend: str) -> ProviderFactory:
     return factory
 
 
-def create_app(provider_factory: ProviderFactory, config: EnvServerConfig, token: str) -> FastAPI:
-    """Build the ASGI app; the provider is made at startup, inside the serving event loop."""
+def create_app(
+    provider_factory: ProviderFactory,
+    config: EnvServerConfig,
+    token: str,
+    on_ready: Callable[[], None] | None = None,
+) -> FastAPI:
+    """Build the ASGI app; the provider is made at startup, inside the serving event loop.
+
+    `on_ready` runs once the provider exists (the command announces "serving" there).
+    `app.state.lifecycle.begin_shutdown()` makes requests in flight answer 503 at once.
+    """
     from inhabit.sandbox.server_routes import add_routes
 
     state: dict[str, Any] = {}
+    lifecycle = Lifecycle()
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         # tmpfs by default: unpacking hundreds of small files on a disk-backed /tmp costs ms each.
-        spool = hostfs.make_private_dir(
-            config.spool_dir or hostfs.default_scratch_dir(), "inhabit-env-server-"
+        spool = hostfs.make_private_dir(  # the pid in the name tells whose leftover it would be
+            config.spool_dir or hostfs.default_scratch_dir(), f"inhabit-env-server-{os.getpid()}-"
         )
         provider = provider_factory()
         registry = SandboxRegistry(provider, config, spool)
@@ -321,10 +420,13 @@ def create_app(provider_factory: ProviderFactory, config: EnvServerConfig, token
         if backend_name != config.backend:
             config.backend = backend_name  # report what 'auto' chose
         state["registry"] = registry
+        lifecycle.started(registry)
 
         async def reaper() -> None:
+            # Often enough that a silent client's sandboxes go within about one lease.
+            interval = min(config.reap_interval_s, config.lease_s / 4)
             while True:
-                await asyncio.sleep(config.reap_interval_s)
+                await asyncio.sleep(interval)
                 try:
                     await registry.reap()
                 except Exception:  # one failed sweep must not stop reaping for good
@@ -332,9 +434,12 @@ def create_app(provider_factory: ProviderFactory, config: EnvServerConfig, token
 
         reap_task = asyncio.create_task(reaper(), name="env-server-reaper")
         log.info("env-server: serving backend %s", config.backend)
+        if on_ready is not None:
+            on_ready()
         try:
             yield
         finally:
+            lifecycle.begin_shutdown()
             reap_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reap_task
@@ -346,10 +451,37 @@ def create_app(provider_factory: ProviderFactory, config: EnvServerConfig, token
 
     app = FastAPI(title="inhabit env-server", lifespan=lifespan, docs_url=None, redoc_url=None)
     _install_error_handlers(app)
-    add_routes(app, lambda: state["registry"], config)
+    add_routes(app, lambda: state["registry"], config, lifecycle)
     body_cap = int(2 * config.max_file_mb * _MB) + _MB  # a file, or exec stdin as base64 in JSON
-    app.add_middleware(_Guard, token=token, upload_cap=int(config.max_upload_mb * _MB), body_cap=body_cap)
+    app.add_middleware(
+        _Guard,
+        token=token,
+        upload_cap=int(config.max_upload_mb * _MB),
+        body_cap=body_cap,
+        lifecycle=lifecycle,
+    )
+    app.state.lifecycle = lifecycle
     return app
+
+
+def uvicorn_server(app: FastAPI, graceful_s: float = 10) -> Any:
+    """A uvicorn server whose SIGTERM/SIGINT first makes requests in flight answer 503."""
+    import uvicorn
+
+    class _Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            app.state.lifecycle.begin_shutdown()
+            super().handle_exit(sig, frame)
+
+    return _Server(
+        uvicorn.Config(
+            app,
+            log_level="warning",
+            lifespan="on",
+            timeout_graceful_shutdown=graceful_s,
+            timeout_keep_alive=KEEP_ALIVE_S,
+        )
+    )
 
 
 def parse_limits(raw: str | None) -> SandboxLimits | None:
@@ -378,8 +510,6 @@ class BackgroundServer:
     def __init__(
         self, provider_factory: ProviderFactory, *, token: str, config: EnvServerConfig | None = None
     ) -> None:
-        import uvicorn
-
         self.config = config or EnvServerConfig(token=token)
         self.token = token
         # IPPROTO_TCP explicitly: asyncio only sets TCP_NODELAY on accepted sockets whose proto
@@ -389,16 +519,8 @@ class BackgroundServer:
         self._sock.bind(("127.0.0.1", 0))  # loopback only, any free port
         self.port = self._sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        app = create_app(provider_factory, self.config, token)
-        self._server = uvicorn.Server(
-            uvicorn.Config(
-                app,
-                log_level="warning",
-                lifespan="on",
-                timeout_graceful_shutdown=5,
-                timeout_keep_alive=KEEP_ALIVE_S,
-            )
-        )
+        self.app = create_app(provider_factory, self.config, token)
+        self._server = uvicorn_server(self.app, graceful_s=5)
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True
         )
@@ -413,6 +535,7 @@ class BackgroundServer:
         return self
 
     def stop(self, timeout_s: float = 30.0) -> None:
+        self.app.state.lifecycle.begin_shutdown()
         self._server.should_exit = True
         self._thread.join(timeout_s)
         self._sock.close()

@@ -1,7 +1,8 @@
 """The `inhabit env-server` command: serve sandboxes over HTTP (heavy imports stay inside the body).
 
 It refuses to bind a non-loopback host without a token. On loopback without one, it makes a
-random token and prints it once to stderr, so every request is still authenticated.
+random token and prints it once to stderr, so every request is still authenticated. It binds the
+port first (a taken port is one clear error), then starts the sandbox backend, then announces.
 """
 
 from __future__ import annotations
@@ -31,22 +32,26 @@ def register(app: typer.Typer) -> None:
         max_extracted_mb: float = typer.Option(512, help="Cap on what an upload unpacks to."),
         max_file_mb: float = typer.Option(64, help="Cap on one file written through the API."),
         max_sandboxes: int = typer.Option(256, help="Live sandboxes at once."),
-        idle_ttl_s: float = typer.Option(900, help="Close sandboxes no request touched for this long."),
+        idle_ttl_s: float = typer.Option(
+            900, help="Close sandboxes of clients without an id that no request touched for this long."
+        ),
+        lease_s: float = typer.Option(
+            30, help="Close sandboxes whose client sent nothing, heartbeats included, for this long."
+        ),
     ) -> None:
         """Serve the sandbox interface over HTTP so rollouts on other machines can use it."""
         import secrets
 
-        import uvicorn
-
         from inhabit.config import validate_config
         from inhabit.errors import ConfigError
         from inhabit.sandbox.server import (
-            KEEP_ALIVE_S,
             EnvServerConfig,
             create_app,
             is_loopback,
             make_provider_factory,
+            uvicorn_server,
         )
+        from inhabit.serving import bind_socket
 
         if root is not None and not root.is_dir():
             raise ConfigError(f"--root {root} is not a directory: give the folder that holds task workspaces")
@@ -71,17 +76,16 @@ def register(app: typer.Typer) -> None:
                 "max_file_mb": max_file_mb,
                 "max_sandboxes": max_sandboxes,
                 "idle_ttl_s": idle_ttl_s,
+                "lease_s": lease_s,
             },
             source="env-server options",
         )
         factory = make_provider_factory(config.backend)
-        app_ = create_app(factory, config, token)
-        typer.echo(f"env-server: listening on http://{host}:{port} (backend {backend})", err=True)
-        uvicorn.run(
-            app_,
-            host=host,
-            port=port,
-            log_level="warning",
-            timeout_graceful_shutdown=10,
-            timeout_keep_alive=KEEP_ALIVE_S,
-        )
+        sock = bind_socket(host, port, "env-server")
+        bound = sock.getsockname()[1]
+
+        def announce() -> None:
+            typer.echo(f"env-server: serving on http://{host}:{bound} (backend {config.backend})", err=True)
+
+        app_ = create_app(factory, config, token, on_ready=announce)
+        uvicorn_server(app_, graceful_s=10).run(sockets=[sock])

@@ -2,8 +2,10 @@
 
 Sandbox and snapshot ids handed to clients are the server's own random ids (`sb_...`,
 `snap_...`), mapped to the backend's, so a client can only name what this server issued (never,
-say, a host path posing as a snapshot). Each request marks its sandbox busy while it runs; the
-reaper closes sandboxes that were idle (no request running, none for `idle_ttl_s`).
+say, a host path posing as a snapshot). Each request marks its sandbox busy while it runs. The
+reaper closes a sandbox that runs no request when its client (the `X-Inhabit-Client` id it was
+created with) has not been heard from for `lease_s`, or, for a sandbox created without a client
+id, when no request used it for `idle_ttl_s`.
 
 What this does NOT protect against: one client closing or using another client's sandboxes
 (all holders of the token are equally trusted); snapshots are kept until shutdown.
@@ -50,6 +52,7 @@ class _Entry:
     active: int = 0
     upload_dir: Path | None = None
     snapshotted: bool = False
+    client: str | None = None  # the creating client's id: its lease keeps the sandbox
 
 
 class SandboxRegistry:
@@ -62,6 +65,11 @@ class SandboxRegistry:
         self.entries: dict[str, _Entry] = {}
         self.snapshots: dict[str, str] = {}  # server snapshot id -> backend snapshot id
         self._reserved = 0  # creations in flight, counted against max_sandboxes
+        self.clients: dict[str, float] = {}  # client id -> when it was last heard from
+
+    def heard_from(self, client: str) -> None:
+        """Renew `client`'s lease (any request it sends, heartbeats included)."""
+        self.clients[client] = time.monotonic()
 
     def get(self, sandbox_id: str) -> _Entry:
         entry = self.entries.get(sandbox_id)
@@ -90,7 +98,13 @@ class SandboxRegistry:
                 f"unknown snapshot {snapshot_id!r}: use an id this server's snapshot route returned"
             ) from None
 
-    async def create(self, source: str | Path, limits: SandboxLimits | None, upload_dir: Path | None) -> str:
+    async def create(
+        self,
+        source: str | Path,
+        limits: SandboxLimits | None,
+        upload_dir: Path | None,
+        client: str | None = None,
+    ) -> str:
         if len(self.entries) + self._reserved >= self.config.max_sandboxes:
             raise TooManySandboxes(
                 f"this server already holds {self.config.max_sandboxes} sandboxes; close some first"
@@ -101,7 +115,9 @@ class SandboxRegistry:
         finally:
             self._reserved -= 1
         sandbox_id = "sb_" + secrets.token_hex(8)
-        self.entries[sandbox_id] = _Entry(sandbox, time.monotonic(), upload_dir=upload_dir)
+        self.entries[sandbox_id] = _Entry(sandbox, time.monotonic(), upload_dir=upload_dir, client=client)
+        if client is not None:
+            self.heard_from(client)
         log.debug("env-server: created %s (%s)", sandbox_id, sandbox.sandbox_id)
         return sandbox_id
 
@@ -116,19 +132,26 @@ class SandboxRegistry:
             if entry.upload_dir is not None and not entry.snapshotted:
                 shutil.rmtree(entry.upload_dir, ignore_errors=True)
 
+    def _expired(self, e: _Entry, now: float) -> str | None:
+        if e.active:
+            return None
+        if e.client is None:
+            return "idle" if now - e.last_used > self.config.idle_ttl_s else None
+        silent = now - max(self.clients.get(e.client, 0.0), e.last_used)
+        return "its client went silent" if silent > self.config.lease_s else None
+
     async def reap(self) -> list[str]:
-        """Close sandboxes that no request used for `idle_ttl_s`; return their ids."""
+        """Close sandboxes whose lease or idle time ran out (see module docstring); return their ids."""
         now = time.monotonic()
-        idle = [
-            sid
-            for sid, e in self.entries.items()
-            if e.active == 0 and now - e.last_used > self.config.idle_ttl_s
-        ]
-        for sid in idle:
-            log.info("env-server: reaping %s after %.0f s idle", sid, self.config.idle_ttl_s)
+        expired = [(sid, why) for sid, e in self.entries.items() if (why := self._expired(e, now))]
+        for sid, why in expired:
+            log.info("env-server: reaping %s (%s)", sid, why)
             with contextlib.suppress(Exception):
                 await self.close(sid)
-        return idle
+        live = {e.client for e in self.entries.values()}
+        for client in [c for c in self.clients if c not in live]:
+            del self.clients[client]  # forget clients with no sandboxes left
+        return [sid for sid, _ in expired]
 
     async def close_all(self) -> None:
         ids = list(self.entries)

@@ -21,11 +21,12 @@ from fastapi import APIRouter, FastAPI, Query, Request, Response
 
 from inhabit.errors import PathOutsideWorkspace, SandboxLimitExceeded
 from inhabit.sandbox.base import SandboxLimits
-from inhabit.sandbox.server import EnvServerConfig, check_workspace_path, parse_limits
+from inhabit.sandbox.server import EnvServerConfig, Lifecycle, check_workspace_path, parse_limits
 from inhabit.sandbox.server_registry import DirectoryNotFound, SandboxRegistry
 from inhabit.sandbox.server_upload import unpack_tarball
 from inhabit.sandbox.server_wire import (
     API_PREFIX,
+    CLIENT_HEADER,
     CreateRequest,
     ExecOut,
     ExecRequest,
@@ -51,6 +52,7 @@ def _out(registry: SandboxRegistry, sandbox_id: str) -> SandboxOut:
         limits=info.limits,
         idle_s=0.0 if entry.active else time.monotonic() - entry.last_used,
         active_requests=entry.active,
+        lease_s=registry.config.lease_s if entry.client is not None else None,
     )
 
 
@@ -69,7 +71,13 @@ def _resolve_directory(config: EnvServerConfig, directory: str) -> Path:
     return target
 
 
-def add_routes(app: FastAPI, registry_of: Callable[[], SandboxRegistry], config: EnvServerConfig) -> None:
+def _client(request: Request) -> str | None:
+    return (request.headers.get(CLIENT_HEADER) or "")[:64] or None
+
+
+def add_routes(
+    app: FastAPI, registry_of: Callable[[], SandboxRegistry], config: EnvServerConfig, lifecycle: Lifecycle
+) -> None:
     """Attach every /v1 route to `app`; `registry_of()` returns the live registry."""
     r = APIRouter(prefix=API_PREFIX)
     # Bounds the spool space (and CPU) that uploads in flight can take at once.
@@ -83,7 +91,13 @@ def add_routes(app: FastAPI, registry_of: Callable[[], SandboxRegistry], config:
             max_upload_bytes=int(config.max_upload_mb * _MB),
             max_file_bytes=int(config.max_file_mb * _MB),
             idle_ttl_s=config.idle_ttl_s,
+            lease_s=config.lease_s,
         )
+
+    @r.post("/clients/{client_id}/heartbeat", status_code=204)
+    async def heartbeat(client_id: str) -> Response:
+        registry_of().heard_from(client_id[:64])
+        return Response(status_code=204)
 
     @r.get("/sandboxes")
     async def list_sandboxes() -> list[SandboxOut]:
@@ -91,14 +105,14 @@ def add_routes(app: FastAPI, registry_of: Callable[[], SandboxRegistry], config:
         return [_out(reg, sid) for sid in list(reg.entries)]
 
     @r.post("/sandboxes", status_code=201)
-    async def create(req: CreateRequest) -> SandboxOut:
+    async def create(req: CreateRequest, request: Request) -> SandboxOut:
         reg = registry_of()
         if req.snapshot_id is not None:
             source: str | Path = reg.backend_snapshot(req.snapshot_id)
         else:
             assert req.directory is not None  # the model's validator guarantees one of them
             source = _resolve_directory(config, req.directory)
-        sid = await reg.create(source, req.limits, upload_dir=None)
+        sid = await reg.create(source, req.limits, upload_dir=None, client=_client(request))
         return _out(reg, sid)
 
     @r.post("/sandboxes/upload", status_code=201)
@@ -127,7 +141,7 @@ def add_routes(app: FastAPI, registry_of: Callable[[], SandboxRegistry], config:
                 max_files=config.max_upload_files,
             )
             archive.unlink()
-            sid = await reg.create(tree, parsed, upload_dir=workdir)
+            sid = await reg.create(tree, parsed, upload_dir=workdir, client=_client(request))
         except BaseException:
             shutil.rmtree(workdir, ignore_errors=True)
             raise
@@ -143,7 +157,7 @@ def add_routes(app: FastAPI, registry_of: Callable[[], SandboxRegistry], config:
         return Response(status_code=204)
 
     @r.post("/sandboxes/{sandbox_id}/exec")
-    async def exec_(sandbox_id: str, req: ExecRequest) -> ExecOut:
+    async def exec_(sandbox_id: str, req: ExecRequest, request: Request) -> ExecOut:
         check_workspace_path(req.cwd)
         stdin = None
         if req.stdin_b64 is not None:
@@ -152,8 +166,12 @@ def add_routes(app: FastAPI, registry_of: Callable[[], SandboxRegistry], config:
             except binascii.Error as e:
                 raise ValueError(f"stdin_b64 is not valid base64: {e}") from e
         async with registry_of().use(sandbox_id) as entry:
-            res = await entry.sandbox.exec(
-                req.command, timeout_s=req.timeout_s, env=req.env, cwd=req.cwd, stdin=stdin
+            # A command whose client left (or a server stopping) is killed, not run to its end.
+            res = await lifecycle.guard(
+                request,
+                entry.sandbox.exec(
+                    req.command, timeout_s=req.timeout_s, env=req.env, cwd=req.cwd, stdin=stdin
+                ),
             )
         return ExecOut(
             exit_code=res.exit_code,

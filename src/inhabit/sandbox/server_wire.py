@@ -18,6 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from inhabit.sandbox.base import SandboxLimits
 
 API_PREFIX = "/v1"
+# A client's own random id: its sandboxes live while it is heard from (see server.py, leases).
+CLIENT_HEADER = "x-inhabit-client"
 
 # error code -> HTTP status; the client maps codes (not only statuses) back to typed errors.
 ERROR_CODES: dict[str, int] = {
@@ -35,7 +37,9 @@ ERROR_CODES: dict[str, int] = {
     "payload_too_large": 413,
     "validation": 422,
     "too_many_sandboxes": 429,
+    "client_closed": 499,
     "internal": 500,
+    "shutting_down": 503,
 }
 
 
@@ -64,6 +68,7 @@ class SandboxOut(_Wire):
     limits: SandboxLimits
     idle_s: float = 0.0
     active_requests: int = 0
+    lease_s: float | None = Field(None, description="Heartbeat within this, or the sandbox is reaped.")
 
 
 class ExecRequest(_Wire):
@@ -111,6 +116,7 @@ class HealthOut(_Wire):
     max_upload_bytes: int
     max_file_bytes: int
     idle_ttl_s: float
+    lease_s: float | None = None
 
 
 class ErrorOut(_Wire):

@@ -395,22 +395,24 @@ async def test_too_many_sandboxes_is_429(workspace):
 
 
 async def test_idle_sandboxes_are_reaped_but_busy_ones_are_not(workspace, kind):
-    s = Served(kind, idle_ttl_s=0.5, reap_interval_s=0.1)
+    s = Served(kind, lease_s=0.5, reap_interval_s=0.1)
     with s.server:
-        prov = RemoteSandboxProvider(s.url, TOKEN)
+        prov = RemoteSandboxProvider(s.url, TOKEN, heartbeat=False)  # a client that went silent
         idle = await prov.create(workspace)
         busy = await prov.create(workspace)
         r = await busy.exec("sleep 1.5; echo survived")  # longer than the TTL, but in use
         assert r.stdout == "survived\n"
         with pytest.raises(SandboxNotFound):
             await idle.exec("true")
+        watcher = RemoteSandboxProvider(s.url, TOKEN)  # another client: prov's requests renew its lease
         for _ in range(100):  # bounded: the reaper runs every 0.1 s
-            if not await prov.list_sandboxes():
+            if not await watcher.list_sandboxes():
                 break
             await asyncio.sleep(0.05)
-        assert await prov.list_sandboxes() == []
+        assert await watcher.list_sandboxes() == []
         assert s.providers[0]._sandboxes == {}
         await prov.close()
+        await watcher.close()
 
 
 async def test_shutdown_closes_every_sandbox_and_kills_its_processes(workspace, kind):
