@@ -91,10 +91,7 @@ def row_from_record(n: int, offset: int, length: int, d: dict[str, Any]) -> Row:
         for v in (turn.get("versions") or [])
     ]
     calls = d.get("tool_calls") or []
-    if not calls:
-        first = "none"
-    else:
-        first = calls[0].get("tool") or "malformed"
+    first = (calls[0].get("tool") or "malformed") if calls else "none"
     turns = sum(
         1
         for seg in d.get("segments") or []
