@@ -6,12 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import make_trajectory, write_run
 from fastapi.testclient import TestClient
 
 from inhabit.observability.viewer.app import create_app
 from inhabit.observability.viewer.episode import flag_explanations
 from inhabit.rewards import hacks
+from viewer_fixtures import make_trajectory, write_run
 
 
 @pytest.fixture
