@@ -43,7 +43,7 @@ function setupCurves(root) {
     Plotly.react(div, traces, {
       title: { text: title, font: { size: 13 } }, margin: { l: 40, r: 10, t: 30, b: 30 },
       xaxis: { title: { text: "step" } }, legend: { font: { size: 10 } }, showlegend: true,
-    }, { displaylogo: false, responsive: true });
+    }, { displayModeBar: false, responsive: true });
   }
 
   async function poll(run) {
