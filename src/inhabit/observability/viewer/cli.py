@@ -45,7 +45,7 @@ def register(app: typer.Typer) -> None:
                 f"no run folder in {', '.join(map(str, run_dirs))}: a run folder holds config.json, "
                 "metrics.jsonl or trajectories.jsonl (inhabit train writes them to run_dir)"
             )
-        if token is not None and len(token) < 8:
+        if token and len(token) < 8:
             raise ConfigError("--token must be at least 8 characters")
         if not token and not is_loopback(host):
             raise ConfigError(
