@@ -39,7 +39,7 @@ CHARTS: list[tuple[str, str]] = [
     ("Importance ratio", r"ratio"),
     ("MoE routing disagreement", r"routing|router"),
     ("Hack flags", r"^flags?\.|hack"),
-    ("Loss and gradients", r"loss|grad_norm|kl|entropy|clip"),
+    ("Loss and gradients", r"loss$|grad_norm|entropy|clip_fraction"),
     ("Throughput", r"tokens_per_s|trajectories_per_min|engine_decode_batch_mean"),
     ("Trainer idle", r"trainer_idle|train_s$"),
     ("Episode status", r"^status\.|^failed$"),
