@@ -8,10 +8,12 @@ setup:
 quickstart: setup
 	.venv/bin/inhabit quickstart
 
-# Installs everything (with Ray, whose placement and fault tests are part of the suite) and runs
+# Installs everything (with Ray, whose placement and fault tests are part of the suite, and, as
+# root with apt, Chromium for the browser tests of `inhabit view`) and runs
 # lint and the test suite: what CI runs. Slow tests: make test PYTEST_ARGS="-m slow".
 PYTEST_ARGS ?= -m "not slow and not gpu"
 test: export INHABIT_EXTRAS = ray
+test: export INHABIT_BROWSER = 1
 test: setup
 	.venv/bin/ruff check src tests bench
 	.venv/bin/python -m pytest $(PYTEST_ARGS)

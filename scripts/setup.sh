@@ -14,4 +14,15 @@ fi
 echo "[setup] installing inhabit (editable) and its dependencies into .venv"
 # torch is pinned to the CPU build that lies on disk (pyproject.toml); extras add test tools.
 .venv/bin/python -m pip install --quiet -e ".[dev${INHABIT_EXTRAS:+,$INHABIT_EXTRAS}]"
+# The browser tests (pytest -m browser, `inhabit view`) drive Debian's chromium through its
+# chromedriver. With INHABIT_BROWSER=1 (`make test` sets it) they are installed where this runs as
+# root with apt-get and they are missing; a failure prints a note, and those tests skip saying why.
+if [ -n "${INHABIT_BROWSER:-}" ] && [ ! -x /usr/bin/chromedriver ] && [ "$(id -u)" = 0 ] \
+    && command -v apt-get >/dev/null 2>&1; then
+  echo "[setup] installing chromium and chromium-driver for the browser tests (apt-get)"
+  if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; } \
+      >/tmp/inhabit-setup-chromium.log 2>&1; then
+    echo "[setup] note: could not install chromium (see /tmp/inhabit-setup-chromium.log); browser tests will skip"
+  fi
+fi
 echo "[setup] done: .venv/bin/inhabit is the CLI"
