@@ -2,9 +2,14 @@
 
 Pipeline (`build_tasks`):
   1. copy the input (folder, git checkout, sdist) into `<out>/.build/source` (`tasks.source`);
-  2. baseline: run the whole suite once in a sandbox (`--tb=no`); tests that already fail are
-     dropped from everything that follows; a suite slower than `coverage_above_s` is also run once
-     under coverage to map each function to the tests that execute it (`tasks.covmap`);
+  2. baseline: run the whole suite in a sandbox (`--tb=no`), twice: tests that already fail are
+     dropped from everything that follows, and so are unstable tests: ids that only one of the two
+     runs reported (parametrized ids made from random values, the time, object addresses) and tests
+     whose outcome differs between them. Every run pins PYTHONHASHSEED (`testrun.HASH_SEED`), so
+     ids that follow set or dict iteration order are stable and kept. A mutant is never classified
+     by an unstable id; the build report counts them. A suite slower than `coverage_above_s` is
+     also run once under coverage to map each function to the tests that execute it
+     (`tasks.covmap`);
   3. candidates: `per_function` mutations per function (`tasks.mutate`), seeded sample, capped
      at `max_candidates`, deduplicated by the hash of the mutated file;
   4. `concurrency` workers take sandboxes from a recycling `SandboxPool` (a returned sandbox is
@@ -70,6 +75,9 @@ class BuildConfig(Config):
         None, gt=0, description="Limit of one mutant's run; None: 3x the baseline plus 20 s."
     )
     check: bool = Field(True, description="Validate every written task with `inhabit task check`.")
+    stability_run: bool = Field(
+        True, description="Run the baseline a second time and drop tests whose id or outcome differs."
+    )
     prefix: str | None = Field(None, description="Task id prefix; None: the project folder's name.")
 
 
@@ -81,6 +89,10 @@ class BuildReport:
     project: str
     baseline_tests: int = 0
     baseline_failing_dropped: int = 0
+    unstable_ids_dropped: int = 0
+    """Passing baseline tests reported by only one of the two baseline runs."""
+    flaky_dropped: int = 0
+    """Tests reported by both baseline runs with different outcomes."""
     baseline_s: float = 0.0
     coverage_selection: bool = False
     candidates: int = 0
@@ -146,6 +158,24 @@ def _candidates(source: Path, config: BuildConfig) -> tuple[list[Mutation], dict
                     unique[key] = m
                     taken += 1
     return list(unique.values()), texts
+
+
+def _unstable(first: TestRunResult, second: TestRunResult) -> tuple[set[str], set[str]]:
+    """(ids that only one run reported, ids both reported with different outcomes). Only ids that
+    passed in `first` matter: the others are dropped as failing anyway. When the second run has no
+    trustworthy report, nothing can be compared and nothing is dropped."""
+    if second.integrity != "ok" or second.timed_out:
+        log.warning("the second baseline run gave no report (%s): test ids not compared", second.summary)
+        return set(), set()
+    passed = set(first.passed)
+    unstable = passed - set(second.outcomes)
+    flaky = {n for n in passed & set(second.outcomes) if second.outcomes[n] != "passed"}
+    if unstable or flaky:
+        log.info(
+            "dropped %d test id(s) that differ between two runs and %d test(s) whose outcome does "
+            "(e.g. %s)", len(unstable), len(flaky), sorted(unstable | flaky)[:3],
+        )  # fmt: skip
+    return unstable, flaky
 
 
 def _read_state(path: Path) -> tuple[dict | None, dict[str, dict]]:
@@ -322,13 +352,20 @@ async def build_tasks(
                     f"the test suite does not run on the untouched project ({baseline.summary}); "
                     f"pass --command with a working pytest command. Output:\n{baseline.output_tail[-1500:]}"
                 )
+            unstable: set[str] = set()
+            flaky: set[str] = set()
+            if config.stability_run:
+                again = await run_tests(base, command, timeout_s=3600, extra_args=["--tb=no"])
+                unstable, flaky = _unstable(baseline, again)
             header = {
                 "kind": "header",
                 "config": config.model_dump(mode="json"),
                 "tree": digest,
                 "command": command,
-                "passing": sorted(baseline.passed),
+                "passing": sorted(set(baseline.passed) - unstable - flaky),
                 "failing": sorted(n for n, o in baseline.outcomes.items() if o in ("failed", "error")),
+                "unstable": sorted(unstable),
+                "flaky": sorted(flaky),
                 "baseline_s": round(baseline.duration_s, 3),
             }
             with state_path.open("a") as f:
@@ -336,6 +373,8 @@ async def build_tasks(
         passing = set(header["passing"])
         report.baseline_tests = len(passing)
         report.baseline_failing_dropped = len(header["failing"])
+        report.unstable_ids_dropped = len(header.get("unstable", ()))
+        report.flaky_dropped = len(header.get("flaky", ()))
         report.baseline_s = header["baseline_s"]
         cover = None
         if header["baseline_s"] > config.coverage_above_s:

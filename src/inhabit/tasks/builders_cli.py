@@ -73,6 +73,8 @@ def build(
     for k, v in (
         ("baseline tests (passing)", report.baseline_tests),
         ("baseline tests failing (dropped)", report.baseline_failing_dropped),
+        ("unstable test ids (dropped)", report.unstable_ids_dropped),
+        ("flaky tests (dropped)", report.flaky_dropped),
         ("baseline run (s)", f"{report.baseline_s:.1f}"),
         ("coverage selection", "yes" if report.coverage_selection else "no"),
         ("candidates (resumed)", f"{report.candidates} ({report.resumed})"),

@@ -4,7 +4,8 @@ confirms each kept task).
 
 The plugin below is written into the sandbox's workspace under a dot-directory for that one run
 and removed after; it switches coverage's dynamic context to each test's node id and, at the end,
-writes {file: {line: [test index, ...]}, "__tests__": [node ids]} as JSON.
+writes {file: {line: [test index, ...]}, "__tests__": [node ids]} as JSON. The run pins
+PYTHONHASHSEED like every test run (`testrun.HASH_SEED`), so its node ids are the baseline's.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import shlex
 from collections.abc import Iterable
 
 from inhabit.sandbox.base import Sandbox
+from inhabit.tasks.testrun import HASH_SEED
 
 __all__ = ["CoverageMap", "build_coverage_map"]
 
@@ -85,7 +87,7 @@ async def build_coverage_map(sandbox: Sandbox, command: str, *, timeout_s: float
             [
                 "sh",
                 "-c",
-                f'PYTHONPATH="$PWD/{folder}" INHABIT_COVMAP_OUT="$PWD/{out}" sh -c {shlex.quote(script)}',
+                f'PYTHONHASHSEED={HASH_SEED} PYTHONPATH="$PWD/{folder}" INHABIT_COVMAP_OUT="$PWD/{out}" sh -c {shlex.quote(script)}',
             ],
             timeout_s=timeout_s,
         )

@@ -7,6 +7,13 @@ Each problem becomes:
     hidden/tests/test_humaneval.py   the problem's `check` run on the entry point (never visible)
     reference.patch             the canonical solution, as a diff of solution.py
     task.toml                   fail_to_pass = [tests/test_humaneval.py::test_humaneval]
+
+The canonical harness runs `check` in the namespace of prompt + solution, and some checks use
+what the prompt defines: helpers (`poly`, `encode_cyclic`, `encode_shift`) and modules it imports
+(`math`). So the hidden test starts with the prompt itself (with the stub body) and then imports
+the entry point from solution.py over the stub. The helpers come from the prompt as published,
+never from the agent's solution.py: a solution that redefines `poly` cannot change what the check
+compares against.
 """
 
 from __future__ import annotations
@@ -58,8 +65,9 @@ def import_humaneval(
         stub = prompt + STUB
         solved = prompt + problem["canonical_solution"].rstrip() + "\n"
         test = (
-            f'"""HumanEval {problem["task_id"]}: the hidden check of {entry}."""\n\n'
-            f"from solution import {entry}\n\n{problem['test']}\n\n"
+            f'"""HumanEval {problem["task_id"]}: the hidden check of {entry}, in the namespace of '
+            'the prompt (its imports and helpers), as the canonical harness runs it."""\n\n'
+            f"{stub}\n\nfrom solution import {entry}  # noqa: E402, F811\n\n{problem['test']}\n\n"
             f"def test_humaneval():\n    check({entry})\n"
         )
         patch = "".join(

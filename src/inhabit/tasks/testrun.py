@@ -8,7 +8,10 @@ Used by grading (in a fresh copy of the final workspace) and by the harness's `r
      key file (the random HMAC key arrives on stdin, so it is in no process's argv);
   2. runs `<command> -p <plugin> [extra args] [selector]` under `env` with PYTEST_ADDOPTS,
      PYTEST_PLUGINS, PYTHONSTARTUP, PYTHONHOME and PYTHONINSPECT removed, PYTHONPATH set to the
-     private directory only, PYTHONNOUSERSITE=1, PYTHONDONTWRITEBYTECODE=1, stdin from /dev/null.
+     private directory only, PYTHONNOUSERSITE=1, PYTHONDONTWRITEBYTECODE=1, PYTHONHASHSEED pinned
+     (`HASH_SEED`), stdin from /dev/null. The pinned seed makes test ids that follow set or dict
+     iteration order (parametrize over a set: `expected4` in one run, `expected20` in the next)
+     the same in every run: the task builder's, `task check`'s, grading's and the agent's.
      The plugin reads and deletes the key file at import and writes the report beside itself, so
      neither the key nor the report path is in argv or the environment (pytest-xdist workers
      import the plugin after the key file is gone and only tag test cases);
@@ -46,11 +49,13 @@ from inhabit.errors import GradingError, SandboxError
 from inhabit.sandbox.base import Sandbox
 from inhabit.tasks.junit import JUnitReport, parse_junit
 
-__all__ = ["TestRunResult", "run_tests"]
+__all__ = ["HASH_SEED", "TestRunResult", "run_tests"]
 
 _PLUGIN_SOURCE = (Path(__file__).parent / "seal_plugin.py").read_text()
 _UNSET_ENV = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTHONSTARTUP", "PYTHONHOME", "PYTHONINSPECT")
 _TAIL = 4000
+HASH_SEED = 0
+"""PYTHONHASHSEED of every test run inhabit starts (0: hash randomization off)."""
 
 
 @dataclass(frozen=True)
@@ -131,6 +136,7 @@ async def run_tests(
     extra_args: Sequence[str] = (),
     empty_ini: bool = False,
     env: Mapping[str, str] | None = None,
+    hash_seed: int = HASH_SEED,
 ) -> TestRunResult:
     """Run `command` (ending in a pytest invocation) in `sandbox` and read its sealed report.
 
@@ -138,7 +144,8 @@ async def run_tests(
     a shell would). `extra_args` go before the selector. `empty_ini=True` also writes an empty
     `pytest.ini` into the private directory and passes `-c` to it (graders use it when the
     original workspace has no pytest configuration). `env` is passed to the sandbox's exec; the
-    variables listed in the module docstring are removed from it all the same. One sandbox exec.
+    variables listed in the module docstring are removed from it all the same, and PYTHONHASHSEED
+    is `hash_seed` (a command that sets its own wins). One sandbox exec.
     Never raises for test failures; raises GradingError only when the sandbox cannot even create
     the private directory.
     """
@@ -160,7 +167,7 @@ d="${{TMPDIR:-/tmp}}/.inhabit-{token}"
   && cat > "$d/cfg.json") || {{ echo "inhabit: cannot prepare $d" >&2; exit 97; }}
 ini=""
 if [ "$3" = 1 ]; then ini="-c '$d/pytest.ini'"; fi
-env {unset} PYTHONPATH="$d" PYTHONNOUSERSITE=1 PYTHONDONTWRITEBYTECODE=1 \
+env {unset} PYTHONHASHSEED={int(hash_seed)} PYTHONPATH="$d" PYTHONNOUSERSITE=1 PYTHONDONTWRITEBYTECODE=1 \
   sh -c "$2 $ini $4" </dev/null
 rc=$?
 rm -rf "./{local}.xml" "./{local}.seal"

