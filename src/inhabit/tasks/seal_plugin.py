@@ -37,6 +37,12 @@ an audit hook (`sys.addaudithook`, which cannot be removed). Reported, as "kind:
   * forged    workspace code compiled code under a runner or standard-library file name.
 "Workspace code" is the innermost frame on the stack that is not the standard library, this
 plugin or an installed package; test files and conftest.py are the task's own and are trusted.
+"The runner" is pytest's own packages (a single-file module such as py.py by its file alone, not
+the folder beside it), this plugin and installed plugin modules (by their functions and classes);
+other installed code loaded in the process is not. Code is "installed" by where its file is
+(the interpreter's prefixes and the import path before project code ran, outside the workspace
+and this plugin's folder), never by its module's name. A test module changing its own functions
+while it is imported (types.coroutine, a decorator) is not reported.
 Using gc.get_objects, import hooks, a profiler within a call, or sys.modules is not reported.
 
 What it does NOT protect against: code under test runs in this same process, so a determined
@@ -234,13 +240,18 @@ class _Guard:
             added = value.co_flags & ~code.co_flags
             if added == _CO_ITERABLE_COROUTINE and value == code.replace(co_flags=value.co_flags):
                 return True  # the same bytecode, now awaitable when it is a generator
+        if any(known[2] is fn for known in self.items.values()):
+            return False  # collected already: its module was imported long ago
+        # Outward from the write, only test code (a decorator), the standard library or installed
+        # code up to the body of the function's own module: no workspace or runner frame between.
         frame = self.culprit_frame()
-        return (
-            frame is not None
-            and frame.f_code.co_name == "<module>"
-            and frame.f_code.co_filename == code.co_filename
-            and not any(known[2] is fn for known in self.items.values())
-        )
+        while frame is not None:
+            if frame.f_code.co_name == "<module>" and frame.f_code.co_filename == code.co_filename:
+                return True
+            if self.origin(frame.f_code.co_filename) not in ("test", "stdlib", "library"):
+                return False
+            frame = frame.f_back
+        return False
 
     def runner_obj(self, obj):
         if isinstance(obj, type(sys)):
