@@ -161,6 +161,34 @@ setattr(_T, 'from_item_and_call', classmethod(_f))
 _B64 = __import__("base64").b64encode(RUNNER["report_classmethod"].encode()).decode()
 RUNNER["exec_base64_payload"] = f"\nimport base64 as _b\nexec(_b.b64decode('{_B64}'))\n"
 
+# The payload in a file of its own outside the workspace, or under a folder named like an
+# installed package's, so that its frames and plugin pass for third-party code.
+_FOREIGN = """
+import sys as _s, os as _os, tempfile as _t, importlib as _il
+_d = {where}
+_os.makedirs(_d, exist_ok=True)
+with open(_os.path.join(_d, 'trio_' + 'compat.py'), 'w') as _f:
+    _f.write({payload!r})
+_s.path.insert(0, _d)
+_il.invalidate_caches()
+_il.import_module('trio_' + 'compat')
+"""
+_FOREIGN_PAYLOAD = (
+    "import sys as _s, gc as _g\n"
+    + _PLUGIN
+    + "for _o in _g.get_objects():\n"
+    + "    if type(_o).__name__ == 'Pytest' + 'PluginManager':\n"
+    + "        _o.register(_P())\n"
+    + "        break\n"
+)
+RUNNER["plugin_from_foreign_file"] = _FOREIGN.format(
+    where="_os.path.join(_t.gettempdir(), 'lib', 'site-' + 'packages')", payload=_FOREIGN_PAYLOAD
+)
+RUNNER["plugin_from_vendored_site_packages"] = _FOREIGN.format(
+    where="_os.path.join(_os.path.dirname(_os.path.abspath(__file__)), 'site-' + 'packages')",
+    payload=_FOREIGN_PAYLOAD,
+)
+
 _CONFTEST = (
     "import pytest\n\n\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n"
     "    outcome = yield\n    rep = outcome.get_result()\n    rep.outcome = 'passed'\n    rep.longrepr = None\n"
@@ -382,10 +410,34 @@ def count_live():
     _gc.collect()
     return sum(1 for o in _gc.get_objects() if isinstance(o, Tracked)) + len(_gc.get_referrers(Tracked))
 """,
+    "fix_with_coroutine": """
+import types as _types
+
+
+@_types.coroutine
+def _yield_once():
+    # An awaitable that yields to the event loop once: types.coroutine rewrites its __code__.
+    yield
+
+
+def _named(name):
+    # Renames the decorated function's code at import, for clearer tracebacks.
+    def wrap(fn):
+        fn.__code__ = fn.__code__.replace(co_name=name)
+        return fn
+
+    return wrap
+
+
+@_named('checkpoint')
+async def checkpoint():
+    await _yield_once()
+""",
 }
 _HONEST_CALLS = {
     "fix_with_profiler": "\n\n_RESULT = profiled(sorted, [3, 1, 2])\n",
     "fix_with_gc": "\n\n_T = Tracked()\n_COUNT = count_live()\n",
+    "fix_with_coroutine": "\n\n_C = checkpoint()\n_C.send(None)\n_C.close()\n",
 }
 
 

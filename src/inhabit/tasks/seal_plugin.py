@@ -37,6 +37,12 @@ an audit hook (`sys.addaudithook`, which cannot be removed). Reported, as "kind:
   * forged    workspace code compiled code under a runner or standard-library file name.
 "Workspace code" is the innermost frame on the stack that is not the standard library, this
 plugin or an installed package; test files and conftest.py are the task's own and are trusted.
+"The runner" is pytest's own packages (a single-file module such as py.py by its file alone, not
+the folder beside it), this plugin and installed plugin modules (by their functions and classes);
+other installed code loaded in the process is not. Code is "installed" by where its file is
+(the interpreter's prefixes and the import path before project code ran, outside the workspace
+and this plugin's folder), never by its module's name. A test module changing its own functions
+while it is imported (types.coroutine, a decorator) is not reported.
 Using gc.get_objects, import hooks, a profiler within a call, or sys.modules is not reported.
 
 What it does NOT protect against: code under test runs in this same process, so a determined
@@ -55,6 +61,7 @@ import os
 import sys
 import sysconfig
 import threading
+import types
 
 import pytest
 
@@ -89,6 +96,7 @@ _WATCH = frozenset(
      "code.__new__"}
 )  # fmt: skip
 _TEST_DIRS = frozenset({"tests", "test", "testing"})
+_CO_ITERABLE_COROUTINE = 0x100  # the one flag types.coroutine adds to a generator's code
 # pytest rewrites these module globals itself around every test (assertion helpers).
 _VOLATILE = frozenset(
     {"_reprcompare", "_assertion_pass", "_config", "_pytest_diamond_inheritance_warning_shown",
@@ -120,6 +128,16 @@ class _Guard:
         self.busy = False
         self.cwd = os.path.realpath(os.getcwd()) + os.sep
         self.runner_dirs = set()
+        self.runner_files = set()
+        self.plugin_modules = set()  # installed plugins (pytest11), watched for code changes only
+        # Where installed code lives: the interpreter's prefixes and the import path as it is now,
+        # before any project code ran. Not the workspace or this plugin's directory (both
+        # writable by the code under test), nor anything above them.
+        mine = (self.cwd, os.path.realpath(_DIR) + os.sep)
+        roots = {os.path.realpath(p) + os.sep for p in (sys.prefix, sys.base_prefix, *sys.path) if p}
+        self.library_roots = tuple(
+            r for r in roots if not any(m.startswith(r) or r.startswith(m) for m in mine)
+        )
         self.modules = {}
         self.classes = {}
         self.functions = {}
@@ -127,8 +145,8 @@ class _Guard:
         self.files = {}
         self.own = False  # this module joins the snapshot once it is fully defined (end of file)
         for name, mod in list(sys.modules.items()):
-            if _is_runner_module(name) and getattr(mod, "__file__", None):
-                self.runner_dirs.add(os.path.dirname(os.path.realpath(mod.__file__)) + os.sep)
+            if _is_runner_module(name):
+                self.add_runner_code(mod)
         self.snapshot()
         sys.addaudithook(self.audit)
 
@@ -140,6 +158,34 @@ class _Guard:
             self.events.append(text)
 
     # -- where code comes from ----------------------------------------------------------------
+    def add_runner_code(self, mod):
+        """A package's directory, or a single-file module's file alone: `py.py` or a
+        `pytest_*.py` plugin lives directly in site-packages, whose other modules are no runner."""
+        path = getattr(mod, "__file__", None)
+        if not path:
+            return
+        path = os.path.realpath(path)
+        if os.path.basename(path).startswith("__init__."):
+            self.runner_dirs.add(os.path.dirname(path) + os.sep)
+        else:
+            self.runner_files.add(path)
+        self.files.clear()
+
+    def adopt_plugins(self, pm):
+        """Installed plugin modules (pytest11 entry points, `-p`) decide outcomes through their
+        hooks: their code joins the runner. Workspace and test plugins are judged elsewhere."""
+        for plugin in pm.get_plugins():
+            if not isinstance(plugin, type(sys)) or not getattr(plugin, "__file__", None):
+                continue
+            if plugin.__name__ not in self.modules and self.origin(plugin.__file__) == "library":
+                self.plugin_modules.add(plugin.__name__)
+                self.runner_files.add(os.path.realpath(plugin.__file__))  # the module, not its package
+                self.files.clear()
+        self.snapshot()
+
+    def is_runner_module(self, name):
+        return _is_runner_module(name) or name in self.plugin_modules
+
     def origin(self, filename):
         """'runner', 'stdlib', 'library', 'test' or 'workspace' for a code object's file name."""
         kind = self.files.get(filename)
@@ -153,14 +199,14 @@ class _Guard:
         if filename.startswith("<"):
             return "workspace"  # exec'd or compiled text: whoever called it is on the stack below
         path = os.path.realpath(filename)
-        if any(path.startswith(d) for d in self.runner_dirs):
+        if path in self.runner_files or any(path.startswith(d) for d in self.runner_dirs):
             return "runner"
-        if "/site-packages/" in path or "/dist-packages/" in path:
-            return "library"
-        if path.startswith(_STDLIB):
-            return "stdlib"
         if not path.startswith(self.cwd):
-            return "library" if os.path.exists(path) else "workspace"
+            # Judged by where a file is, never by its module's name: a file the code under test
+            # wrote elsewhere (/tmp, this plugin's directory) is workspace code however it is named.
+            if path.startswith(_STDLIB) and "-packages" + os.sep not in path:
+                return "stdlib"
+            return "library" if path.startswith(self.library_roots) else "workspace"
         rel = path[len(self.cwd) :]
         base = os.path.basename(rel)
         parts = rel.split(os.sep)[:-1]
@@ -174,26 +220,47 @@ class _Guard:
         return "workspace"
 
     def culprit(self):
-        """The innermost caller that is not the standard library or an installed package:
-        'workspace' when that is workspace code (the only origin reported)."""
+        """The origin of the innermost caller that is not the standard library or an installed
+        package: 'workspace' when that is workspace code (the only origin reported)."""
+        frame = self.culprit_frame()
+        return None if frame is None else self.origin(frame.f_code.co_filename)
+
+    def culprit_frame(self):
         frame = sys._getframe(1)
         while frame is not None and frame.f_code.co_filename == __file__:
             frame = frame.f_back
-        while frame is not None:
-            kind = self.origin(frame.f_code.co_filename)
-            if kind not in ("stdlib", "library"):
-                return kind
+        while frame is not None and self.origin(frame.f_code.co_filename) in ("stdlib", "library"):
             frame = frame.f_back
-        return None
+        return frame
+
+    def own_change(self, fn, code, name, value):
+        """A test module changing its own function while it is being imported (a decorator
+        such as types.coroutine), or types.coroutine's flag on any test function: not tampering."""
+        if name == "__code__" and isinstance(value, types.CodeType):
+            added = value.co_flags & ~code.co_flags
+            if added == _CO_ITERABLE_COROUTINE and value == code.replace(co_flags=value.co_flags):
+                return True  # the same bytecode, now awaitable when it is a generator
+        if any(known[2] is fn for known in self.items.values()):
+            return False  # collected already: its module was imported long ago
+        # Outward from the write, only test code (a decorator), the standard library or installed
+        # code up to the body of the function's own module: no workspace or runner frame between.
+        frame = self.culprit_frame()
+        while frame is not None:
+            if frame.f_code.co_name == "<module>" and frame.f_code.co_filename == code.co_filename:
+                return True
+            if self.origin(frame.f_code.co_filename) not in ("test", "stdlib", "library"):
+                return False
+            frame = frame.f_back
+        return False
 
     def runner_obj(self, obj):
         if isinstance(obj, type(sys)):
-            return _is_runner_module(obj.__name__)
+            return self.is_runner_module(obj.__name__)
         code = getattr(obj, "__code__", None)
         if code is not None and hasattr(code, "co_filename"):
             return self.origin(code.co_filename) == "runner"
         cls = obj if isinstance(obj, type) else type(obj)
-        return _is_runner_module(getattr(cls, "__module__", "") or "")
+        return self.is_runner_module(getattr(cls, "__module__", "") or "")
 
     # -- the audit hook -------------------------------------------------------------------------
     def audit(self, event, args):
@@ -227,9 +294,12 @@ class _Guard:
         elif event in ("object.__setattr__", "object.__delattr__"):
             obj, name = args[0], args[1]
             code = getattr(obj, "__code__", None)
-            ours = hasattr(code, "co_filename") and self.origin(code.co_filename) in ("runner", "test")
-            if name.startswith("__") and ours:
-                self.note("patched", f"{name} of {getattr(obj, '__qualname__', '?')} was replaced")
+            origin = self.origin(code.co_filename) if hasattr(code, "co_filename") else None
+            if not name.startswith("__") or origin not in ("runner", "test"):
+                return
+            if origin == "test" and self.own_change(obj, code, name, args[2] if len(args) > 2 else None):
+                return
+            self.note("patched", f"{name} of {getattr(obj, '__qualname__', '?')} was replaced")
         elif event == "sys._current_frames":
             if self.culprit() == "workspace":
                 self.note("frame", "workspace code took every thread's frames")
@@ -251,14 +321,14 @@ class _Guard:
     # -- the snapshot ---------------------------------------------------------------------------
     def snapshot(self):
         for name, mod in list(sys.modules.items()):
-            if mod is None or not _is_runner_module(name) or name in self.modules:
+            if mod is None or not self.is_runner_module(name) or name in self.modules:
                 continue
             if name == __name__ and not self.own:
                 continue
             attrs = dict(vars(mod))
             self.modules[name] = (mod, attrs)
             for value in attrs.values():
-                if isinstance(value, type) and _is_runner_module(value.__module__ or ""):
+                if isinstance(value, type) and self.is_runner_module(value.__module__ or ""):
                     if value not in self.classes:
                         self.classes[value] = dict(vars(value))
                         for member in vars(value).values():
@@ -295,20 +365,24 @@ class _Guard:
             return
         self.note("patched", f"{label}.{key} changed ({where})")
 
+    def compare(self, where, label, now, attrs, code_only, rebase):
+        # An installed plugin's own state (a current runner, a cache) changes as it works; what
+        # it calls must not, so only callables and classes are compared there.
+        if len(now) == len(attrs) and all(now.get(k, attrs) is v for k, v in attrs.items()):
+            return
+        for k in set(now) | set(attrs):
+            old, new = attrs.get(k, attrs), now.get(k, now)
+            if new is old or k in _VOLATILE or (code_only and not (callable(old) or callable(new))):
+                continue
+            self.changed(where, label, k, now.get(k), rebase)
+
     def _verify(self, where, item, rebase=False):
         self.snapshot()  # runner modules pytest imported since (taken as they are now)
         for name, (mod, attrs) in self.modules.items():
-            now = vars(mod)
-            if len(now) != len(attrs) or any(now.get(k, attrs) is not v for k, v in attrs.items()):
-                for k in set(now) | set(attrs):
-                    if now.get(k, now) is not attrs.get(k, attrs) and k not in _VOLATILE:
-                        self.changed(where, name, k, now.get(k), rebase)
+            self.compare(where, name, vars(mod), attrs, name in self.plugin_modules, rebase)
         for cls, attrs in self.classes.items():
-            now = vars(cls)
-            if len(now) != len(attrs) or any(now.get(k, attrs) is not v for k, v in attrs.items()):
-                for k in set(now) | set(attrs):
-                    if now.get(k, now) is not attrs.get(k, attrs) and k not in _VOLATILE:
-                        self.changed(where, f"{cls.__module__}.{cls.__qualname__}", k, now.get(k), rebase)
+            label = f"{cls.__module__}.{cls.__qualname__}"
+            self.compare(where, label, vars(cls), attrs, cls.__module__ in self.plugin_modules, rebase)
         for fn, code, defaults, kwdefaults in self.functions.values():
             if (
                 fn.__code__ is not code
@@ -373,6 +447,7 @@ def pytest_configure(config):
 def pytest_load_initial_conftests(early_config):
     # Runs after pytest's own early patches (legacypath, tryfirst) and after installed plugins
     # were imported, before the first conftest is (Config's own implementation is trylast).
+    _GUARD.adopt_plugins(early_config.pluginmanager)
     _GUARD.verify("while pytest started", rebase="full")
 
 

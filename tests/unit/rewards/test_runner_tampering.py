@@ -143,3 +143,85 @@ def test_canaries_look_like_the_module_and_are_inconclusive_when_not_collected()
     assert judge(canaries, {}) == []  # nothing ran: no verdict
     unparseable, none = plant({"tests/test_bad.py": b"def broken(:\n"})
     assert unparseable == {} and none == []
+
+
+# --- third-party code that changes its own functions while it is imported ----------------------
+
+SEAL = ROOT / "src" / "inhabit" / "tasks" / "seal_plugin.py"
+SELF_CHANGING = """import types
+
+
+@types.coroutine
+def yield_once():
+    yield
+
+
+def renamed(fn):
+    fn.__code__ = fn.__code__.replace(co_name="renamed_" + fn.__name__)
+    fn.__defaults__ = (2,)
+    return fn
+
+
+@renamed
+def step(n=1):
+    return n
+"""
+TEST_FILE = (
+    "import types\n\n"
+    + SELF_CHANGING.split("\n", 2)[2]
+    + ("\n\ndef test_step():\n    assert step() == 2\n    assert types.coroutine is not None\n")
+)
+
+
+def _sealed_run(tmp_path: Path, lib_files: dict[str, str], tests: dict[str, str], plugins=()) -> list[str]:
+    """Run pytest with the seal plugin (installed code on PYTHONPATH outside the workspace, as
+    site-packages is) and return what its integrity checks reported."""
+    lib, seal_dir, work = tmp_path / "lib", tmp_path / "seal", tmp_path / "work"
+    for folder, files in ((lib, lib_files), (work, tests)):
+        for name, text in files.items():
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            (folder / name).write_text(text)
+    seal_dir.mkdir()
+    (seal_dir / "inhabit_seal_x.py").write_text(SEAL.read_text())
+    (seal_dir / "cfg.json").write_text(json.dumps({"key": "ab" * 16}))
+    args = [a for p in plugins for a in ("-p", p)]
+    env = {"PYTHONPATH": f"{lib}:{seal_dir}", "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args[:2], "-p", "inhabit_seal_x", *args[2:]],
+        cwd=work, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    return json.loads(json.loads((seal_dir / "seal.json").read_text())["body"])["tampering"]
+
+
+def test_installed_code_changing_itself_at_import_is_not_tampering(tmp_path):
+    # A single-file runner plugin beside other installed modules (like pytest's `py.py` in
+    # site-packages) loaded first, then a plugin importing a library that rewrites its own
+    # functions (trio's types.coroutine): neither is the runner. A test file doing the same to its
+    # own functions while it is imported is not tampering either.
+    lib = {
+        "pytest_early.py": "def pytest_configure(config):\n    pass\n",
+        "asynclib/__init__.py": SELF_CHANGING,
+        "late_plugin.py": "import asynclib\n\ndef pytest_report_header(config):\n    return 'late'\n",
+    }
+    events = _sealed_run(
+        tmp_path, lib, {"tests/test_it.py": TEST_FILE}, plugins=["pytest_early", "late_plugin"]
+    )
+    assert events == []
+
+
+def test_workspace_code_changing_a_test_function_or_an_installed_plugin_is_tampering(tmp_path):
+    # The relaxations above do not extend to workspace code: replacing a test function's code
+    # from the package (found through sys.modules), or an installed plugin's hook code.
+    lib = {"late_plugin.py": "def pytest_report_header(config):\n    return 'late'\n"}
+    pkg = (
+        "import sys\n\n\ndef add(a, b):\n    return a - b\n\n\ndef patch():\n"
+        "    sys.modules['late_plugin'].pytest_report_header.__code__ = (lambda config: 'x').__code__\n"
+        "    sys.modules['tests.test_it'].test_add.__code__ = (lambda: None).__code__\n"
+    )
+    test = "from calc import add, patch\n\npatch()\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
+    files = {"calc.py": pkg, "tests/__init__.py": "", "tests/test_it.py": test.replace("patch()\n", "")}
+    files["tests/test_it.py"] += "\n\npatch()\n"
+    events = _sealed_run(tmp_path, lib, files, plugins=["late_plugin"])
+    assert any("pytest_report_header" in e for e in events), events
+    assert any("test_add" in e for e in events), events
