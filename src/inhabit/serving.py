@@ -71,3 +71,23 @@ def bind_socket(host: str, port: int, command: str) -> Any:
         ) from None
     sock.set_inheritable(True)
     return sock
+
+
+def cap_body(receive: Any, cap: int, detail: Any) -> Any:
+    """An ASGI `receive` that raises 413 (`HTTPException`, with `detail`) once the body streamed in
+    passes `cap` bytes, so a body sent without (or with a lying) Content-Length is never buffered
+    whole. An HTTPException, because FastAPI turns any other error while reading into a 400."""
+    from starlette.exceptions import HTTPException
+
+    seen = 0
+
+    async def capped_receive() -> dict[str, Any]:
+        nonlocal seen
+        message = await receive()
+        if message["type"] == "http.request":
+            seen += len(message.get("body", b""))
+            if seen > cap:
+                raise HTTPException(413, detail=detail)
+        return message
+
+    return capped_receive

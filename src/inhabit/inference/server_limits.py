@@ -21,9 +21,9 @@ from typing import Any, TypeVar
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
-from starlette.exceptions import HTTPException
 
 from inhabit.inference.protocol import error_body
+from inhabit.serving import cap_body
 
 T = TypeVar("T")
 
@@ -57,18 +57,7 @@ class BodyCap:
             if k.lower() == b"content-length" and v.isdigit() and int(v) > self.cap:
                 await _send(send, 413, too_large(self.cap))
                 return
-        seen = 0
-
-        async def capped_receive() -> dict[str, Any]:
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.cap:  # an HTTPException: FastAPI would turn anything else into a 400
-                    raise HTTPException(413, detail=too_large(self.cap))
-            return message
-
-        await self.app(scope, capped_receive, send)
+        await self.app(scope, cap_body(receive, self.cap, too_large(self.cap)), send)
 
 
 async def _send(send: Any, status: int, body: dict) -> None:

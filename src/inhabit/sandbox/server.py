@@ -54,7 +54,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import Field, ValidationError
@@ -73,6 +73,7 @@ from inhabit.sandbox.server_registry import (
 )
 from inhabit.sandbox.server_upload import BadUpload
 from inhabit.sandbox.server_wire import API_PREFIX, CLIENT_HEADER
+from inhabit.serving import cap_body
 
 log = get_logger(__name__)
 
@@ -189,18 +190,7 @@ class _Guard:
         if declared is not None and declared.isdigit() and int(declared) > cap:
             await _send_json(send, 413, _too_large(cap))
             return
-        seen = 0
-
-        async def capped_receive() -> dict[str, Any]:
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > cap:
-                    raise HTTPException(413, detail=_too_large(cap))
-            return message
-
-        await self.app(scope, capped_receive, send)
+        await self.app(scope, cap_body(receive, cap, _too_large(cap)), send)
 
 
 def _shutting_down() -> dict[str, str]:
