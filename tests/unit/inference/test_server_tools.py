@@ -186,12 +186,12 @@ def test_tool_choice_none_and_parallel_off(client):
 
 def test_tool_results_render_through_the_template(client, server):
     first = _ask(client).choices[0].message
-    history = MESSAGES + [
+    history = [
+        *MESSAGES,
         first.model_dump(exclude_none=True),
         {"role": "tool", "tool_call_id": first.tool_calls[0].id, "content": "def add(a, b): return a - b"},
         {"role": "tool", "tool_call_id": first.tool_calls[1].id, "content": "1 failed"},
     ]
-    assert history[2]["content"] is None if "content" in history[2] else True
     resp = _ask(client, messages=history, max_tokens=4)
     prompt = server.engine.tokenizer.decode(resp.model_extra["prompt_token_ids"])
     assert (
@@ -243,19 +243,19 @@ CALL = {"id": "call_1", "type": "function", "function": {"name": "read_file", "a
             "not among the request's tools",
         ),
         (
-            {"messages": MESSAGES + [{"role": "tool", "tool_call_id": "x", "content": "hi"}]},
+            {"messages": [*MESSAGES, {"role": "tool", "tool_call_id": "x", "content": "hi"}]},
             "messages.2.tool_call_id",
             "no earlier assistant",
         ),
         (
             {
-                "messages": MESSAGES
-                + [
+                "messages": [
+                    *MESSAGES,
                     {
                         "role": "assistant",
                         "content": None,
                         "tool_calls": [CALL | {"function": {"name": "read_file", "arguments": "{path"}}],
-                    }
+                    },
                 ]
             },
             "messages.2.tool_calls.0.function.arguments",
