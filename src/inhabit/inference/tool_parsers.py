@@ -284,7 +284,10 @@ class StreamingToolText:
         rest = (
             parsed.content[len(self.sent_content) :] if parsed.content.startswith(self.sent_content) else ""
         )
-        return rest, self._calls(parsed.calls)
+        calls = self._calls(parsed.calls)
+        if self.sent_calls and not rest.strip():  # the newlines between calls: not content
+            rest = ""
+        return rest, calls
 
     def _content(self, safe: str) -> str:
         if len(safe) > len(self.sent_content) and safe.startswith(self.sent_content):
