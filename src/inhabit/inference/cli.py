@@ -19,6 +19,11 @@ def register(app: typer.Typer) -> None:
         served_model_name: str = typer.Option(
             None, "--served-model-name", help="Model id (default: folder name)."
         ),
+        tool_call_parser: str = typer.Option(
+            None,
+            "--tool-call-parser",
+            help="auto (from the chat template), none, hermes, qwen3_coder, llama3_json or inhabit.",
+        ),
         config: str = typer.Option(None, "--config", help="TOML file with a ServeConfig (overrides follow)."),
         override: list[str] = typer.Option(
             [], "--set", help="Dotted override, e.g. engine.max_batch_size=32 (repeatable)."
@@ -34,6 +39,8 @@ def register(app: typer.Typer) -> None:
             data["api_key"] = api_key
         if served_model_name is not None:
             data["served_model_name"] = served_model_name
+        if tool_call_parser is not None:
+            data["tool_call_parser"] = tool_call_parser
         cfg = validate_config(ServeConfig, apply_overrides(data, override), source=config or "serve options")
         from inhabit.inference.server import serve as run  # torch, transformers, uvicorn: only now
 

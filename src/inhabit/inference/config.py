@@ -65,6 +65,13 @@ class ServeConfig(Config):
         None, description="Bearer token required on every endpoint when set; always on /v1/load_weights."
     )
     served_model_name: str | None = Field(None, description="Model id in /v1/models (default: folder name).")
+    tool_call_parser: Literal["auto", "none", "hermes", "qwen3_coder", "llama3_json", "inhabit"] = Field(
+        "auto",
+        description=(
+            "How generated text becomes OpenAI tool_calls: auto (detected from the chat template), "
+            "none (requests with tools answer 400), or a model family's format."
+        ),
+    )
     max_upload_bytes: int = Field(
         8 * 1024**3, ge=1, description="Largest safetensors upload accepted by /v1/load_weights."
     )

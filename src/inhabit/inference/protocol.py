@@ -1,8 +1,11 @@
 """Wire types of the OpenAI-compatible server, and the RL extension fields it adds.
 
 Requests follow OpenAI's chat and (legacy) completions APIs. Unknown fields are ignored (clients
-send many); fields we cannot honour (penalties, logit_bias, echo, tools) are refused with a 400
-when set to a non-default value, never silently dropped.
+send many); fields we cannot honour (penalties, logit_bias, echo) are refused with a 400
+when set to a non-default value, never silently dropped. Chat messages may be `developer` (read
+as `system`), `tool` (answering an assistant's `tool_calls` by `tool_call_id`), and give `content`
+as a list of text parts; `tools`, `tool_choice` and `parallel_tool_calls` are checked and rendered
+in chat_tools.py.
 
 Extensions on every choice (named as vLLM names them, so one client reads both servers):
 - `token_ids`: completion token ids; `prompt_token_ids`: the prompt as the model saw it,
@@ -44,9 +47,57 @@ Text = Annotated[str, AfterValidator(_utf8)]
 Seed = Annotated[int, Field(ge=0, le=2**63 - 1)]
 
 
+class ContentPart(_Lenient):
+    type: str
+    text: Text | None = None
+
+
+class FunctionCall(_Lenient):
+    name: str
+    arguments: str  # a JSON object, as text (OpenAI's wire form)
+
+
+class ToolCallIn(_Lenient):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class ChatMessage(_Lenient):
-    role: Literal["system", "user", "assistant"]
-    content: Text
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: Text | list[ContentPart] | None = None
+    name: str | None = None
+    tool_calls: list[ToolCallIn] | None = None
+    tool_call_id: str | None = None
+
+    def text(self) -> str:
+        """The content as one string (text parts joined); chat_tools.py refuses other parts first."""
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(p.text or "" for p in self.content)
+
+
+class FunctionSpec(_Lenient):
+    name: str = Field(..., pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class ToolSpec(_Lenient):
+    type: Literal["function"]
+    function: FunctionSpec
+
+
+class _Named(_Lenient):
+    name: str
+
+
+class NamedToolChoice(_Lenient):
+    type: Literal["function"]
+    function: _Named
 
 
 class StreamOptions(_Lenient):
@@ -91,12 +142,9 @@ class ChatRequest(_Common):
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
-    tools: list[Any] | None = None
-
-    def unsupported(self) -> str | None:
-        if self.tools:
-            return "tools are not supported: the harness renders tool calls as text"
-        return super().unsupported()
+    tools: list[ToolSpec] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool = True
 
     def sampling(self, default_max: int, index: int = 0) -> SamplingParams:
         return _sampling(

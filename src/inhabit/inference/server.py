@@ -1,6 +1,7 @@
 """`inhabit serve`: an OpenAI-compatible HTTP server over an `EmbeddedEngine`, with RL extensions.
 
-Endpoints: `GET /v1/models`, `POST /v1/chat/completions` (streaming with SSE), `POST
+Endpoints: `GET /v1/models` (and `/v1/models/{id}`), `POST /v1/chat/completions` (streaming with
+SSE; OpenAI tool calling through chat_tools.py and tool_parsers.py), `POST
 /v1/completions` (streaming too), `POST /v1/load_weights` (bearer token required: a JSON
 `{"path", "version"}` naming a folder on this machine, or a raw safetensors body with
 `?version=N`), `GET /health`, `GET /v1/engine/stats`. The extension fields are described in
@@ -33,6 +34,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from inhabit.errors import InhabitError
+from inhabit.inference.chat_tools import ChatPlan, assistant_message
 from inhabit.inference.embedded import EmbeddedEngine, StreamHandle, TokenEvent
 from inhabit.inference.engine import Completion, GenerationRequest
 from inhabit.inference.errors import (
@@ -79,8 +81,18 @@ def create_app(
     api_key: str | None = None,
     max_upload_bytes: int = 8 * 1024**3,
     max_request_bytes: int = 4 * 1024**2,
+    tool_call_parser: str | None = "auto",
 ) -> FastAPI:
-    """The FastAPI app serving `engine` (the caller owns the engine's lifetime)."""
+    """The FastAPI app serving `engine` (the caller owns the engine's lifetime).
+
+    `tool_call_parser`: one of tool_parsers.PARSERS, "auto" (detected from the chat template), or
+    None (requests with tools are refused)."""
+    from inhabit.inference.tool_parsers import detect_parser, make_parser
+
+    if tool_call_parser == "auto":
+        tool_call_parser = detect_parser(getattr(tokenizer, "chat_template", None))
+    elif tool_call_parser is not None:
+        make_parser(tool_call_parser)  # an unknown name fails here, at startup
     app = FastAPI(title="inhabit inference server")
     app.state.engine = engine
     _install_error_handlers(app)
@@ -138,17 +150,25 @@ def create_app(
     async def health() -> dict:
         return {"status": "ok", "version": engine.version}
 
-    @app.get("/v1/models", dependencies=[Depends(auth)])
-    async def models() -> dict:
-        card = {
+    def card() -> dict:
+        return {
             "id": model_name,
             "object": "model",
             "created": int(time.time()),
             "owned_by": "inhabit",
             "max_model_len": engine.max_model_len,
             "policy_version": engine.version,
+            "tool_call_parser": tool_call_parser,
         }
-        return {"object": "list", "data": [card]}
+
+    @app.get("/v1/models", dependencies=[Depends(auth)])
+    async def models() -> dict:
+        return {"object": "list", "data": [card()]}
+
+    @app.get("/v1/models/{model_id:path}", dependencies=[Depends(auth)])
+    async def model(model_id: str) -> dict:
+        check_model(model_id)
+        return card()
 
     @app.get("/v1/engine/stats", dependencies=[Depends(auth)])
     async def stats() -> dict:
@@ -156,13 +176,17 @@ def create_app(
 
     @app.post("/v1/chat/completions", dependencies=[Depends(auth)])
     async def chat(req: ChatRequest, request: Request) -> Any:
-        from inhabit.models.tokenizer import encode_chat
+        from inhabit.inference.chat_tools import BadChatRequest, encode_plan, plan_chat
 
         check_model(req.model)
         if msg := req.unsupported():
             raise ApiError(400, msg)
-        refuse_long_text([m.content for m in req.messages], "messages")
-        prompt = await asyncio.to_thread(encode_chat, tokenizer, req.messages)
+        try:
+            plan = plan_chat(req, tool_call_parser)
+            refuse_long_text([m["content"] for m in plan.messages], "messages")
+            prompt = await asyncio.to_thread(encode_plan, tokenizer, plan)
+        except BadChatRequest as e:
+            raise ApiError(400, str(e), param=e.param) from None
         max_tokens = budget(len(prompt), req.max_completion_tokens or req.max_tokens, "messages")
         gens = [
             GenerationRequest(prompt, _with_max(req.sampling(max_tokens, i), max_tokens))
@@ -170,18 +194,19 @@ def create_app(
         ]
         rid = f"chatcmpl-{uuid.uuid4().hex}"
         if req.stream:
-            fmt = _ChatChunks(rid, model_name, tokenizer, req)
+            fmt = _ChatChunks(rid, model_name, tokenizer, req, plan)
             return _sse(engine.open_stream(gens[0]), gens[0], fmt, tokenizer, req.stops())
         outs = _checked(await until_disconnected(request, engine.generate(gens)))
         choices = []
         for i, c in enumerate(outs):
+            message, finish = assistant_message(plan, c.text, c.finish_reason)
             choice = {
                 "index": i,
-                "message": {"role": "assistant", "content": c.text},
+                "message": message,
                 "logprobs": chat_logprobs(tokenizer, c.token_ids, c.logprobs, c.top_logprobs)
                 if req.logprobs
                 else None,
-                "finish_reason": c.finish_reason,
+                "finish_reason": finish,
             }
             choices.append(choice | _extensions(c))
         return {
@@ -329,9 +354,15 @@ async def _read_limited(request: Request, limit: int) -> bytes:
 
 
 class _ChatChunks:
-    def __init__(self, rid: str, model: str, tokenizer: Any, req: ChatRequest) -> None:
+    def __init__(self, rid: str, model: str, tokenizer: Any, req: Any, plan: ChatPlan | None = None) -> None:
+        from inhabit.inference.tool_parsers import StreamingToolText
+
         self.rid, self.model, self.tokenizer, self.req = rid, model, tokenizer, req
         self.created = int(time.time())
+        self.tools = (
+            None if plan is None or plan.parser is None else StreamingToolText(plan.parser, plan.max_calls)
+        )
+        self.text_so_far = ""
 
     def chunk(self, delta: dict, events: list[TokenEvent], finish: str | None, extra: dict) -> dict:
         lp = None
@@ -354,7 +385,21 @@ class _ChatChunks:
         return first
 
     def text(self, text: str, events: list[TokenEvent], finish: str | None, extra: dict) -> dict:
-        return self.chunk({"content": text} if text or finish is None else {}, events, finish, extra)
+        if self.tools is None:
+            return self.chunk({"content": text} if text or finish is None else {}, events, finish, extra)
+        # Tool calls: content streams until a call opens; each call goes out once complete.
+        self.text_so_far += text
+        if finish is None:
+            content, calls = self.tools.feed(self.text_so_far)
+        else:
+            content, calls = self.tools.finish(self.text_so_far)
+            if self.tools.sent_calls and finish == "stop":
+                finish = "tool_calls"
+        delta: dict[str, Any] = {"content": content} if content else {}
+        if calls:
+            first = self.tools.sent_calls - len(calls)
+            delta["tool_calls"] = [c.wire() | {"index": first + k} for k, c in enumerate(calls)]
+        return self.chunk(delta, events, finish, extra)
 
     def usage(self, c: Completion) -> dict | None:
         if not (self.req.stream_options and self.req.stream_options.include_usage):
@@ -540,6 +585,7 @@ def serve(config: Any) -> None:
         api_key=config.api_key,
         max_upload_bytes=config.max_upload_bytes,
         max_request_bytes=config.max_request_bytes,
+        tool_call_parser=None if config.tool_call_parser == "none" else config.tool_call_parser,
     )
     app.router.lifespan_context = lifespan
     host, port = sock.getsockname()[:2]

@@ -1,0 +1,207 @@
+"""Chat requests with tools: check them, render them through the model's chat template, and turn
+the generated text back into OpenAI `tool_calls`.
+
+A request is planned once (`plan_chat`): messages become the dicts transformers' chat templates
+take (`developer` read as `system`, text parts joined, assistant `tool_calls` with their arguments
+as objects, `tool` messages with their `tool_call_id`), `tools` become the template's `tools`, and
+`tool_choice` picks the parser:
+
+- `none`, or no tools: nothing is parsed, the output is all `content` (never `tool_calls`);
+- `auto`: the output is parsed with the server's parser; calls go to `message.tool_calls`;
+- `required` / a named function: decoding is NOT constrained; the output is parsed as for `auto`
+  and returned as the model wrote it (it may hold no call, or a call to another tool).
+- `parallel_tool_calls: false` keeps the first call only (the token ids still hold them all).
+
+Every problem in the request is a `BadChatRequest` (the server answers 400 with its `param`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from inhabit.inference.errors import InvalidRequest
+from inhabit.inference.protocol import ChatRequest, NamedToolChoice
+from inhabit.inference.tool_parsers import PARSERS, ToolParser, make_parser
+
+
+class BadChatRequest(InvalidRequest):
+    """A chat request the server refuses with 400; `param` names the offending field."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+@dataclass
+class ChatPlan:
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None  # as the chat template takes them
+    parser: ToolParser | None  # None: the output is all content
+    max_calls: int | None
+    uses_tools: bool  # tools, tool calls or tool messages: rendered through the template's tool parts
+
+
+def plan_chat(req: ChatRequest, parser_name: str | None) -> ChatPlan:
+    schemas = _check_tools(req)
+    choice = req.tool_choice or ("auto" if req.tools else "none")
+    if isinstance(choice, NamedToolChoice) and choice.function.name not in schemas:
+        raise BadChatRequest(
+            f"tool_choice names {choice.function.name!r}, which is not among the request's tools "
+            f"({', '.join(schemas) or 'none given'})",
+            "tool_choice",
+        )
+    if choice == "required" and not req.tools:
+        raise BadChatRequest('tool_choice "required" needs `tools`', "tool_choice")
+    messages = _messages(req)
+    uses = bool(req.tools) or any(m.get("tool_calls") or m["role"] == "tool" for m in messages)
+    if uses and parser_name is None:
+        raise BadChatRequest(
+            "this server reads no tool calls for this model (its chat template names no known tool "
+            f"format): start `inhabit serve` with --tool-call-parser ({', '.join(PARSERS)})",
+            "tools",
+        )
+    if uses and parser_name == "inhabit":
+        messages = _inhabit_messages(messages)
+    parser = make_parser(parser_name, schemas) if req.tools and choice != "none" and parser_name else None
+    tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
+    return ChatPlan(messages, tools, parser, None if req.parallel_tool_calls else 1, uses)
+
+
+def _check_tools(req: ChatRequest) -> dict[str, dict]:
+    from jsonschema import SchemaError, validators
+
+    schemas: dict[str, dict] = {}
+    for i, tool in enumerate(req.tools or []):
+        fn = tool.function
+        if fn.name in schemas:
+            raise BadChatRequest(f"tools[{i}] repeats the function name {fn.name!r}", f"tools.{i}")
+        params = fn.parameters if fn.parameters is not None else {"type": "object", "properties": {}}
+        try:
+            validators.validator_for(params).check_schema(params)
+        except SchemaError as e:
+            raise BadChatRequest(
+                f"tools[{i}].function.parameters is not a valid JSON Schema: {e.message}",
+                f"tools.{i}.function.parameters",
+            ) from None
+        if params.get("type", "object") != "object":
+            raise BadChatRequest(
+                f"tools[{i}].function.parameters must describe an object (type: object)",
+                f"tools.{i}.function.parameters",
+            )
+        schemas[fn.name] = params
+    return schemas
+
+
+def _messages(req: ChatRequest) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    call_ids: set[str] = set()
+    for i, m in enumerate(req.messages):
+        if isinstance(m.content, list):
+            for j, part in enumerate(m.content):
+                if part.type != "text" or part.text is None:
+                    raise BadChatRequest(
+                        f"messages[{i}].content[{j}] is a {part.type!r} part; this server reads text "
+                        "parts only ({'type': 'text', 'text': ...})",
+                        f"messages.{i}.content.{j}",
+                    )
+        if m.content is None and not (m.role == "assistant" and m.tool_calls):
+            raise BadChatRequest(
+                f"messages[{i}] has no content; only an assistant message with tool_calls may omit it",
+                f"messages.{i}.content",
+            )
+        d: dict[str, Any] = {"role": "system" if m.role == "developer" else m.role, "content": m.text()}
+        if m.role == "assistant" and m.tool_calls:
+            d["tool_calls"] = [_call(i, j, c) for j, c in enumerate(m.tool_calls)]
+            call_ids.update(c.id for c in m.tool_calls)
+        elif m.tool_calls:
+            raise BadChatRequest(f"messages[{i}] is a {m.role} message with tool_calls", f"messages.{i}")
+        if m.role == "tool":
+            if m.tool_call_id not in call_ids:
+                raise BadChatRequest(
+                    f"messages[{i}] is a tool message answering tool_call_id {m.tool_call_id!r}, which "
+                    "no earlier assistant message's tool_calls holds",
+                    f"messages.{i}.tool_call_id",
+                )
+            d["tool_call_id"] = m.tool_call_id
+            if m.name:
+                d["name"] = m.name
+        out.append(d)
+    return out
+
+
+def _call(i: int, j: int, c: Any) -> dict[str, Any]:
+    param = f"messages.{i}.tool_calls.{j}.function.arguments"
+    try:
+        args = json.loads(c.function.arguments)
+    except json.JSONDecodeError as e:
+        raise BadChatRequest(
+            f"messages[{i}].tool_calls[{j}].function.arguments is not JSON: {e}", param
+        ) from None
+    if not isinstance(args, dict):
+        raise BadChatRequest(f"messages[{i}].tool_calls[{j}].function.arguments must be a JSON object", param)
+    # Templates take arguments as objects (Qwen's and Llama's render them with `tojson`).
+    return {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": args}}
+
+
+def _inhabit_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The harness's own format: calls written as `<tool ...>` text, results as user messages."""
+    from inhabit.harness.parse import render_call
+
+    out = []
+    for m in messages:
+        if m.get("tool_calls"):
+            calls = "".join(
+                render_call(
+                    c["function"]["name"],
+                    {
+                        k: v if isinstance(v, str) else json.dumps(v)
+                        for k, v in c["function"]["arguments"].items()
+                    },
+                )
+                for c in m["tool_calls"]
+            )
+            out.append({"role": "assistant", "content": m["content"] + calls})
+        elif m["role"] == "tool":
+            out.append({"role": "user", "content": m["content"]})
+        else:
+            out.append(m)
+    return out
+
+
+def encode_plan(tokenizer: Any, plan: ChatPlan) -> list[int]:
+    """The prompt's token ids: the project's guarded encoding, or the template rendered with tools."""
+    from jinja2 import TemplateError
+
+    from inhabit.models.tokenizer import CHAT_TEMPLATE, encode_chat
+
+    if not plan.uses_tools or getattr(tokenizer, "chat_template", None) == CHAT_TEMPLATE:
+        return encode_chat(tokenizer, plan.messages)
+    try:
+        text = tokenizer.apply_chat_template(
+            plan.messages, tools=plan.tools, add_generation_prompt=True, tokenize=False
+        )
+        if plan.tools and text == tokenizer.apply_chat_template(
+            plan.messages, add_generation_prompt=True, tokenize=False
+        ):
+            raise BadChatRequest(
+                "this model's chat template does not render `tools`, so the model would never see them",
+                "tools",
+            )
+    except TemplateError as e:
+        raise BadChatRequest(f"the model's chat template refused these messages: {e}", "messages") from None
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def assistant_message(plan: ChatPlan, text: str, finish: str) -> tuple[dict[str, Any], str]:
+    """(the choice's `message`, its finish_reason) for a generated `text`."""
+    if plan.parser is None:
+        return {"role": "assistant", "content": text}, finish
+    parsed = plan.parser.parse(text)
+    calls = parsed.calls[: plan.max_calls]
+    if not calls:
+        return {"role": "assistant", "content": text}, finish
+    content = parsed.content.strip() or None
+    msg = {"role": "assistant", "content": content, "tool_calls": [c.wire() for c in calls]}
+    return msg, "tool_calls" if finish == "stop" else finish
