@@ -145,6 +145,14 @@ class ChatRequest(_Common):
     tools: list[ToolSpec] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool = True
+    # Structured output is not enforced by the engine, so anything but plain text is refused
+    # rather than ignored: a client asking for JSON must not get free text it trusts as JSON.
+    response_format: dict[str, Any] | None = None
+
+    def unsupported(self) -> str | None:
+        if self.response_format is not None and self.response_format.get("type", "text") != "text":
+            return f"response_format type {self.response_format.get('type')!r} is not supported (only 'text')"
+        return super().unsupported()
 
     def sampling(self, default_max: int, index: int = 0) -> SamplingParams:
         return _sampling(

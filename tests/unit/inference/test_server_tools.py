@@ -277,6 +277,13 @@ def test_bad_tool_requests_are_400(server, body, param, words):
     assert err["param"] == param and words in err["message"] and err["type"] == "invalid_request_error"
 
 
+def test_response_format_is_refused_not_ignored(server):
+    r = _post(server, {"response_format": {"type": "json_object"}})
+    assert r.status_code == 400, r.text
+    assert "response_format" in r.json()["error"]["message"]
+    assert _post(server, {"response_format": {"type": "text"}}).status_code == 200
+
+
 def test_server_without_a_parser_refuses_tools(folder, tokenizer):
     from inhabit.inference.config import EngineConfig
     from inhabit.inference.embedded import EmbeddedEngine
