@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from inhabit.errors import SandboxError, SandboxNotFound
-from inhabit.sandbox import cleanup, hostfs, idmap, layers, mounts, paths, sysview
+from inhabit.sandbox import cleanup, hostfs, idmap, layers, mounts, paths, signals, sysview
 from inhabit.sandbox.base import (
     WORKSPACE_MOUNT,
     ExecResult,
@@ -196,7 +196,9 @@ class BwrapSandbox(Sandbox):
             script = (
                 f"{{ {' && '.join(steps)}; }} || {{ echo '{_LAUNCH_FAILED}' >&2; exit 125; }}; exec \"$@\""
             )
-            return ["/bin/sh", "-c", script, "inhabit-launch", *p.drop_privileges], None
+            # The reset goes after the shell: sh keeps signals ignored on entry ignored.
+            reset = signals.clean_start_prefix()
+            return ["/bin/sh", "-c", script, "inhabit-launch", *reset, *p.drop_privileges], None
         limits = [
             (resource.RLIMIT_CPU, (lim.cpu_time_s, lim.cpu_time_s + 1)),  # SIGXCPU first, then KILL
             (resource.RLIMIT_FSIZE, (lim.disk_mb * 1024 * 1024,) * 2),
@@ -209,7 +211,7 @@ class BwrapSandbox(Sandbox):
                 with contextlib.suppress(ValueError, OSError):
                     resource.setrlimit(what, value)
 
-        return [], apply
+        return signals.clean_start_prefix(), apply
 
     async def exec(
         self,

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from inhabit.errors import SandboxError, SandboxNotFound
 from inhabit.log import get_logger
-from inhabit.sandbox import cleanup, hostfs, paths
+from inhabit.sandbox import cleanup, hostfs, paths, signals
 from inhabit.sandbox.base import (
     ExecResult,
     FileEntry,
@@ -145,7 +145,7 @@ class ProcessSandbox(Sandbox):
         self, argv: list[str], full_env: dict[str, str], host_cwd: Path, timeout: float, stdin: bytes | None
     ) -> ExecResult:
         return await run_capped(
-            argv,
+            [*signals.clean_start_prefix(), *argv],
             env=full_env,
             cwd=host_cwd,
             timeout_s=timeout,

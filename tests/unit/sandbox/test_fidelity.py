@@ -1,0 +1,55 @@
+"""What a process inside a sandbox sees of its own start: signals, limits and `sandbox run` output."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tests.unit.sandbox.conftest import BACKENDS
+
+SRC = Path(__file__).resolve().parents[3] / "src"
+
+# Run the sandbox from a parent whose own state a careless launcher would pass on: SIGINT and
+# SIGHUP ignored (as after `cmd &` in a script, or `nohup`), SIGUSR1 and a realtime signal blocked.
+_CHILD = """
+import asyncio, signal, sys
+signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR1, signal.SIGRTMIN + 2])
+from tests.unit.sandbox.conftest import make_provider
+
+async def main():
+    prov = make_provider(sys.argv[1])
+    try:
+        async with await prov.create(sys.argv[2]) as sb:
+            r = await sb.exec(["sh", "-c", "grep -E '^Sig(Ign|Blk)' /proc/self/status"])
+            print(r.stdout, r.stderr)
+    finally:
+        await prov.close()
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_sandboxed_processes_start_with_default_signals(kind: str, workspace: Path):
+    if kind != "process":
+        from inhabit.sandbox import bwrap
+
+        if bwrap.bwrap_problem():
+            pytest.skip(f"bwrap unavailable here: {bwrap.bwrap_problem()}")
+    root = str(SRC.parent)
+    env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{root}"}
+    out = subprocess.run(
+        ["env", "--ignore-signal=INT,HUP,QUIT", sys.executable, "-c", _CHILD, kind, str(workspace)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=root,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    fields = dict(line.split(":") for line in out.stdout.split("\n") if line.startswith("Sig"))
+    assert int(fields["SigIgn"], 16) == 0, out.stdout
+    assert int(fields["SigBlk"], 16) == 0, out.stdout
