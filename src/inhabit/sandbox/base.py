@@ -52,6 +52,9 @@ class ExecResult:
     timed_out: bool = False
     stdout_truncated: bool = False
     stderr_truncated: bool = False
+    output_order: tuple[tuple[int, int], ...] = field(default=(), repr=False, compare=False)
+    """(fd, characters) runs, fd 1 = stdout and 2 = stderr, in the order the output arrived, so
+    that stdout and stderr can be replayed interleaved. Empty where a backend does not record it."""
 
     @property
     def ok(self) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import os
 import resource
@@ -276,15 +277,7 @@ class BwrapSandbox(Sandbox):
             )
         code = result.exit_code if result.timed_out else _exit_code(result.exit_code)
         if code != result.exit_code:
-            result = ExecResult(
-                code,
-                result.stdout,
-                result.stderr,
-                result.duration_s,
-                result.timed_out,
-                result.stdout_truncated,
-                result.stderr_truncated,
-            )
+            result = dataclasses.replace(result, exit_code=code)
         return result
 
     def _after_exit(self, pgid: int) -> None:

@@ -11,6 +11,7 @@ import pytest
 from tests.unit.sandbox.conftest import BACKENDS
 
 SRC = Path(__file__).resolve().parents[3] / "src"
+_RUN = [sys.executable, "-m", "inhabit", "sandbox", "run"]
 
 # Run the sandbox from a parent whose own state a careless launcher would pass on: SIGINT and
 # SIGHUP ignored (as after `cmd &` in a script, or `nohup`), SIGUSR1 and a realtime signal blocked.
@@ -53,3 +54,48 @@ def test_sandboxed_processes_start_with_default_signals(kind: str, workspace: Pa
     fields = dict(line.split(":") for line in out.stdout.split("\n") if line.startswith("Sig"))
     assert int(fields["SigIgn"], 16) == 0, out.stdout
     assert int(fields["SigBlk"], 16) == 0, out.stdout
+
+
+_INTERLEAVED = """
+import sys, time
+for i in range(4):
+    stream = sys.stdout if i % 2 == 0 else sys.stderr
+    stream.write(f"line{i}\\n")
+    stream.flush()
+    time.sleep(0.05)
+"""
+
+
+@pytest.mark.parametrize("backend", ["process", "bwrap"])
+def test_sandbox_run_keeps_stdout_and_stderr_in_order(backend: str, tmp_path: Path):
+    if backend == "bwrap":
+        from inhabit.sandbox import bwrap
+
+        if bwrap.bwrap_problem():
+            pytest.skip(f"bwrap unavailable here: {bwrap.bwrap_problem()}")
+    (tmp_path / "a.py").write_text(_INTERLEAVED)
+    out = subprocess.run(
+        [*_RUN, str(tmp_path), "--backend", backend, "--", "python3", "a.py"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,  # one pipe: what arrives first is written first
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+    )
+    assert out.returncode == 0, out.stdout
+    lines = [line for line in out.stdout.splitlines() if line.startswith("line")]
+    assert lines == ["line0", "line1", "line2", "line3"]
+
+
+def test_sandbox_run_marks_cut_output(tmp_path: Path):
+    (tmp_path / "a.py").write_text("print('x' * 5000); print('done')\n")
+    out = subprocess.run(
+        [*_RUN, str(tmp_path), "--output-bytes", "1024", "--", "python3", "a.py"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+    )
+    assert len(out.stdout) == 1024 and "done" not in out.stdout
+    assert "stdout cut at 1024 bytes" in out.stderr
+    assert out.returncode == 121  # the command exited 0, but its output was not all shown
