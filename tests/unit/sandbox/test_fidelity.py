@@ -99,3 +99,45 @@ def test_sandbox_run_marks_cut_output(tmp_path: Path):
     assert len(out.stdout) == 1024 and "done" not in out.stdout
     assert "stdout cut at 1024 bytes" in out.stderr
     assert out.returncode == 121  # the command exited 0, but its output was not all shown
+
+
+async def test_a_process_may_raise_its_own_soft_limits(provider_factory, workspace: Path):
+    # CPython's test_resource does this: set RLIMIT_CPU to a million seconds, keep FSIZE's hard max.
+    code = (
+        "import resource as r\n"
+        "soft, hard = r.getrlimit(r.RLIMIT_CPU)\n"
+        "r.setrlimit(r.RLIMIT_CPU, (10**6, 10**6))\n"
+        "fs, fh = r.getrlimit(r.RLIMIT_FSIZE)\n"
+        "r.setrlimit(r.RLIMIT_FSIZE, (fh, fh))\n"
+        "print(soft, fh == r.RLIM_INFINITY)\n"
+    )
+    prov = provider_factory("bwrap", cpu_time_s=7)
+    if not prov.tmpfs_volumes:
+        pytest.skip("unprivileged, RLIMIT_FSIZE's hard limit is the only per-file bound")
+    async with await prov.create(workspace) as sb:
+        r = await sb.exec(["python3", "-c", code])
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout.split() == ["7", "True"]  # the soft limit is still the configured one
+
+
+async def test_memory_kill_is_named(provider_factory, workspace: Path):
+    prov = provider_factory("bwrap", memory_mb=64)
+    if prov.cgroups is None:
+        pytest.skip("no cgroup here: memory is bounded by RLIMIT_AS (MemoryError, no kill)")
+    hog = "x = []\nwhile True:\n    x.append(bytearray(1 << 20))\n"
+    async with await prov.create(workspace) as sb:
+        r = await sb.exec(["sh", "-c", f"python3 -c '{hog}'; echo after $?"])
+    assert "after 137" in r.stdout
+    assert r.limit_hit.startswith("memory limit:") and "64 MB" in r.limit_hit
+
+
+@pytest.mark.parametrize("kind", ["process", "bwrap"])
+async def test_time_and_cpu_limits_are_named(provider_factory, workspace: Path, kind: str):
+    prov = provider_factory(kind, cpu_time_s=1)
+    async with await prov.create(workspace) as sb:
+        slow = await sb.exec(["sleep", "30"], timeout_s=0.5)
+        spin = await sb.exec(["python3", "-c", "while True: pass"], timeout_s=30)
+        fine = await sb.exec(["true"])
+    assert slow.timed_out and slow.limit_hit.startswith("time limit:") and "0.5 s" in slow.limit_hit
+    assert spin.limit_hit.startswith("CPU time limit:")
+    assert fine.limit_hit == ""
