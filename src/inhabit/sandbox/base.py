@@ -13,6 +13,7 @@ docstring says what it does and does not protect against.
 from __future__ import annotations
 
 import abc
+import signal
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +53,12 @@ class ExecResult:
     timed_out: bool = False
     stdout_truncated: bool = False
     stderr_truncated: bool = False
+    limit_hit: str = ""
+    """Empty, or a sentence naming the sandbox limit that stopped the command and what it is
+    (memory, time, CPU time, file size), for the agent's observation."""
+    output_order: tuple[tuple[int, int], ...] = field(default=(), repr=False, compare=False)
+    """(fd, characters) runs, fd 1 = stdout and 2 = stderr, in the order the output arrived, so
+    that stdout and stderr can be replayed interleaved. Empty where a backend does not record it."""
 
     @property
     def ok(self) -> bool:
@@ -167,3 +174,35 @@ def resolve_source(
     if key.startswith("snap-"):
         raise SandboxNotFound(f"unknown snapshot id {key!r}: it was made by another provider or dropped")
     raise SandboxError(f"{key!r} is neither a directory nor a snapshot id of this provider")
+
+
+def limit_message(
+    exit_code: int, timed_out: bool, timeout_s: float, limits: SandboxLimits, oom_kills: int = 0
+) -> str:
+    """Which limit stopped a command, in words an agent can act on ("" when none did).
+
+    `exit_code` is ExecResult's (-N for signal N); `oom_kills` counts processes the memory
+    limit killed during the command (from the cgroup; 0 where it is not known).
+    """
+    if timed_out:
+        return (
+            f"time limit: the command ran past its {timeout_s:g} s wall-clock limit and was killed "
+            "with everything it started; run less at once or make it faster"
+        )
+    if oom_kills:
+        who = "a process was" if oom_kills == 1 else f"{oom_kills} processes were"
+        return (
+            f"memory limit: the sandbox's {limits.memory_mb} MB of memory (for all its processes "
+            f"together) ran out and {who} killed (SIGKILL, exit status 137); use less memory, "
+            "e.g. run fewer tests or processes at once"
+        )
+    if exit_code == -signal.SIGXCPU:
+        return (
+            f"CPU time limit: the command used {limits.cpu_time_s} s of CPU time (the soft "
+            "RLIMIT_CPU; `ulimit -S -t` in the command raises it) and got SIGXCPU"
+        )
+    if exit_code == -signal.SIGXFSZ:
+        return (
+            f"file size limit: a file reached {limits.disk_mb} MB (RLIMIT_FSIZE) and the writer got SIGXFSZ"
+        )
+    return ""

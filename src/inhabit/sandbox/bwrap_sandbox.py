@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import os
 import resource
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from inhabit.errors import SandboxError, SandboxNotFound
-from inhabit.sandbox import cleanup, hostfs, idmap, layers, mounts, paths, sysview
+from inhabit.sandbox import cleanup, hostfs, idmap, layers, mounts, paths, signals, sysview
 from inhabit.sandbox.base import (
     WORKSPACE_MOUNT,
     ExecResult,
@@ -26,6 +27,7 @@ from inhabit.sandbox.base import (
     Sandbox,
     SandboxInfo,
     SandboxLimits,
+    limit_message,
 )
 from inhabit.sandbox.gate import Gate
 from inhabit.sandbox.layers import Snapshot, Volume
@@ -185,20 +187,31 @@ class BwrapSandbox(Sandbox):
         p = self._p
         if p.launch_as_root:
             steps = [f"echo $$ > {shlex.quote(str(g / 'cgroup.procs'))}" for g in self._groups]
+            # As on a normal login the hard limits stay high, so a process may raise its own soft
+            # limit (test suites do): the enforcement is the cgroup (memory, pids, cpu.max), the
+            # wall-clock timeout and the volume's size. Core dumps stay off (hard 0): a dump would
+            # hand the process's memory to the host's core_pattern handler.
             steps += [
-                f"ulimit -S -t {lim.cpu_time_s}",  # SIGXCPU at the soft limit, SIGKILL a second later
-                f"ulimit -H -t {lim.cpu_time_s + 1}",
+                "ulimit -H -t unlimited",
+                f"ulimit -S -t {lim.cpu_time_s}",  # SIGXCPU at the soft limit
                 "ulimit -c 0",
-                f"ulimit -f {lim.disk_mb * 2048}",  # 512-byte blocks in POSIX sh
+                "ulimit -H -f unlimited",
+                f"ulimit -S -f {lim.disk_mb * 2048}",  # 512-byte blocks in POSIX sh
             ]
             if p.cgroups is None:
                 steps.append(f"ulimit -v {lim.memory_mb * 1024}")
             script = (
                 f"{{ {' && '.join(steps)}; }} || {{ echo '{_LAUNCH_FAILED}' >&2; exit 125; }}; exec \"$@\""
             )
-            return ["/bin/sh", "-c", script, "inhabit-launch", *p.drop_privileges], None
+            # The reset goes after the shell: sh keeps signals ignored on entry ignored.
+            reset = signals.clean_start_prefix()
+            return ["/bin/sh", "-c", script, "inhabit-launch", *reset, *p.drop_privileges], None
+        # Unprivileged there is no cgroup and no sized volume: RLIMIT_FSIZE's hard limit is the
+        # only per-file bound, so it stays; CPU keeps the caller's hard limit (the wall-clock
+        # timeout bounds every exec).
+        cpu_hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
         limits = [
-            (resource.RLIMIT_CPU, (lim.cpu_time_s, lim.cpu_time_s + 1)),  # SIGXCPU first, then KILL
+            (resource.RLIMIT_CPU, (lim.cpu_time_s, cpu_hard)),
             (resource.RLIMIT_FSIZE, (lim.disk_mb * 1024 * 1024,) * 2),
             (resource.RLIMIT_CORE, (0, 0)),
             (resource.RLIMIT_AS, (lim.memory_mb * 1024 * 1024,) * 2),  # RLIMIT_NPROC: see _nproc_wrap
@@ -209,7 +222,7 @@ class BwrapSandbox(Sandbox):
                 with contextlib.suppress(ValueError, OSError):
                     resource.setrlimit(what, value)
 
-        return [], apply
+        return signals.clean_start_prefix(), apply
 
     async def exec(
         self,
@@ -256,7 +269,9 @@ class BwrapSandbox(Sandbox):
             "PYTHONDONTWRITEBYTECODE": "1",
             **(env or {}),
         }
+        cg = self._p.cgroups
         async with self._gate.shared(self._check_open):
+            oom_before = cg.oom_kills(self._groups) if cg is not None else 0
             result = await run_capped(
                 argv,
                 env=full_env,
@@ -268,21 +283,15 @@ class BwrapSandbox(Sandbox):
                 on_start=self._pgids.add,
                 after_exit=self._after_exit,
             )
+            oom = cg.oom_kills(self._groups) - oom_before if cg is not None else 0
         if result.exit_code == 125 and _LAUNCH_FAILED in result.stderr:
             raise SandboxError(
                 f"could not start a command in sandbox {self.sandbox_id}: {result.stderr[-500:]}"
             )
         code = result.exit_code if result.timed_out else _exit_code(result.exit_code)
-        if code != result.exit_code:
-            result = ExecResult(
-                code,
-                result.stdout,
-                result.stderr,
-                result.duration_s,
-                result.timed_out,
-                result.stdout_truncated,
-                result.stderr_truncated,
-            )
+        hit = limit_message(code, result.timed_out, timeout, self._limits, oom)
+        if code != result.exit_code or hit:
+            result = dataclasses.replace(result, exit_code=code, limit_hit=hit)
         return result
 
     def _after_exit(self, pgid: int) -> None:

@@ -134,6 +134,21 @@ class CgroupManager:
                     os.kill(pid, signal.SIGKILL)
             time.sleep(0.002)
 
+    def oom_kills(self, groups: list[Path]) -> int:
+        """How many processes the memory limit of these groups has killed so far (0 if unknown)."""
+        name = "memory.events" if self.version == 2 else "memory.oom_control"
+        for g in groups:
+            if self.version == 1 and "memory" not in g.parts:
+                continue
+            try:
+                for line in (g / name).read_text().splitlines():
+                    key, _, value = line.partition(" ")
+                    if key == "oom_kill":
+                        return int(value)
+            except (OSError, ValueError):
+                pass
+        return 0
+
     def is_empty(self, groups: list[Path]) -> bool:
         for g in groups:
             try:

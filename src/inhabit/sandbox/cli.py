@@ -9,7 +9,12 @@ Heavy work stays inside command bodies so `inhabit --help` stays fast.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, TextIO
+
 import typer
+
+if TYPE_CHECKING:
+    from inhabit.sandbox.base import ExecResult
 
 sandbox_app = typer.Typer(help="Isolated workspaces: check the host, run the demo, run a command.")
 
@@ -81,13 +86,21 @@ def run_command(
     directory: str = typer.Argument(..., help="Host directory to copy-on-write into the sandbox."),
     backend: str = typer.Option("auto", help="auto, bwrap or process."),
     timeout: float = typer.Option(60.0, help="Wall-clock limit in seconds."),
+    output_bytes: int = typer.Option(
+        1_000_000, help="Cap on captured stdout and on stderr, each; the rest is dropped and marked."
+    ),
 ) -> None:
-    """Run a command (after `--`) in a throwaway sandbox over DIRECTORY; exit with its code."""
+    """Run a command (after `--`) in a throwaway sandbox over DIRECTORY; exit with its code.
+
+    stdout and stderr are replayed in the order the command wrote them (as the two pipes
+    delivered it). Output past --output-bytes is cut with a marker line, and the exit code is
+    then 121 where the command itself exited 0, so a cut can never pass for a clean run.
+    """
     import asyncio
     import sys
 
     from inhabit.errors import SandboxError
-    from inhabit.sandbox import SandboxConfig, create_provider
+    from inhabit.sandbox import SandboxConfig, SandboxLimits, create_provider
 
     argv = list(ctx.args)
     if not argv:
@@ -95,18 +108,54 @@ def run_command(
 
     async def go() -> int:
         provider = create_provider(SandboxConfig(backend=backend))  # type: ignore[arg-type]
+        limits = SandboxLimits(output_bytes=output_bytes)
         try:
-            async with await provider.create(directory) as sb:
+            async with await provider.create(directory, limits=limits) as sb:
                 r = await sb.exec(argv, timeout_s=timeout)
         finally:
             await provider.close()
-        sys.stdout.write(r.stdout)
-        sys.stderr.write(r.stderr)
+        replay_output(r, sys.stdout, sys.stderr)
+        for name, cut in (("stdout", r.stdout_truncated), ("stderr", r.stderr_truncated)):
+            if cut:
+                sys.stderr.write(
+                    f"[inhabit] {name} cut at {output_bytes} bytes; the rest was dropped "
+                    "(raise --output-bytes to see it)\n"
+                )
         if r.timed_out:
             sys.stderr.write(f"[inhabit] timed out after {timeout} s\n")
-        return 124 if r.timed_out else (r.exit_code if r.exit_code >= 0 else 128 - r.exit_code)
+            return 124
+        code = r.exit_code if r.exit_code >= 0 else 128 - r.exit_code
+        if code == 0 and (r.stdout_truncated or r.stderr_truncated):
+            return TRUNCATED_EXIT
+        return code
 
     raise typer.Exit(asyncio.run(go()))
+
+
+TRUNCATED_EXIT = 121
+"""`inhabit sandbox run`'s exit code when the command succeeded but its output was cut."""
+
+
+def replay_output(r: ExecResult, out: TextIO, err: TextIO) -> None:
+    """Write a result's stdout and stderr to `out`/`err` in the order they were produced.
+
+    Where the backend did not record the order (a remote sandbox), all of stdout comes first
+    and a line on `err` says so.
+    """
+    if not r.output_order:
+        out.write(r.stdout)
+        out.flush()
+        if r.stdout and r.stderr:
+            err.write("[inhabit] stdout and stderr shown separately (order not recorded)\n")
+        err.write(r.stderr)
+        return
+    pos = {1: 0, 2: 0}
+    texts = {1: r.stdout, 2: r.stderr}
+    streams = {1: out, 2: err}
+    for fd, n in r.output_order:
+        streams[fd].write(texts[fd][pos[fd] : pos[fd] + n])
+        streams[fd].flush()
+        pos[fd] += n
 
 
 def register(app: typer.Typer) -> None:

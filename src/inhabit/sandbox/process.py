@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import resource
 import secrets
@@ -32,7 +33,7 @@ from pathlib import Path
 
 from inhabit.errors import SandboxError, SandboxNotFound
 from inhabit.log import get_logger
-from inhabit.sandbox import cleanup, hostfs, paths
+from inhabit.sandbox import cleanup, hostfs, paths, signals
 from inhabit.sandbox.base import (
     ExecResult,
     FileEntry,
@@ -40,6 +41,7 @@ from inhabit.sandbox.base import (
     SandboxInfo,
     SandboxLimits,
     SandboxProvider,
+    limit_message,
     resolve_source,
 )
 from inhabit.sandbox.gate import Gate
@@ -51,20 +53,25 @@ _MARKER = "INHABIT_SANDBOX_ID"
 
 
 def _rlimit_preexec(limits: SandboxLimits):  # type: ignore[no-untyped-def]
-    """Build a preexec function applying the cheap rlimits in the child before exec."""
+    """Build a preexec function applying the cheap rlimits in the child before exec.
+
+    CPU time and file size get soft limits under the caller's hard limits, so a process may raise
+    them as on a normal login; the wall-clock timeout bounds every exec.
+    """
     mem = limits.memory_mb * 1024 * 1024
     cpu = limits.cpu_time_s
     fsize = limits.disk_mb * 1024 * 1024
 
     def apply() -> None:
-        for what, value in (
-            (resource.RLIMIT_AS, mem),
-            (resource.RLIMIT_CPU, cpu),
-            (resource.RLIMIT_FSIZE, fsize),
-            (resource.RLIMIT_CORE, 0),
+        for what, value, keep_hard in (
+            (resource.RLIMIT_AS, mem, False),
+            (resource.RLIMIT_CPU, cpu, True),
+            (resource.RLIMIT_FSIZE, fsize, True),
+            (resource.RLIMIT_CORE, 0, False),
         ):
             with contextlib.suppress(ValueError, OSError):
-                resource.setrlimit(what, (value, value + 1 if what == resource.RLIMIT_CPU else value))
+                hard = resource.getrlimit(what)[1] if keep_hard else value
+                resource.setrlimit(what, (value, hard))
 
     return apply
 
@@ -144,8 +151,8 @@ class ProcessSandbox(Sandbox):
     async def _run(
         self, argv: list[str], full_env: dict[str, str], host_cwd: Path, timeout: float, stdin: bytes | None
     ) -> ExecResult:
-        return await run_capped(
-            argv,
+        result = await run_capped(
+            [*signals.clean_start_prefix(), *argv],
             env=full_env,
             cwd=host_cwd,
             timeout_s=timeout,
@@ -155,6 +162,8 @@ class ProcessSandbox(Sandbox):
             on_start=self._pgids.add,
             after_exit=self._after_exit,
         )
+        hit = limit_message(result.exit_code, result.timed_out, timeout, self._limits)
+        return dataclasses.replace(result, limit_hit=hit) if hit else result
 
     def _after_exit(self, pgid: int) -> None:
         kill_group(pgid)

@@ -14,6 +14,7 @@ kill; backends that need stronger guarantees (bwrap) kill by pid namespace and c
 from __future__ import annotations
 
 import asyncio
+import codecs
 import contextlib
 import os
 import signal
@@ -27,13 +28,19 @@ from inhabit.sandbox.base import ExecResult
 
 
 class _Capture(asyncio.SubprocessProtocol):
-    """Collects a child's stdout/stderr up to a cap each, dropping (but draining) the rest."""
+    """Collects a child's stdout/stderr up to a cap each, dropping (but draining) the rest.
+
+    Each stream is decoded incrementally (a character split across reads stays whole) and the
+    order in which the two streams' output arrived is kept as (fd, characters) runs.
+    """
 
     def __init__(self, cap: int) -> None:
         self.cap = cap
-        self.chunks: dict[int, list[bytes]] = {1: [], 2: []}
+        self.chunks: dict[int, list[str]] = {1: [], 2: []}
         self.size = {1: 0, 2: 0}
         self.truncated = {1: False, 2: False}
+        self.decoders = {fd: codecs.getincrementaldecoder("utf-8")(errors="replace") for fd in (1, 2)}
+        self.order: list[list[int]] = []
         loop = asyncio.get_running_loop()
         self.exited = loop.create_future()
         self.pipes_closed = {1: loop.create_future(), 2: loop.create_future()}
@@ -44,8 +51,17 @@ class _Capture(asyncio.SubprocessProtocol):
             data = data[: max(room, 0)]
             self.truncated[fd] = True
         if data:
-            self.chunks[fd].append(data)
             self.size[fd] += len(data)
+            self._add(fd, self.decoders[fd].decode(data))
+
+    def _add(self, fd: int, text: str) -> None:
+        if not text:
+            return
+        self.chunks[fd].append(text)
+        if self.order and self.order[-1][0] == fd:
+            self.order[-1][1] += len(text)
+        else:
+            self.order.append([fd, len(text)])
 
     def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
         fut = self.pipes_closed.get(fd)
@@ -56,8 +72,13 @@ class _Capture(asyncio.SubprocessProtocol):
         if not self.exited.done():
             self.exited.set_result(None)
 
+    def finish(self) -> None:
+        """Flush the decoders (an incomplete character at the end becomes U+FFFD)."""
+        for fd, decoder in self.decoders.items():
+            self._add(fd, decoder.decode(b"", final=True))
+
     def text(self, fd: int) -> str:
-        return b"".join(self.chunks[fd]).decode("utf-8", errors="replace")
+        return "".join(self.chunks[fd])
 
 
 def kill_group(pid: int) -> None:
@@ -150,6 +171,7 @@ async def run_capped(
         raise
     code = transport.get_returncode()
     transport.close()
+    cap.finish()
     return ExecResult(
         exit_code=code if code is not None else -signal.SIGKILL,
         stdout=cap.text(1),
@@ -158,4 +180,5 @@ async def run_capped(
         timed_out=timed_out,
         stdout_truncated=cap.truncated[1],
         stderr_truncated=cap.truncated[2],
+        output_order=tuple((fd, n) for fd, n in cap.order),
     )

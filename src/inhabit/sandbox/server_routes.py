@@ -181,6 +181,7 @@ def add_routes(
             timed_out=res.timed_out,
             stdout_truncated=res.stdout_truncated,
             stderr_truncated=res.stderr_truncated,
+            limit_hit=res.limit_hit,
         )
 
     @r.get("/sandboxes/{sandbox_id}/files")

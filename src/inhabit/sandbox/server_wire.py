@@ -93,6 +93,7 @@ class ExecOut(_Wire):
     timed_out: bool = False
     stdout_truncated: bool = False
     stderr_truncated: bool = False
+    limit_hit: str = ""
 
 
 class FileEntryOut(_Wire):

@@ -127,3 +127,12 @@ async def test_run_tests_without_a_task_command_finds_a_pytest(ctx: ToolContext)
     obs = await call(ctx, "run_tests", selector="tests/test_calc.py")
     assert "1 passed" in obs.text and "1 failed" in obs.text
     assert ctx.cache["test_command"].endswith("-m pytest -q -p no:cacheprovider")
+
+
+def test_run_observation_names_the_limit_that_stopped_a_command():
+    from inhabit.harness.tools.shell import format_exec
+    from inhabit.sandbox.base import ExecResult, SandboxLimits, limit_message
+
+    hit = limit_message(-9, False, 60, SandboxLimits(memory_mb=512), oom_kills=1)
+    text, _ = format_exec(ExecResult(-9, "", "Killed\n", 1.0, limit_hit=hit), 4000)
+    assert "memory limit" in text and "512 MB" in text

@@ -33,6 +33,8 @@ def format_exec(result: ExecResult, limit: int, timeout_s: float | None = None) 
         head = f"exit code: {result.exit_code} (timed out after {timeout_s or result.duration_s:.0f}s and was killed)"
     else:
         head = f"exit code: {result.exit_code}"
+    if result.limit_hit and not result.timed_out:  # which sandbox limit stopped it, and how to adapt
+        head += f"\n{result.limit_hit}"
     parts = [head]
     half = max(limit // 2, 200)
     truncated = result.stdout_truncated or result.stderr_truncated

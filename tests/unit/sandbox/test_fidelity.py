@@ -1,0 +1,143 @@
+"""What a process inside a sandbox sees of its own start: signals, limits and `sandbox run` output."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tests.unit.sandbox.conftest import BACKENDS
+
+SRC = Path(__file__).resolve().parents[3] / "src"
+_RUN = [sys.executable, "-m", "inhabit", "sandbox", "run"]
+
+# Run the sandbox from a parent whose own state a careless launcher would pass on: SIGINT and
+# SIGHUP ignored (as after `cmd &` in a script, or `nohup`), SIGUSR1 and a realtime signal blocked.
+_CHILD = """
+import asyncio, signal, sys
+signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR1, signal.SIGRTMIN + 2])
+from tests.unit.sandbox.conftest import make_provider
+
+async def main():
+    prov = make_provider(sys.argv[1])
+    try:
+        async with await prov.create(sys.argv[2]) as sb:
+            r = await sb.exec(["sh", "-c", "grep -E '^Sig(Ign|Blk)' /proc/self/status"])
+            print(r.stdout, r.stderr)
+    finally:
+        await prov.close()
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_sandboxed_processes_start_with_default_signals(kind: str, workspace: Path):
+    if kind != "process":
+        from inhabit.sandbox import bwrap
+
+        if bwrap.bwrap_problem():
+            pytest.skip(f"bwrap unavailable here: {bwrap.bwrap_problem()}")
+    root = str(SRC.parent)
+    env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{root}"}
+    out = subprocess.run(
+        ["env", "--ignore-signal=INT,HUP,QUIT", sys.executable, "-c", _CHILD, kind, str(workspace)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=root,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    fields = dict(line.split(":") for line in out.stdout.split("\n") if line.startswith("Sig"))
+    assert int(fields["SigIgn"], 16) == 0, out.stdout
+    assert int(fields["SigBlk"], 16) == 0, out.stdout
+
+
+_INTERLEAVED = """
+import sys, time
+for i in range(4):
+    stream = sys.stdout if i % 2 == 0 else sys.stderr
+    stream.write(f"line{i}\\n")
+    stream.flush()
+    time.sleep(0.05)
+"""
+
+
+@pytest.mark.parametrize("backend", ["process", "bwrap"])
+def test_sandbox_run_keeps_stdout_and_stderr_in_order(backend: str, tmp_path: Path):
+    if backend == "bwrap":
+        from inhabit.sandbox import bwrap
+
+        if bwrap.bwrap_problem():
+            pytest.skip(f"bwrap unavailable here: {bwrap.bwrap_problem()}")
+    (tmp_path / "a.py").write_text(_INTERLEAVED)
+    out = subprocess.run(
+        [*_RUN, str(tmp_path), "--backend", backend, "--", "python3", "a.py"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,  # one pipe: what arrives first is written first
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+    )
+    assert out.returncode == 0, out.stdout
+    lines = [line for line in out.stdout.splitlines() if line.startswith("line")]
+    assert lines == ["line0", "line1", "line2", "line3"]
+
+
+def test_sandbox_run_marks_cut_output(tmp_path: Path):
+    (tmp_path / "a.py").write_text("print('x' * 5000); print('done')\n")
+    out = subprocess.run(
+        [*_RUN, str(tmp_path), "--output-bytes", "1024", "--", "python3", "a.py"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+    )
+    assert len(out.stdout) == 1024 and "done" not in out.stdout
+    assert "stdout cut at 1024 bytes" in out.stderr
+    assert out.returncode == 121  # the command exited 0, but its output was not all shown
+
+
+async def test_a_process_may_raise_its_own_soft_limits(provider_factory, workspace: Path):
+    # CPython's test_resource does this: set RLIMIT_CPU to a million seconds, keep FSIZE's hard max.
+    code = (
+        "import resource as r\n"
+        "soft, hard = r.getrlimit(r.RLIMIT_CPU)\n"
+        "r.setrlimit(r.RLIMIT_CPU, (10**6, 10**6))\n"
+        "fs, fh = r.getrlimit(r.RLIMIT_FSIZE)\n"
+        "r.setrlimit(r.RLIMIT_FSIZE, (fh, fh))\n"
+        "print(soft, fh == r.RLIM_INFINITY)\n"
+    )
+    prov = provider_factory("bwrap", cpu_time_s=7)
+    if not prov.tmpfs_volumes:
+        pytest.skip("unprivileged, RLIMIT_FSIZE's hard limit is the only per-file bound")
+    async with await prov.create(workspace) as sb:
+        r = await sb.exec(["python3", "-c", code])
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout.split() == ["7", "True"]  # the soft limit is still the configured one
+
+
+async def test_memory_kill_is_named(provider_factory, workspace: Path):
+    prov = provider_factory("bwrap", memory_mb=64)
+    if prov.cgroups is None:
+        pytest.skip("no cgroup here: memory is bounded by RLIMIT_AS (MemoryError, no kill)")
+    hog = "x = []\nwhile True:\n    x.append(bytearray(1 << 20))\n"
+    async with await prov.create(workspace) as sb:
+        r = await sb.exec(["sh", "-c", f"python3 -c '{hog}'; echo after $?"])
+    assert "after 137" in r.stdout
+    assert r.limit_hit.startswith("memory limit:") and "64 MB" in r.limit_hit
+
+
+@pytest.mark.parametrize("kind", ["process", "bwrap"])
+async def test_time_and_cpu_limits_are_named(provider_factory, workspace: Path, kind: str):
+    prov = provider_factory(kind, cpu_time_s=1)
+    async with await prov.create(workspace) as sb:
+        slow = await sb.exec(["sleep", "30"], timeout_s=0.5)
+        spin = await sb.exec(["python3", "-c", "while True: pass"], timeout_s=30)
+        fine = await sb.exec(["true"])
+    assert slow.timed_out and slow.limit_hit.startswith("time limit:") and "0.5 s" in slow.limit_hit
+    assert spin.limit_hit.startswith("CPU time limit:")
+    assert fine.limit_hit == ""
