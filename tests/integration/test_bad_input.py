@@ -86,6 +86,10 @@ CASES = [
     Case("task-check-file", ("task", "check", "{file}"), "is a file"),
     Case("task-check-missing", ("task", "check", "{tmp}/no-task"), "does not exist"),
     Case("train-config-missing", ("train", "{tmp}/no.toml", "--dry-run"), "no.toml"),
+    # servers: the port is bound before anything loads, so a taken one is the first error
+    Case("serve-taken-port", ("serve", "--model", "{tmp}", "--port", "{taken}"), "cannot listen on"),
+    Case("env-server-taken-port", ("env-server", "--port", "{taken}", "--backend", "process"), "cannot listen on"),
+    Case("serve-model-missing", ("serve", "--model", "{tmp}/no-model", "--port", "0"), "no-model"),
 ]  # fmt: skip
 
 # A log record of the plain (non-terminal) format; ERROR records are not let through.

@@ -55,6 +55,7 @@ def register(app: typer.Typer) -> None:
 
         if root is not None and not root.is_dir():
             raise ConfigError(f"--root {root} is not a directory: give the folder that holds task workspaces")
+        generated = False
         if not token:
             if not is_loopback(host):
                 raise ConfigError(
@@ -62,7 +63,7 @@ def register(app: typer.Typer) -> None:
                     "pass --token or set INHABIT_ENV_TOKEN"
                 )
             token = secrets.token_urlsafe(24)
-            typer.echo(f"env-server: no token given; clients must send INHABIT_ENV_TOKEN={token}", err=True)
+            generated = True
         config = validate_config(
             EnvServerConfig,
             {
@@ -83,6 +84,8 @@ def register(app: typer.Typer) -> None:
         factory = make_provider_factory(config.backend)
         sock = bind_socket(host, port, "env-server")
         bound = sock.getsockname()[1]
+        if generated:  # only once the port is ours: a failed start prints its one error line alone
+            typer.echo(f"env-server: no token given; clients must send INHABIT_ENV_TOKEN={token}", err=True)
 
         def announce() -> None:
             typer.echo(f"env-server: serving on http://{host}:{bound} (backend {config.backend})", err=True)
