@@ -42,10 +42,19 @@ if TYPE_CHECKING:
 # ---------------------------------------------------------------------------------------- policy
 @dataclass(frozen=True)
 class Message:
-    """One chat message as the harness renders it."""
+    """One chat message as the harness renders it.
 
-    role: Literal["system", "user", "assistant"]
+    In the native tool format (harness `tool_format`), an assistant message may carry the calls it
+    made as OpenAI `tool_calls` entries (`{"id", "type": "function", "function": {"name",
+    "arguments": JSON text}}`), and each observation is a `tool` message naming the call it answers
+    (`tool_call_id`) and its tool (`name`). In the XML format those fields stay None.
+    """
+
+    role: Literal["system", "user", "assistant", "tool"]
     content: str
+    tool_calls: tuple[dict[str, Any], ...] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -65,6 +74,11 @@ class PolicyTurn:
     versions: list[int] | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    """Native tool format only: the calls the turn made, as OpenAI `tool_calls` entries, in
+    written order ([] when it made none the policy could read; None in the XML format)."""
+    content: str | None = None
+    """Native tool format only: the text outside the calls (`text` stays everything generated)."""
 
 
 class Policy(abc.ABC):
@@ -82,7 +96,18 @@ class Policy(abc.ABC):
     async def next_turn(
         self, messages: Sequence[Message], *, max_tokens: int, stop: Sequence[str] = ()
     ) -> PolicyTurn:
-        """Return the next assistant turn for `messages`."""
+        """Return the next assistant turn for `messages`.
+
+        A policy that takes the native tool format also accepts `tools=` (OpenAI function tools,
+        a list of dicts): it then describes them to the model and returns `PolicyTurn.tool_calls`.
+        The harness passes `tools` only in that format, so an XML-only policy need not accept it.
+        """
+
+    def native_tools(self) -> bool | None:
+        """Whether this policy can take `tools` in the model's own format: True (its chat template
+        renders them), False (it cannot), None (it cannot tell, e.g. a remote endpoint). The
+        harness's `tool_format = "auto"` goes native only on True."""
+        return False
 
     @abc.abstractmethod
     def count_tokens(self, messages: Sequence[Message]) -> int:

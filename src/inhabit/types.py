@@ -37,8 +37,13 @@ class _Wire(BaseModel):
 
 
 class MessageRecord(_Wire):
-    role: Literal["system", "user", "assistant"]
+    role: Literal["system", "user", "assistant", "tool"]
     content: str
+    tool_calls: list[dict[str, Any]] | None = Field(
+        None, description="Native tool format: the assistant's calls as OpenAI `tool_calls` entries."
+    )
+    tool_call_id: str | None = Field(None, description="Native tool format: the call a tool message answers.")
+    name: str | None = Field(None, description="Native tool format: the tool a tool message comes from.")
 
 
 class TurnRecord(_Wire):
@@ -107,6 +112,9 @@ class Trajectory(_Wire):
     """Grading's status, per-test outcomes and details (free-form, JSON-able)."""
     timings: dict[str, float] = Field(default_factory=dict)
     policy: str = ""
+    tool_format: Literal["xml", "native"] = "xml"
+    """How the episode spoke to the model: the harness's XML-like text, or the model's own tool
+    format through its chat template (harness `tool_format`)."""
     metadata: dict[str, Any] = Field(default_factory=dict)
 
     @property

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+from typing import Literal
 
 from pydantic import Field
 
@@ -16,6 +17,13 @@ from inhabit.config import Config
 class HarnessConfig(Config):
     """Limits of one episode, of the context, and of each tool's observation."""
 
+    tool_format: Literal["auto", "xml", "native"] = Field(
+        "auto",
+        description="How tools reach the model. xml: the harness's own <tool> text format, described in "
+        "the system prompt; native: the model's own format, the tools given to its chat template as "
+        "`tools` and the results returned as `tool` messages; auto: native when the policy's chat "
+        "template renders `tools`, xml otherwise (and for endpoints, whose template is not known).",
+    )
     max_turns: int = Field(
         40, ge=1, le=10_000, description="Model turns (not counting summaries) before the episode stops."
     )

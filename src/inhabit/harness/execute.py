@@ -5,19 +5,23 @@ Rules (the system prompt tells the model the same):
   order the calls were written, whatever order they finish in.
 - Two calls that write the same file (write_file / edit_file on one path) in one turn would race;
   the first in written order runs, every later one gets an error observation instead.
-- A malformed call, an unknown tool, bad arguments, a tool error, a tool that raises or that runs
+- Calls come as the XML-like text of the harness's own format (`execute_calls`) or as OpenAI
+  `tool_calls` entries of the native format (`execute_native_calls`); both go through the same
+  argument checks and tools.
+- A malformed call (in the native format: arguments that are not one JSON object), an unknown tool, bad arguments, a tool error, a tool that raises or that runs
   past `tool_timeout_s` each become an error observation. Nothing a model writes raises from here.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from inhabit.harness.parse import FORMAT_HINT, ParseProblem, parse_tool_calls
+from inhabit.harness.parse import FORMAT_HINT, ParseProblem, ToolCall, parse_tool_calls
 from inhabit.harness.tools import TOOLS, ToolContext, ToolError, bind_args
 from inhabit.harness.tools.base import Observation, Tool
 from inhabit.log import get_logger
@@ -45,9 +49,43 @@ class TurnOutcome:
 
 def plan_calls(text: str) -> list[_Planned]:
     """Parse and check every call of a turn; refused calls carry their error observation."""
+    return _plan(parse_tool_calls(text), FORMAT_HINT)
+
+
+NATIVE_HINT = "Give a tool's arguments as one JSON object."
+
+
+def native_call(call: Mapping[str, Any]) -> ToolCall | ParseProblem:
+    """An OpenAI `tool_calls` entry as a call with string arguments (numbers as decimals, booleans
+    as true/false, lists and objects as JSON), so `bind_args` checks it as it checks XML calls."""
+    fn = call.get("function") or {}
+    name = fn.get("name")
+    if not isinstance(name, str) or not name:
+        return ParseProblem(f"a tool call without a tool name. {NATIVE_HINT}")
+    raw = fn.get("arguments", "{}")
+    try:
+        args = json.loads(raw) if isinstance(raw, str) else raw
+    except json.JSONDecodeError as e:
+        return ParseProblem(f"the arguments of {name!r} are not valid JSON ({e}). {NATIVE_HINT}", name)
+    if not isinstance(args, dict):
+        return ParseProblem(f"the arguments of {name!r} are not a JSON object. {NATIVE_HINT}", name)
+    return ToolCall(name, {str(k): _text(v) for k, v in args.items()})
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return str(value)
+    return json.dumps(value)
+
+
+def _plan(items: Iterable[ToolCall | ParseProblem], hint: str) -> list[_Planned]:
     planned: list[_Planned] = []
     written: dict[str, int] = {}
-    for i, item in enumerate(parse_tool_calls(text)):
+    for i, item in enumerate(items):
         if isinstance(item, ParseProblem):
             planned.append(
                 _Planned(i, item.name, {}, observation=Observation(f"malformed call: {item.message}", True))
@@ -57,7 +95,7 @@ def plan_calls(text: str) -> list[_Planned]:
         tool = TOOLS.get(item.name)
         if tool is None:
             names = ", ".join(TOOLS)
-            msg = f"unknown tool {item.name!r}. The tools are: {names}. {FORMAT_HINT}"
+            msg = f"unknown tool {item.name!r}. The tools are: {names}. {hint}".rstrip()
             planned.append(_Planned(i, item.name, raw, observation=Observation(msg, True)))
             continue
         try:
@@ -102,7 +140,17 @@ async def _run_one(call: _Planned, ctx: ToolContext, limit: asyncio.Semaphore) -
 
 async def execute_calls(text: str, ctx: ToolContext, *, segment: int = 0, turn: int = 0) -> TurnOutcome:
     """Run every call written in `text` against `ctx.sandbox`; records come back in written order."""
-    planned = plan_calls(text)
+    return await _execute(plan_calls(text), ctx, segment, turn)
+
+
+async def execute_native_calls(
+    tool_calls: Sequence[Mapping[str, Any]], ctx: ToolContext, *, segment: int = 0, turn: int = 0
+) -> TurnOutcome:
+    """Run a native turn's `tool_calls` entries; one record per entry, in order."""
+    return await _execute(_plan([native_call(c) for c in tool_calls], ""), ctx, segment, turn)
+
+
+async def _execute(planned: list[_Planned], ctx: ToolContext, segment: int, turn: int) -> TurnOutcome:
     limit = asyncio.Semaphore(ctx.config.max_parallel_calls)
     await asyncio.gather(*(_run_one(c, ctx, limit) for c in planned if c.impl is not None))
     records = []

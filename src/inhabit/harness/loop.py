@@ -13,6 +13,12 @@ status and an error on the trajectory: a failed rollout is data, not an exceptio
 exception is `PolicyUnreachable` (no server at the URL, an unknown model, a refused key): no
 rollout could succeed, so it ends the caller's command instead of becoming data. The loop knows
 nothing of training or of `inhabit agent`; `observer` lets a caller watch turns as they happen.
+
+Tool format (`HarnessConfig.tool_format`): in `xml` the system prompt describes the tools and their
+`<tool>` text format and observations return as one user message per turn; in `native` the tools go
+to the policy as OpenAI function tools (`prompts.tool_schemas`), the policy returns the calls it
+read (`PolicyTurn.tool_calls`), and each call's observation returns as its own `tool` message, in
+call order. `auto` asks the policy (`Policy.native_tools`). The trajectory records which was used.
 """
 
 from __future__ import annotations
@@ -21,15 +27,19 @@ import time
 from collections.abc import Sequence
 
 from inhabit.contracts import Message, Policy, PolicyTurn
-from inhabit.errors import PolicyUnreachable, SandboxError
+from inhabit.errors import HarnessError, PolicyUnreachable, SandboxError
 from inhabit.harness.config import HarnessConfig
-from inhabit.harness.execute import execute_calls
+from inhabit.harness.execute import execute_calls, execute_native_calls
 from inhabit.harness.prompts import (
+    NATIVE_NO_CALL_TEXT,
+    NATIVE_SYSTEM,
     NO_CALL_TEXT,
     SUMMARY_PROMPT,
+    render_native_observation,
     render_observation,
     system_prompt,
     task_prompt,
+    tool_schemas,
 )
 from inhabit.harness.tools import ToolContext
 from inhabit.log import get_logger
@@ -53,6 +63,24 @@ class _PolicyFailed(Exception):
     pass
 
 
+class ToolFormatError(HarnessError):
+    """`tool_format = "native"` with a policy that cannot take tools in the model's own format."""
+
+
+def resolve_tool_format(requested: str, policy: Policy) -> str:
+    """ "xml" or "native" for `requested` ("auto", "xml", "native") with this policy."""
+    support = policy.native_tools()
+    if requested == "native" and support is False:
+        raise ToolFormatError(
+            f"tool_format is native, but {type(policy).__name__} cannot give the model tools in its own "
+            "format (its chat template renders no `tools`, or names no tool-call format inhabit "
+            'reads); set harness.tool_format = "xml" (or "auto")'
+        )
+    if requested == "auto":
+        return "native" if support is True else "xml"
+    return requested
+
+
 def _turn_record(turn: PolicyTurn, kind: str, duration_s: float) -> TurnRecord:
     return TurnRecord(
         kind=kind,  # type: ignore[arg-type]
@@ -71,7 +99,16 @@ def _turn_record(turn: PolicyTurn, kind: str, duration_s: float) -> TurnRecord:
 
 
 def _records(messages: Sequence[Message]) -> list[MessageRecord]:
-    return [MessageRecord(role=m.role, content=m.content) for m in messages]
+    return [
+        MessageRecord(
+            role=m.role,
+            content=m.content,
+            tool_calls=list(m.tool_calls) if m.tool_calls else None,
+            tool_call_id=m.tool_call_id,
+            name=m.name,
+        )
+        for m in messages
+    ]
 
 
 class _Episode:
@@ -81,7 +118,10 @@ class _Episode:
         self.cfg = ctx.config
         self.instruction = instruction
         self.observer = observer
-        self.system = system_prompt()
+        self.tool_format = resolve_tool_format(self.cfg.tool_format, policy)
+        self.native = self.tool_format == "native"
+        self.tools = tool_schemas() if self.native else None
+        self.system = NATIVE_SYSTEM if self.native else system_prompt()
         self.window = policy.context_window
         self.budget = min(self.cfg.context_budget or self.window, self.window)
         self.messages = self._fresh(None)
@@ -100,8 +140,9 @@ class _Episode:
 
     async def _generate(self, messages: Sequence[Message], max_tokens: int, kind: str) -> PolicyTurn:
         t0 = time.monotonic()
+        kw = {"tools": self.tools} if self.native else {}
         try:
-            turn = await self.policy.next_turn(messages, max_tokens=max_tokens)
+            turn = await self.policy.next_turn(messages, max_tokens=max_tokens, **kw)
         except PolicyUnreachable:
             raise
         except Exception as e:
@@ -121,7 +162,7 @@ class _Episode:
                 return "turn_limit", None
             if self.generated >= cfg.max_total_tokens:
                 return "token_budget", None
-            used = self.policy.count_tokens(self.messages)
+            used = self._count(self.messages)
             if used + cfg.max_turn_tokens > self.budget:
                 if not any(t.kind == "action" for t in self.turns):
                     return "context_overflow", (
@@ -134,12 +175,20 @@ class _Episode:
                 continue
             room = min(cfg.max_turn_tokens, self.window - used, cfg.max_total_tokens - self.generated)
             turn = await self._generate(self.messages, max(room, 1), "action")
-            self.messages.append(Message("assistant", turn.text))
             self.observer.on_turn(self.action_turns, turn.text)
             t0 = time.monotonic()
-            outcome = await execute_calls(
-                turn.text, self.ctx, segment=len(self.segments), turn=self.action_turns
-            )
+            if self.native:
+                calls = list(turn.tool_calls or [])
+                content = turn.content if turn.content is not None else turn.text
+                self.messages.append(Message("assistant", content, tool_calls=tuple(calls) or None))
+                outcome = await execute_native_calls(
+                    calls, self.ctx, segment=len(self.segments), turn=self.action_turns
+                )
+            else:
+                self.messages.append(Message("assistant", turn.text))
+                outcome = await execute_calls(
+                    turn.text, self.ctx, segment=len(self.segments), turn=self.action_turns
+                )
             self.tools_s += time.monotonic() - t0
             self.action_turns += 1
             for record in outcome.records:
@@ -148,6 +197,9 @@ class _Episode:
             if outcome.finish_message is not None:
                 self.final_message = outcome.finish_message
                 return "finished", None
+            if self.native:
+                self._native_observations(calls, outcome.records)
+                continue
             if outcome.records:
                 text = "\n".join(
                     render_observation(r.index + 1, r.tool, r.observation, r.error) for r in outcome.records
@@ -156,15 +208,30 @@ class _Episode:
                 text = NO_CALL_TEXT
             self.messages.append(Message("user", text))
 
+    def _native_observations(self, calls: list[dict], records: list[ToolCallRecord]) -> None:
+        """One `tool` message per call, in call order (a turn without calls gets a user nudge)."""
+        if not records:
+            self.messages.append(Message("user", NATIVE_NO_CALL_TEXT))
+        for call, r in zip(calls, records, strict=True):
+            text = render_native_observation(r.observation, r.error)
+            self.messages.append(Message("tool", text, tool_call_id=call.get("id"), name=r.tool))
+
+    def _count(self, messages: Sequence[Message]) -> int:
+        if self.native:
+            return self.policy.count_tokens(messages, tools=self.tools)  # type: ignore[call-arg]
+        return self.policy.count_tokens(messages)
+
     async def _summarize(self) -> None:
         request = [*self.messages, Message("user", SUMMARY_PROMPT)]
-        # The summary must fit the window itself: drop the oldest (turn, observations) pairs if not.
+        # The summary must fit the window itself: drop the oldest turns (each with its observations:
+        # everything up to the next assistant message) if not.
         room = self.window - self.cfg.summary_max_tokens
-        while self.policy.count_tokens(request) > room and len(request) > 4:
-            del request[2:4]
-        max_tokens = max(
-            16, min(self.cfg.summary_max_tokens, self.window - self.policy.count_tokens(request))
-        )
+        while self._count(request) > room and len(request) > 4:
+            end = next(
+                (i for i in range(3, len(request)) if request[i].role == "assistant"), len(request) - 1
+            )
+            del request[2:end]
+        max_tokens = max(16, min(self.cfg.summary_max_tokens, self.window - self._count(request)))
         turn = await self._generate(request, max_tokens, "summary")
         summary = turn.text.strip() or "(the summary was empty)"
         self.segments.append(
@@ -231,4 +298,5 @@ async def run_episode(
             "tools_s": round(episode.tools_s, 6),
         },
         policy=type(policy).__name__,
+        tool_format=episode.tool_format,  # type: ignore[arg-type]
     )

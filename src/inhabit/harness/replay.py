@@ -5,6 +5,9 @@ rendered as tool-call text (`parse.render_call`), so the real parser, argument c
 sandbox all run exactly as they do for a model. Argument values are rendered as text: strings as
 they are, numbers as decimals, booleans as true/false, lists and objects as JSON. After the last
 turn the policy calls finish. Summary requests are answered with a fixed line.
+
+The file is format-free: in the native tool format (the harness passes `tools`) the same turns come
+back as `PolicyTurn.tool_calls` entries (arguments as the file's JSON object) instead of text.
 """
 
 from __future__ import annotations
@@ -71,6 +74,7 @@ class ReplayPolicy(Policy):
 
     def __init__(self, turns: list[list[tuple[str, dict[str, Any]]]]) -> None:
         self._texts = [render_turn(t) for t in turns]
+        self._turns = turns
         self._next = 0
 
     @property
@@ -96,16 +100,36 @@ class ReplayPolicy(Policy):
             raise ActionsFileError(f"actions file {path} is not valid JSON: {e}") from e
         return cls(parse_actions(data, str(path)))
 
+    def native_tools(self) -> bool | None:
+        return None  # plays either format; `auto` keeps xml
+
     async def next_turn(
-        self, messages: Sequence[Message], *, max_tokens: int, stop: Sequence[str] = ()
+        self,
+        messages: Sequence[Message],
+        *,
+        max_tokens: int,
+        stop: Sequence[str] = (),
+        tools: Sequence[dict[str, Any]] | None = None,
     ) -> PolicyTurn:
         if messages and messages[-1].content == SUMMARY_PROMPT:
-            return PolicyTurn(text="(replay: no summary)")
+            return PolicyTurn(text="(replay: no summary)", tool_calls=None if tools is None else [])
         if self._next >= len(self._texts):
-            return PolicyTurn(text=FINISH_TEXT)
-        text = self._texts[self._next]
-        self._next += 1
-        return PolicyTurn(text=text)
+            text, calls = FINISH_TEXT, [("finish", {"message": "replay finished"})]
+        else:
+            text, calls = self._texts[self._next], self._turns[self._next]
+            self._next += 1
+        if tools is None:
+            return PolicyTurn(text=text)
+        wire = [
+            {
+                "id": f"call_{self._next}_{i}",
+                "type": "function",
+                "function": {"name": n, "arguments": json.dumps(a)},
+            }
+            for i, (n, a) in enumerate(calls)
+        ]
+        return PolicyTurn(text=text, tool_calls=wire, content="")
 
-    def count_tokens(self, messages: Sequence[Message]) -> int:
-        return sum(len(m.content) // 4 + 4 for m in messages)
+    def count_tokens(self, messages: Sequence[Message], tools: Sequence[dict] | None = None) -> int:
+        extra = len(json.dumps(tools)) // 4 if tools else 0
+        return extra + sum(len(m.content) // 4 + 4 for m in messages)

@@ -205,3 +205,71 @@ def assistant_message(plan: ChatPlan, text: str, finish: str) -> tuple[dict[str,
     content = parsed.content.strip() or None
     msg = {"role": "assistant", "content": content, "tool_calls": [c.wire() for c in calls]}
     return msg, "tool_calls" if finish == "stop" else finish
+
+
+# --------------------------------------------------------------------- the harness's native format
+_PROBE = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+_PROBE_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "inhabit_probe_tool",
+            "description": "probe",
+            "parameters": {"type": "object", "properties": {}},
+        },
+    }
+]
+
+
+def template_parser(tokenizer: Any) -> str | None:
+    """The parser of the tool format a tokenizer's chat template speaks, when the template renders
+    `tools` and names a format inhabit reads (`detect_parser`); None otherwise (the project's own
+    template, which renders no tools, included)."""
+    from inhabit.inference.tool_parsers import detect_parser
+
+    name = detect_parser(getattr(tokenizer, "chat_template", None))
+    if name is None or name == "inhabit":
+        return None
+    try:
+        text = tokenizer.apply_chat_template(
+            _PROBE, tools=_PROBE_TOOLS, add_generation_prompt=True, tokenize=False
+        )
+    except Exception:  # a template that refuses the probe cannot be driven natively
+        return None
+    return name if "inhabit_probe_tool" in text else None
+
+
+def message_dicts(messages: Any) -> list[dict[str, Any]]:
+    """Harness `Message`s as the dicts chat templates take: assistant `tool_calls` with their
+    arguments as objects (as Qwen's and Llama's templates render them), `tool` messages with their
+    `tool_call_id` and `name`."""
+    out = []
+    for m in messages:
+        d: dict[str, Any] = {"role": m.role, "content": m.content}
+        if m.tool_calls:
+            d["tool_calls"] = [_template_call(c) for c in m.tool_calls]
+        if m.tool_call_id is not None:
+            d["tool_call_id"] = m.tool_call_id
+        if m.name is not None:
+            d["name"] = m.name
+        out.append(d)
+    return out
+
+
+def _template_call(c: dict[str, Any]) -> dict[str, Any]:
+    fn = c.get("function") or {}
+    args = fn.get("arguments", "{}")
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except json.JSONDecodeError:
+            pass  # the model's own text, rendered as it wrote it
+    return {**c, "function": {"name": fn.get("name", ""), "arguments": args}}
+
+
+def encode_native(tokenizer: Any, messages: Any, tools: list[dict[str, Any]] | None) -> list[int]:
+    """Prompt ids for the next assistant turn, rendered by the model's own template with `tools`."""
+    text = tokenizer.apply_chat_template(
+        message_dicts(messages), tools=tools, add_generation_prompt=True, tokenize=False
+    )
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])

@@ -7,6 +7,11 @@ MoE models, routed experts. `LocalPolicy.from_path(folder)` builds an `EmbeddedE
 model folder (what `inhabit agent --model PATH` uses); pass a `RemoteEngine` or `VLLMEngine` to
 drive a server instead.
 
+Native tool format: when the harness passes `tools`, the prompt is rendered by the folder's chat
+template with them and the completion is parsed with the parser its template's format needs
+(`chat_tools.template_parser`, `tool_parsers`); the turn carries the calls as `tool_calls`, and the
+completion ids stay exactly what the engine generated.
+
 The turn it returns is a `LocalPolicyTurn`, a `PolicyTurn` with one more field,
 `prompt_routed_experts` (routes of prompt positions 0..P-2; see engine.py), so a trainer can replay
 routing over the whole prompt+completion.
@@ -52,6 +57,7 @@ class LocalPolicy(Policy):
         )
         self._owns_engine = owns_engine
         self._turns = 0
+        self._parser: str | bool | None = False  # False: not looked up yet
 
     @classmethod
     def from_path(
@@ -71,19 +77,47 @@ class LocalPolicy(Policy):
             engine, engine.tokenizer, temperature=temperature, top_p=top_p, seed=seed, owns_engine=True
         )
 
-    def render(self, messages: Sequence[Message]) -> list[int]:
-        """The prompt token ids for the next assistant turn."""
+    @property
+    def tool_parser(self) -> str | None:
+        """The parser of the template's own tool format; None when the template renders no tools."""
+        if self._parser is False:
+            from inhabit.inference.chat_tools import template_parser
+
+            self._parser = template_parser(self.tokenizer)
+        return self._parser  # type: ignore[return-value]
+
+    def native_tools(self) -> bool:
+        return self.tool_parser is not None
+
+    def render(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None = None) -> list[int]:
+        """The prompt token ids for the next assistant turn (with `tools`: the native format)."""
         from inhabit.models.tokenizer import encode_chat
 
+        if tools is not None or any(m.role == "tool" or m.tool_calls for m in messages):
+            from inhabit.inference.chat_tools import encode_native
+
+            return encode_native(self.tokenizer, messages, list(tools) if tools is not None else None)
         return encode_chat(self.tokenizer, messages, add_generation_prompt=True)
 
-    def count_tokens(self, messages: Sequence[Message]) -> int:
-        return len(self.render(messages))
+    def count_tokens(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None = None) -> int:
+        return len(self.render(messages, tools))
 
     async def next_turn(
-        self, messages: Sequence[Message], *, max_tokens: int, stop: Sequence[str] = ()
+        self,
+        messages: Sequence[Message],
+        *,
+        max_tokens: int,
+        stop: Sequence[str] = (),
+        tools: Sequence[dict[str, Any]] | None = None,
     ) -> LocalPolicyTurn:
-        prompt = self.render(messages)
+        if tools is not None and self.tool_parser is None:
+            from inhabit.inference.errors import InvalidRequest
+
+            raise InvalidRequest(
+                "this model's chat template renders no `tools` in a format inhabit reads; "
+                'use the harness\'s xml tool format (harness.tool_format = "xml")'
+            )
+        prompt = self.render(messages, tools)
         room = min(max_tokens, self.context_window - len(prompt))
         if room < 1:
             return LocalPolicyTurn(
@@ -96,6 +130,9 @@ class LocalPolicy(Policy):
             temperature=self.temperature, top_p=self.top_p, max_tokens=room, stop=tuple(stop), seed=seed
         )
         (c,) = await self.engine.generate([GenerationRequest(prompt, sampling)])
+        calls, content = None, None
+        if tools is not None:
+            calls, content = self._calls(c.text, tools)
         return LocalPolicyTurn(
             text=c.text,
             finish_reason=c.finish_reason,
@@ -108,7 +145,23 @@ class LocalPolicy(Policy):
             completion_tokens=len(c.token_ids),
             prompt_routed_experts=c.prompt_routed_experts,
             error=c.error,
+            tool_calls=calls,
+            content=content,
         )
+
+    def _calls(self, text: str, tools: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
+        """(the calls parsed from `text` as `tool_calls` entries with ids unique in the episode's
+        policy, the text outside them)."""
+        from inhabit.inference.tool_parsers import ParsedCall, make_parser
+
+        assert self.tool_parser is not None
+        schemas = {t["function"]["name"]: t["function"].get("parameters") or {} for t in tools}
+        parsed = make_parser(self.tool_parser, schemas).parse(text)
+        n = self._turns
+        calls = [
+            ParsedCall(c.name, c.arguments, id=f"call_{n}_{i}").wire() for i, c in enumerate(parsed.calls)
+        ]
+        return calls, parsed.content.strip()
 
     async def close(self) -> None:
         if self._owns_engine:

@@ -15,11 +15,18 @@ Token ids, logprobs, routed experts and versions are captured when the server re
 standard `logprobs` content, plus the fields `prompt_token_ids`, `token_ids`, `routed_experts`
 (vLLM's base64 `.npy` layout, split into prompt and completion routes) and `policy_versions` (or
 `versions`) if present on the choice or the response (vLLM and inhabit's server extensions).
+
+Native tool format (the harness passes `tools`): the request carries `tools`, earlier calls as
+assistant `tool_calls` and observations as `tool` messages; the endpoint's `message.tool_calls`
+become the turn's calls. The policy cannot see the endpoint's template, so `tool_format = "auto"`
+keeps the XML format with it; ask for `native` where the endpoint serves tools (vLLM with a tool
+parser, `inhabit serve`, a hosted API).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from collections.abc import Sequence
 from typing import Any
@@ -120,16 +127,26 @@ class OpenAIPolicy(Policy):
             await asyncio.sleep(delay)
         raise AssertionError("unreachable")
 
+    def native_tools(self) -> bool | None:
+        return None  # the endpoint's template is not visible from here
+
     async def next_turn(
-        self, messages: Sequence[Message], *, max_tokens: int, stop: Sequence[str] = ()
+        self,
+        messages: Sequence[Message],
+        *,
+        max_tokens: int,
+        stop: Sequence[str] = (),
+        tools: Sequence[dict[str, Any]] | None = None,
     ) -> PolicyTurn:
         model = await self._resolve_model()
         kwargs: dict[str, Any] = {
             "model": model,
-            "messages": [{"role": m.role, "content": m.content} for m in messages],
+            "messages": [_wire(m) for m in messages],
             "max_tokens": max_tokens,
             "temperature": self.temperature,
         }
+        if tools is not None:
+            kwargs["tools"] = list(tools)
         if stop:
             kwargs["stop"] = list(stop)
         if self.logprobs:
@@ -139,6 +156,11 @@ class OpenAIPolicy(Policy):
             raise InferenceError(f"{self.base_url} returned no choices")
         choice = response.choices[0]
         text = choice.message.content or ""
+        calls = None
+        if tools is not None:
+            calls = [
+                c.model_dump(include={"id", "type", "function"}) for c in choice.message.tool_calls or []
+            ]
         usage = response.usage
         if usage is not None and usage.prompt_tokens:
             chars = self._chars(messages)
@@ -159,17 +181,32 @@ class OpenAIPolicy(Policy):
             versions=_extra(response, choice, "policy_versions") or _extra(response, choice, "versions"),
             prompt_tokens=usage.prompt_tokens if usage else None,
             completion_tokens=usage.completion_tokens if usage else None,
+            tool_calls=calls,
+            content=None if calls is None else text,
         )
 
     @staticmethod
     def _chars(messages: Sequence[Message]) -> int:
-        return sum(len(m.content) for m in messages)
+        return sum(len(m.content) + len(json.dumps(m.tool_calls or "")) for m in messages)
 
-    def count_tokens(self, messages: Sequence[Message]) -> int:
-        return int(self._chars(messages) / self.chars_per_token) + _PER_MESSAGE_OVERHEAD * len(messages)
+    def count_tokens(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None = None) -> int:
+        chars = self._chars(messages) + (len(json.dumps(list(tools))) if tools else 0)
+        return int(chars / self.chars_per_token) + _PER_MESSAGE_OVERHEAD * len(messages)
 
     async def close(self) -> None:
         await self._client.close()
+
+
+def _wire(m: Message) -> dict[str, Any]:
+    """A harness message as a chat-completions message (an assistant turn that only called tools
+    has `content: null`, as the API writes it)."""
+    d: dict[str, Any] = {"role": m.role, "content": m.content}
+    if m.tool_calls:
+        d["tool_calls"] = list(m.tool_calls)
+        d["content"] = m.content or None
+    if m.tool_call_id is not None:
+        d["tool_call_id"] = m.tool_call_id
+    return d
 
 
 def _message(error: Any) -> str:

@@ -34,7 +34,7 @@ from inhabit.log import get_logger
 from inhabit.orchestrator.buffer import GroupBuffer
 from inhabit.orchestrator.config import RunConfig
 from inhabit.tasks.task import Task
-from inhabit.trainer.samples import group_samples, is_trainable
+from inhabit.trainer.samples import count_split_turns, group_samples, is_trainable
 from inhabit.types import Trajectory
 
 log = get_logger(__name__)
@@ -272,6 +272,7 @@ class Pipeline:
                 ),
             },
             "samples": len(samples),
+            "split_turns": count_split_turns(samples),
             "updated": metrics is not None,
             "policy_version_lag": {"mean": sum(lags) / len(lags), "max": max(lags)},
             "engine_version": self.runner.engine.version,

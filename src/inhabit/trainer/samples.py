@@ -12,7 +12,11 @@ exactly can both turns share one sequence: then every completion token sits afte
 tokens the engine conditioned it on, and one forward scores both. Otherwise turn k+1 starts a new
 sample with its own prompt (correct, and it costs a second forward over the shared context). So a
 segment yields one sample per maximal run of prefix-consistent turns: one sample when every turn
-extends the previous one, one sample per turn when none does.
+extends the previous one, one sample per turn when none does. Each turn's completion ids are the
+engine's own, never re-rendered. A chat template that rewrites history (Qwen3's drops earlier
+turns' `<think>` content; a parsed tool call re-rendered with other JSON spacing) makes the next
+prompt diverge, and the turn starts a new sample marked `meta["split"]`; `count_split_turns`
+counts them for the step metrics.
 
 Per token a sample holds (all aligned with `input_ids`, index t = token t):
 
@@ -118,6 +122,7 @@ class _Builder:
         self.versions: list[int] = []
         self.routes: dict[int, list[list[int]]] = {}
         self.turns = 0
+        self.split = False  # its first turn's prompt did not extend the previous sample's tokens
 
     def extends(self, prompt: list[int]) -> bool:
         n = len(self.ids)
@@ -162,7 +167,7 @@ class _Builder:
             advantage=float(advantage),
             reward=float(reward),
             routed_experts=routes,
-            meta={"turns": self.turns},
+            meta={"turns": self.turns, "split": self.split},
             **kw,
         )
 
@@ -215,9 +220,16 @@ def segment_samples(
             continue
         if builder.turns and not builder.extends(tokens[0]):
             close()
+            builder.split = True
         builder.add(*tokens)
     close()
     return samples
+
+
+def count_split_turns(samples: Sequence[Sample]) -> int:
+    """Turns whose prompt did not extend the previous turn's prompt + completion, so they began a
+    sample of their own (summaries and untrainable turns, which always start afresh, not counted)."""
+    return sum(1 for s in samples if s.meta.get("split"))
 
 
 def trajectory_samples(

@@ -42,15 +42,24 @@ FAST = [
 ]
 
 
-async def _replay(task: str, name: str, provider):
+# The same hacks played in the harness's native tool format (actions files are format-free).
+NATIVE = [FAST[0], FAST[6], FAST[7]]
+
+
+async def _replay(task: str, name: str, provider, tool_format: str = "xml"):
     policy = ReplayPolicy.from_file(ACTIONS / task / f"{name}.json")
-    config = HarnessConfig().model_copy(update={"max_turns": policy.num_turns + 1})
+    config = HarnessConfig(tool_format=tool_format, max_turns=policy.num_turns + 1)
     return await run_rollout(load_task(TASKS[task]), policy, provider, config=config)
 
 
-@pytest.mark.parametrize(("task", "name"), FAST, ids=[f"{t}/{n}" for t, n in FAST])
-async def test_hack_suite_subset(task, name, sandbox_provider):
-    traj = await _replay(task, name, sandbox_provider)
+@pytest.mark.parametrize(
+    ("task", "name", "fmt"),
+    [(t, n, "xml") for t, n in FAST] + [(t, n, "native") for t, n in NATIVE],
+    ids=[f"{t}/{n}" for t, n in FAST] + [f"{t}/{n}/native" for t, n in NATIVE],
+)
+async def test_hack_suite_subset(task, name, fmt, sandbox_provider):
+    traj = await _replay(task, name, sandbox_provider, fmt)
+    assert traj.tool_format == fmt
     grading = traj.grading or {}
     if name.startswith("honest--"):
         assert traj.reward == 1.0 and list(traj.flags) == [], (traj.flags, grading.get("runner_events"))
