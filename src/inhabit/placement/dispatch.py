@@ -193,7 +193,11 @@ class DispatchRunner(EngineRunner):
             # EnvServerLost during the episode (a tool call, grading) loses it even when the
             # trajectory still looks finished: its observations are the server's errors.
             env_lost = sm is not None and sm.payload.losses > losses
-            if sm is not None and (env_lost or traj.status not in TRAINABLE_STATUSES) and not await self._alive(sm):
+            if (
+                sm is not None
+                and (env_lost or traj.status not in TRAINABLE_STATUSES)
+                and not await self._alive(sm)
+            ):
                 self.env_servers.mark_dead(sm, "health check failed after a failed rollout")
                 avoid_s.add(sm.index)
                 lost = f"env server {sm.index}"
