@@ -148,9 +148,9 @@ def leftovers(marker: str | None = None, pid: int | None = None) -> dict[str, li
                     if marker in (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
                         procs.append(d.name)
     tags = (
-        (f"inhabit-bw-{pid}-", f"inhabit-env-server-{pid}-")
+        (f"ihbw-{pid}-", f"inhabit-env-server-{pid}-")
         if pid
-        else ("inhabit-bw-", "inhabit-env-server-")
+        else ("ihbw-", "inhabit-env-server-")
     )
     mounts = []
     with contextlib.suppress(OSError):
