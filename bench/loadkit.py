@@ -147,11 +147,7 @@ def leftovers(marker: str | None = None, pid: int | None = None) -> dict[str, li
                 with contextlib.suppress(OSError):
                     if marker in (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
                         procs.append(d.name)
-    tags = (
-        (f"inhabit-bw-{pid}-", f"inhabit-env-server-{pid}-")
-        if pid
-        else ("inhabit-bw-", "inhabit-env-server-")
-    )
+    tags = (f"ihbw-{pid}-", f"inhabit-env-server-{pid}-") if pid else ("ihbw-", "inhabit-env-server-")
     mounts = []
     with contextlib.suppress(OSError):
         lines = Path("/proc/self/mountinfo").read_text().splitlines()

@@ -27,11 +27,13 @@ from inhabit.sandbox.base import (
     SandboxLimits,
     SandboxProvider,
 )
+from inhabit.sandbox.machine import MachineProfile
 
 __all__ = [
     "WORKSPACE_MOUNT",
     "ExecResult",
     "FileEntry",
+    "MachineProfile",
     "Sandbox",
     "SandboxConfig",
     "SandboxInfo",
@@ -48,6 +50,10 @@ class SandboxConfig(Config):
         "auto", description="auto = bwrap where it works, else process (which isolates nothing)."
     )
     limits: SandboxLimits = Field(default_factory=SandboxLimits, description="Per-sandbox resource limits.")
+    machine: MachineProfile = Field(
+        default_factory=MachineProfile,
+        description="What the sandbox looks like from inside: host name, user, home, environment.",
+    )
     scratch_dir: str | None = Field(
         None,
         description="Where workspaces, upper layers and snapshots live; default a tmpfs (/dev/shm) "
@@ -80,7 +86,10 @@ def create_provider(config: SandboxConfig | None = None) -> SandboxProvider:
         problem = bwrap_problem()
         if problem is None:
             return BwrapSandboxProvider(
-                limits=config.limits, scratch_dir=config.scratch_dir, workspace_mode=config.workspace_mode
+                limits=config.limits,
+                scratch_dir=config.scratch_dir,
+                workspace_mode=config.workspace_mode,
+                machine=config.machine,
             )
         if backend == "bwrap":
             raise ConfigError(f"sandbox.backend='bwrap' does not work on this host: {problem}")
@@ -89,4 +98,6 @@ def create_provider(config: SandboxConfig | None = None) -> SandboxProvider:
         get_logger(__name__).warning("bwrap sandbox unavailable (%s); falling back to 'process'", problem)
     from inhabit.sandbox.process import ProcessSandboxProvider
 
-    return ProcessSandboxProvider(limits=config.limits, scratch_dir=config.scratch_dir)
+    return ProcessSandboxProvider(
+        limits=config.limits, scratch_dir=config.scratch_dir, machine=config.machine
+    )

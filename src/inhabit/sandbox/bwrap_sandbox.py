@@ -50,6 +50,25 @@ def _nproc_wrap(cmd: list[str], n: int) -> list[str]:
     return ["/bin/sh", "-c", f'ulimit -u {n} 2>/dev/null || ulimit -p {n}; exec "$@"', "sh", *cmd]
 
 
+# PID 1 of every sandbox: a shell that runs the command as its child, reaps whatever is
+# orphaned meanwhile (dash waits for any child), and exits with the command's status (128+N
+# when signal N killed it, which bwrap would report the same way). With bwrap as PID 1 instead,
+# /proc/1/cmdline would show bwrap's whole command line: host paths of the venv and scratch dir.
+_INIT = ["/bin/sh", "-c", '"$@"; exit $?', "init"]
+
+
+def _make_home(home: Path) -> None:
+    """An ordinary user's home: the distribution's skeleton files (.bashrc, .profile), mode 0755."""
+    home.mkdir(exist_ok=True)
+    home.chmod(0o755)
+    skel = Path("/etc/skel")
+    if skel.is_dir():
+        for f in skel.iterdir():
+            if f.is_file() and not f.is_symlink():
+                with contextlib.suppress(OSError):
+                    (home / f.name).write_bytes(f.read_bytes())
+
+
 def _exit_code(rc: int) -> int:
     # bwrap reports a child killed by signal N as 128+N; ExecResult wants -N.
     return -(rc - 128) if 128 < rc < 160 else rc
@@ -67,6 +86,7 @@ class BwrapSandbox(Sandbox):
         self._limits = limits
         home = volume.path
         self.tmp = home / "tmp"
+        self.home = home / "home"  # the user's home directory, /home/<user> inside
         self.upper, self.work = home / "upper", home / "work"
         self.workspace = home / ("merged" if provider.overlay else "ws")
         self._stack: Snapshot | None = None  # overlay mode: the lowers now mounted
@@ -84,7 +104,8 @@ class BwrapSandbox(Sandbox):
         for d in (self.tmp, self.upper, self.work, self.workspace, self._volume.path / "layers"):
             d.mkdir(exist_ok=True)
         os.chmod(self.tmp, 0o1777)
-        self._own(self.tmp, self.upper)
+        _make_home(self.home)
+        self._own(self.tmp, self.upper, self.home, *self.home.iterdir())
         if self._p.cgroups is not None:
             self._groups = self._p.cgroups.create(self.sandbox_id, self._limits)
         if self._p.overlay:
@@ -135,7 +156,9 @@ class BwrapSandbox(Sandbox):
         else:  # snapshots still use layers on this volume: free only what is ours alone
             if self._p.overlay:
                 ops.append(functools.partial(mounts.umount, self.workspace))
-            ops += [functools.partial(hostfs.remove_tree, d) for d in (self.upper, self.work, self.tmp)]
+            ops += [
+                functools.partial(hostfs.remove_tree, d) for d in (self.upper, self.work, self.tmp, self.home)
+            ]
             if not self._p.overlay:
                 ops.append(functools.partial(hostfs.remove_tree, self.workspace))
         ops += [f for v in self._held if (f := v.release())]
@@ -243,6 +266,7 @@ class BwrapSandbox(Sandbox):
         inner_cwd = WORKSPACE_MOUNT if rel == "." else f"{WORKSPACE_MOUNT}/{rel}"
         if self._p.cgroups is None:
             cmd = _nproc_wrap(cmd, self._limits.max_processes)
+        machine = self._p.machine
         timeout = min(timeout_s or self._limits.default_timeout_s, self._limits.max_timeout_s)
         prefix, preexec = self._launcher()
         argv = [
@@ -251,21 +275,28 @@ class BwrapSandbox(Sandbox):
             "--bind",
             str(self.tmp),
             "/tmp",
+            "--perms",
+            "0755",
+            "--dir",
+            "/home",
+            "--bind",
+            str(self.home),
+            machine.home,
             "--bind",
             str(self.workspace),
             WORKSPACE_MOUNT,
             *self._p.python_argv,
             "--chdir",
             inner_cwd,
+            "--as-pid-1",  # PID 1 is _INIT, not bwrap (whose argv names host paths)
             "--",
+            *_INIT,
             *cmd,
         ]
         full_env = {
-            "PATH": sysview.sandbox_path_env(),
-            "HOME": "/tmp",
-            "TMPDIR": "/tmp",
-            "USER": sysview.SANDBOX_USER,
-            "LANG": "C.UTF-8",
+            **machine.environment(sysview.sandbox_path_env()),
+            # As in the process backend: no .pyc in the workspace (stale bytecode after a
+            # same-size edit within the pyc's one-second mtime resolution).
             "PYTHONDONTWRITEBYTECODE": "1",
             **(env or {}),
         }

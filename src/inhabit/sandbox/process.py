@@ -45,6 +45,7 @@ from inhabit.sandbox.base import (
     resolve_source,
 )
 from inhabit.sandbox.gate import Gate
+from inhabit.sandbox.machine import MachineProfile
 from inhabit.sandbox.runner import kill_group, run_capped
 
 log = get_logger(__name__)
@@ -133,11 +134,14 @@ class ProcessSandbox(Sandbox):
         if not host_cwd.is_dir():
             raise SandboxError(f"cwd {cwd!r} is not a directory in the workspace")
         timeout = min(timeout_s or self._limits.default_timeout_s, self._limits.max_timeout_s)
+        # Of the machine profile only the login environment applies here (the process runs on
+        # the host, as the host user, with the host's name and /etc); HOME is its private dir.
+        login = self._provider.machine.environment(
+            os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"), home=str(self.tmp)
+        )
         full_env = {
-            "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
-            "HOME": str(self.tmp),
+            **login,
             "TMPDIR": str(self.tmp),
-            "LANG": "C.UTF-8",
             # As in bwrap: no .pyc in the workspace. A same-size edit within the pyc's one-second
             # mtime resolution would otherwise run stale bytecode (seen as a flaky fixed-bug test).
             "PYTHONDONTWRITEBYTECODE": "1",
@@ -232,8 +236,14 @@ class ProcessSandboxProvider(SandboxProvider):
 
     backend = "process"
 
-    def __init__(self, limits: SandboxLimits | None = None, scratch_dir: str | Path | None = None):
+    def __init__(
+        self,
+        limits: SandboxLimits | None = None,
+        scratch_dir: str | Path | None = None,
+        machine: MachineProfile | None = None,
+    ):
         self.limits = limits or SandboxLimits()
+        self.machine = machine or MachineProfile()
         base = Path(scratch_dir) if scratch_dir else hostfs.default_scratch_dir()
         hostfs.sweep_stale(base, "inhabit-proc-")
         self.root = hostfs.make_private_dir(base, f"inhabit-proc-{os.getpid()}-")

@@ -4,8 +4,10 @@ Mounted read-only: /usr (with /bin, /lib, /lib64, /sbin as on the host: symlinks
 merged-/usr systems, read-only binds otherwise), the Python interpreter running inhabit (its
 installation prefix, e.g. a pyenv version under /root) and its virtual environment (so the
 task's tests and ruff run inside), /opt only if asked. From /etc only what programs need to
-start: the dynamic loader's cache and config, alternatives symlinks, timezone, nsswitch; plus
-generated passwd/group/hosts/hostname files naming the sandbox user (uid 1000, "agent").
+start: the dynamic loader's cache and config, alternatives symlinks, timezone, nsswitch, the
+host's os-release and CA certificates (/etc/ssl/certs, copied once per provider; never
+/etc/ssl/private); plus generated passwd/group/hosts/hostname/resolv.conf files for the machine
+profile (`inhabit.sandbox.machine`: its user, home directory and host name).
 
 Deliberately absent: the host's home directories, /root (except the interpreter prefix bound at
 its own path), /tmp, /var, /run (no unix sockets of host daemons can be reached), /work, /srv,
@@ -25,10 +27,9 @@ import shutil
 import sys
 from pathlib import Path
 
-SANDBOX_UID = 1000
-SANDBOX_GID = 1000
-SANDBOX_USER = "agent"
-HOSTNAME = "sandbox"
+from inhabit.sandbox.machine import MachineProfile, system_path
+
+SANDBOX_UID = 1000  # the probe's uid; sandboxes run as their machine profile's uid
 
 _ETC_FILES = (
     "ld.so.cache",
@@ -39,6 +40,14 @@ _ETC_FILES = (
     "nsswitch.conf",
     "protocols",
     "services",
+    "os-release",
+    "issue",
+    "debian_version",
+    "lsb-release",
+    "ca-certificates.conf",
+    "ssl/certs",
+    "ssl/openssl.cnf",
+    "skel",
 )
 _TOP_LINKS_OR_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 
@@ -56,26 +65,40 @@ def python_roots() -> list[Path]:
     return roots
 
 
-def write_etc(dest: Path) -> Path:
+def write_etc(dest: Path, machine: MachineProfile | None = None) -> Path:
     """Build the sandbox's whole /etc in `dest`: copies of the few host files, plus generated ones.
 
     One directory bound once is cheaper per exec than a bind per file (each is a mount).
     """
+    m = machine or MachineProfile()
     dest.mkdir(parents=True, exist_ok=True)
     for name in _ETC_FILES:
         host = Path("/etc") / name
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
         if host.is_symlink():
             (dest / name).symlink_to(os.readlink(host))
         elif host.is_dir():
             shutil.copytree(host, dest / name, symlinks=True)
         elif host.is_file():
             shutil.copy2(host, dest / name)
+    shell = m.login_shell()
+    passwd = [
+        "root:x:0:0:root:/root:/bin/bash" if shell == "/bin/bash" else "root:x:0:0:root:/root:/bin/sh",
+        "daemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin",
+        "bin:x:2:2:bin:/bin:/usr/sbin/nologin",
+        "sys:x:3:3:sys:/dev:/usr/sbin/nologin",
+        f"{m.user}:x:{m.uid}:{m.gid}:{m.user},,,:{m.home}:{shell}",
+        "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin",
+    ]
+    group = ["root:x:0:", "daemon:x:1:", "bin:x:2:", "sys:x:3:", "adm:x:4:", "tty:x:5:"]
+    group += [f"{m.user}:x:{m.gid}:", "users:x:100:", "nogroup:x:65534:"]
     files = {
-        "passwd": f"root:x:0:0:root:/root:/bin/sh\n{SANDBOX_USER}:x:{SANDBOX_UID}:{SANDBOX_GID}:"
-        f"{SANDBOX_USER}:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
-        "group": f"root:x:0:\n{SANDBOX_USER}:x:{SANDBOX_GID}:\nnogroup:x:65534:\n",
-        "hosts": f"127.0.0.1 localhost {HOSTNAME}\n::1 localhost\n",
-        "hostname": f"{HOSTNAME}\n",
+        "passwd": "\n".join(passwd) + "\n",
+        "group": "\n".join(group) + "\n",
+        "hosts": f"127.0.0.1\tlocalhost\n127.0.1.1\t{m.hostname}\n::1\tlocalhost ip6-localhost ip6-loopback\n",
+        "hostname": f"{m.hostname}\n",
+        # What glibc assumes without the file anyway; there is no network beyond loopback.
+        "resolv.conf": "nameserver 127.0.0.1\n",
     }
     for name, text in files.items():
         p = dest / name
@@ -85,7 +108,7 @@ def write_etc(dest: Path) -> Path:
     return dest
 
 
-def bwrap_args(etc_dir: Path) -> list[str]:
+def bwrap_args(etc_dir: Path, machine: MachineProfile | None = None) -> list[str]:
     """bwrap arguments for the read-only system view (everything but workspace, /tmp, /proc, /dev
     and the Python roots, which `python_bind_args` binds last).
     """
@@ -96,7 +119,7 @@ def bwrap_args(etc_dir: Path) -> list[str]:
             args += ["--symlink", os.readlink(host), f"/{name}"]
         elif host.is_dir():
             args += ["--ro-bind", str(host), f"/{name}"]
-    args += ["--ro-bind", str(write_etc(etc_dir)), "/etc"]
+    args += ["--ro-bind", str(write_etc(etc_dir, machine)), "/etc"]
     return args
 
 
@@ -116,5 +139,4 @@ def python_bind_args(sources: dict[Path, Path] | None = None) -> list[str]:
 def sandbox_path_env() -> str:
     """PATH inside the sandbox: the venv's bin first (python, pytest, ruff), then the system."""
     venv_bin = Path(sys.prefix).resolve() / "bin"
-    parts = [str(venv_bin)] if venv_bin.is_dir() else []
-    return ":".join([*parts, "/usr/local/bin", "/usr/bin", "/bin", "/usr/sbin", "/sbin"])
+    return system_path([str(venv_bin)] if venv_bin.is_dir() else [])

@@ -34,7 +34,7 @@ async def test_inside_view_user_tools_and_no_leaked_fds(provider_factory, worksp
             "id -u; hostname; ls /proc/self/fd | wc -l; python3 -c 'import sys; print(sys.prefix)'; ruff --version"
         )
         uid, host, nfds, prefix, ruff = r.stdout.splitlines()
-        assert (uid, host) == ("1000", "sandbox")
+        assert (uid, host) == ("1000", "devbox")
         assert int(nfds) <= 4  # 0, 1, 2 and the fd `ls` opens: nothing of ours leaks in
         assert prefix.endswith(".venv") and ruff.startswith("ruff ")
         # Files the host API writes are the sandbox user's to edit, and the reverse.

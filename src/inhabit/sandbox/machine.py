@@ -1,0 +1,64 @@
+"""The machine a sandbox looks like from inside: host name, user, home, login environment.
+
+A model notices when its environment differs from a developer's machine (a host called
+`sandbox`, `HOME=/tmp`, a bare /etc) and may then behave differently. `MachineProfile` (the
+`[sandbox.machine]` table) describes an ordinary machine instead; the bwrap backend builds all
+of it (hostname, /etc/passwd and group entries, /etc/os-release, hosts, CA certificates, a home
+directory at /home/<user>, a 1777 /dev/shm). The process backend runs on the host as the host
+user, so it can only set the login environment (HOME stays its private directory).
+"""
+
+from __future__ import annotations
+
+import shutil
+
+from pydantic import Field
+
+from inhabit.config import Config
+
+_NAME = r"^[a-z_][a-z0-9_-]{0,31}$"
+_HOST = r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$"
+_SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
+
+
+class MachineProfile(Config):
+    """How the sandbox presents itself: an ordinary developer's machine."""
+
+    hostname: str = Field("devbox", pattern=_HOST, description="Host name (uname, /etc/hostname, hosts).")
+    user: str = Field("dev", pattern=_NAME, description="Login name of the user commands run as.")
+    uid: int = Field(1000, ge=1, le=60000, description="That user's uid inside the sandbox.")
+    gid: int = Field(1000, ge=1, le=60000, description="That user's primary gid inside the sandbox.")
+    shell: str = Field(
+        "",
+        description="Login shell (passwd, SHELL); default /bin/bash where the host has bash, else /bin/sh.",
+    )
+    term: str = Field("xterm-256color", description="TERM of commands.")
+    lang: str = Field("C.UTF-8", description="LANG of commands (a locale every glibc has).")
+    extra_env: dict[str, str] = Field(
+        default_factory=dict, description="More environment variables every command gets."
+    )
+
+    @property
+    def home(self) -> str:
+        return f"/home/{self.user}"
+
+    def login_shell(self) -> str:
+        return self.shell or ("/bin/bash" if shutil.which("bash", path="/usr/bin:/bin") else "/bin/sh")
+
+    def environment(self, path: str, home: str | None = None) -> dict[str, str]:
+        """A login-like environment: what `env` shows after logging in (plus `extra_env`)."""
+        return {
+            "HOME": home or self.home,
+            "USER": self.user,
+            "LOGNAME": self.user,
+            "SHELL": self.login_shell(),
+            "TERM": self.term,
+            "LANG": self.lang,
+            "PATH": path,
+            **self.extra_env,
+        }
+
+
+def system_path(first: list[str] | None = None) -> str:
+    """PATH: `first` (e.g. a venv's bin) ahead of the usual system directories."""
+    return ":".join([*(first or []), _SYSTEM_PATH])
