@@ -35,7 +35,7 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -215,10 +215,17 @@ class EmbeddedEngine(InferenceEngine):
         Typed errors (EngineOverloaded, InvalidRequest, EngineClosed) raise here; the caller
         must `cancel()` the handle when it stops reading, or the request runs to its end.
         """
-        queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
+        return self.open_streams([request])[0]
+
+    def open_streams(self, requests: Sequence[GenerationRequest]) -> list[StreamHandle]:
+        """`open_stream` for several requests admitted together: all of them, or none (typed error)."""
         loop = asyncio.get_running_loop()
-        (seq,) = self._submit([request], lambda ev: loop.call_soon_threadsafe(queue.put_nowait, ev))
-        return StreamHandle(seq, queue)
+        reqs = [r if r.request_id else replace(r, request_id=uuid.uuid4().hex) for r in requests]
+        queues: dict[str, asyncio.Queue[TokenEvent]] = {r.request_id: asyncio.Queue() for r in reqs}
+        if len(queues) != len(reqs):
+            raise InvalidRequest("open_streams: two requests share a request_id")
+        seqs = self._submit(reqs, lambda ev: loop.call_soon_threadsafe(queues[ev.request_id].put_nowait, ev))
+        return [StreamHandle(seq, queues[seq.req.request_id]) for seq in seqs]
 
     async def load_weights(self, weights: Mapping[str, torch.Tensor] | str | Path, version: int) -> None:
         """Swap weights between decode steps; returns once the new weights are in use."""

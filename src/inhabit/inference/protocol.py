@@ -127,8 +127,6 @@ class _Common(_Lenient):
             return "presence_penalty/frequency_penalty are not supported"
         if self.logit_bias:
             return "logit_bias is not supported"
-        if self.stream and self.n != 1:
-            return "streaming supports n=1 only"
         return None
 
     def stops(self) -> tuple[str, ...]:
