@@ -321,6 +321,8 @@ class EmbeddedEngine(InferenceEngine):
             raise InvalidRequest("temperature must be >= 0 and top_p in (0, 1]")
         if not 0 <= sp.top_logprobs <= 20:
             raise InvalidRequest("top_logprobs must lie in [0, 20]")
+        if any(not 0 <= t < self.vocab_size for t, _ in sp.logit_bias):
+            raise InvalidRequest(f"logit_bias token ids must lie in [0, {self.vocab_size})")
         if sp.stop and self.tokenizer is None:
             raise InvalidRequest("stop strings need a tokenizer; this engine was built without one")
 
@@ -459,7 +461,7 @@ class EmbeddedEngine(InferenceEngine):
 
     def _sample_and_record(self, rows: list[int], logits: torch.Tensor, routes: list) -> None:
         seqs = [self._running[i] for i in rows]
-        params = [RowSampling(s.req.sampling.temperature, s.req.sampling.top_p, s.generator) for s in seqs]
+        params = [_row(s) for s in seqs]
         top_k = max(s.req.sampling.top_logprobs for s in seqs)
         tokens, logps, top = sample_tokens(logits, params, self.config.logprobs_mode, top_k)
         finished: list[tuple[int, str]] = []
@@ -590,3 +592,18 @@ def _make_capture(model: Any) -> Any:
     from inhabit.models.routing import RoutingCapture, is_moe
 
     return RoutingCapture(model) if is_moe(model) else None
+
+
+def _row(s: _Seq) -> RowSampling:
+    sp = s.req.sampling
+    if not sp.adjusted():
+        return RowSampling(sp.temperature, sp.top_p, s.generator)
+    return RowSampling(
+        sp.temperature,
+        sp.top_p,
+        s.generator,
+        sp.presence_penalty,
+        sp.frequency_penalty,
+        sp.logit_bias,
+        s.tokens,
+    )

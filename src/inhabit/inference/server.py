@@ -208,7 +208,7 @@ def create_app(
                 else None,
                 "finish_reason": finish,
             }
-            choices.append(choice | _extensions(c))
+            choices.append(choice | _extensions(c, req))
         return {
             "id": rid,
             "object": "chat.completion",
@@ -270,7 +270,7 @@ def create_app(
                     as_ids=req.return_tokens_as_token_ids,
                 )
             choice = {"index": i, "text": c.text, "logprobs": lp, "finish_reason": c.finish_reason}
-            choices.append(choice | _extensions(c) | {"prompt_token_ids": c.prompt_token_ids})
+            choices.append(choice | _extensions(c, req) | {"prompt_token_ids": c.prompt_token_ids})
         usage = {
             "prompt_tokens": sum(len(c.prompt_token_ids or []) for c in outs),
             "completion_tokens": sum(len(c.token_ids) for c in outs),
@@ -344,12 +344,9 @@ def _checked(outs: list[Completion]) -> list[Completion]:
     return outs
 
 
-def _extensions(c: Completion) -> dict:
-    return {
-        "token_ids": c.token_ids,
-        "routed_experts": encode_routes(c),
-        "policy_versions": c.versions,
-    }
+def _extensions(c: Completion, req: Any) -> dict:
+    out = {"token_ids": c.token_ids, "routed_experts": encode_routes(c), "policy_versions": c.versions}
+    return out | ({"sampling_adjusted": True} if req.adjusts() else {})
 
 
 async def _read_limited(request: Request, limit: int) -> bytes:

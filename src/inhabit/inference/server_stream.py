@@ -53,6 +53,8 @@ class ChatChunks:
             lp = chat_logprobs(self.tokenizer, [e.token_id for e in events], [e.logprob for e in events], top)
         choice = {"index": self.index, "delta": delta, "logprobs": lp, "finish_reason": finish}
         choice |= {"token_ids": [e.token_id for e in events], "policy_versions": [e.version for e in events]}
+        if self.req.adjusts():
+            choice["sampling_adjusted"] = True
         return {
             "id": self.rid,
             "object": "chat.completion.chunk",
@@ -109,6 +111,8 @@ class CompletionChunks(ChatChunks):
         text = delta.get("content", "")
         choice = {"index": self.index, "text": text, "logprobs": lp, "finish_reason": finish}
         choice |= {"token_ids": [e.token_id for e in events], "policy_versions": [e.version for e in events]}
+        if self.req.adjusts():
+            choice["sampling_adjusted"] = True
         return {
             "id": self.rid,
             "object": "text_completion",
