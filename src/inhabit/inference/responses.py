@@ -146,7 +146,11 @@ def to_chat(req: ResponsesRequest) -> tuple[ChatRequest, list[str]]:
         return ChatRequest.model_validate(body), origins
     except ValidationError as e:
         err = e.errors()[0]
-        raise BadChatRequest(f"{'.'.join(map(str, err['loc']))}: {err['msg']}", "input") from None
+        loc = [str(p) for p in err["loc"]]
+        field = {"messages": "input", "max_tokens": "max_output_tokens"}.get(loc[0] if loc else "", "")
+        rest = [p for p in loc[1:] if p.isidentifier() or p.isdigit()]  # not union-variant tags
+        param = ".".join([field or (loc[0] if loc else "input"), *rest])
+        raise BadChatRequest(f"{param}: {err['msg']}", param) from None
 
 
 def _input_param(param: str | None, origins: list[str]) -> str | None:

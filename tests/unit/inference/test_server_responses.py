@@ -133,6 +133,7 @@ def _post(server, body: dict) -> httpx.Response:  # noqa: F811
             "text parts only",
         ),
         ({"text": {"format": {"type": "json_object"}}}, "text.format", "not supported"),
+        ({"tool_choice": "sometimes"}, "tool_choice", "tool_choice"),
         ({"input": [{"type": "reasoning", "summary": []}]}, "input.0.type", "function_call_output"),
         (
             {"input": [{"type": "function_call_output", "call_id": "nope", "output": "x"}]},
