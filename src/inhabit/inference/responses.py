@@ -252,7 +252,7 @@ class _Shape:
             "instructions": r.instructions,
             "max_output_tokens": r.max_output_tokens,
             "model": self.model,
-            "output": output,
+            "output": [{k: v for k, v in o.items() if not k.startswith("_")} for o in output],
             "parallel_tool_calls": r.parallel_tool_calls is not False,
             "previous_response_id": None,
             "store": False,
