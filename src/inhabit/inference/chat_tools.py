@@ -11,6 +11,8 @@ as objects, `tool` messages with their `tool_call_id`), `tools` become the templ
 - `required` / a named function: decoding is NOT constrained; the output is parsed as for `auto`
   and returned as the model wrote it (it may hold no call, or a call to another tool).
 - `parallel_tool_calls: false` keeps the first call only (the token ids still hold them all).
+- a function's `strict` is accepted and not enforced (nor rendered): arguments are parsed as
+  written and may not match the schema.
 
 Every problem in the request is a `BadChatRequest` (the server answers 400 with its `param`).
 """
@@ -65,7 +67,13 @@ def plan_chat(req: ChatRequest, parser_name: str | None) -> ChatPlan:
     if uses and parser_name == "inhabit":
         messages = _inhabit_messages(messages)
     parser = make_parser(parser_name, schemas) if req.tools and choice != "none" and parser_name else None
-    tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
+    # `strict` asks OpenAI to constrain decoding to the schema; it describes nothing to the model
+    # and is not enforced here, so it is not rendered (arguments are parsed as written).
+    tools = (
+        [t.model_dump(exclude_none=True, exclude={"function": {"strict"}}) for t in req.tools]
+        if req.tools
+        else None
+    )
     return ChatPlan(messages, tools, parser, None if req.parallel_tool_calls else 1, uses)
 
 

@@ -35,7 +35,7 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -215,10 +215,17 @@ class EmbeddedEngine(InferenceEngine):
         Typed errors (EngineOverloaded, InvalidRequest, EngineClosed) raise here; the caller
         must `cancel()` the handle when it stops reading, or the request runs to its end.
         """
-        queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
+        return self.open_streams([request])[0]
+
+    def open_streams(self, requests: Sequence[GenerationRequest]) -> list[StreamHandle]:
+        """`open_stream` for several requests admitted together: all of them, or none (typed error)."""
         loop = asyncio.get_running_loop()
-        (seq,) = self._submit([request], lambda ev: loop.call_soon_threadsafe(queue.put_nowait, ev))
-        return StreamHandle(seq, queue)
+        reqs = [r if r.request_id else replace(r, request_id=uuid.uuid4().hex) for r in requests]
+        queues: dict[str, asyncio.Queue[TokenEvent]] = {r.request_id: asyncio.Queue() for r in reqs}
+        if len(queues) != len(reqs):
+            raise InvalidRequest("open_streams: two requests share a request_id")
+        seqs = self._submit(reqs, lambda ev: loop.call_soon_threadsafe(queues[ev.request_id].put_nowait, ev))
+        return [StreamHandle(seq, queues[seq.req.request_id]) for seq in seqs]
 
     async def load_weights(self, weights: Mapping[str, torch.Tensor] | str | Path, version: int) -> None:
         """Swap weights between decode steps; returns once the new weights are in use."""
@@ -314,6 +321,8 @@ class EmbeddedEngine(InferenceEngine):
             raise InvalidRequest("temperature must be >= 0 and top_p in (0, 1]")
         if not 0 <= sp.top_logprobs <= 20:
             raise InvalidRequest("top_logprobs must lie in [0, 20]")
+        if any(not 0 <= t < self.vocab_size for t, _ in sp.logit_bias):
+            raise InvalidRequest(f"logit_bias token ids must lie in [0, {self.vocab_size})")
         if sp.stop and self.tokenizer is None:
             raise InvalidRequest("stop strings need a tokenizer; this engine was built without one")
 
@@ -452,7 +461,7 @@ class EmbeddedEngine(InferenceEngine):
 
     def _sample_and_record(self, rows: list[int], logits: torch.Tensor, routes: list) -> None:
         seqs = [self._running[i] for i in rows]
-        params = [RowSampling(s.req.sampling.temperature, s.req.sampling.top_p, s.generator) for s in seqs]
+        params = [_row(s) for s in seqs]
         top_k = max(s.req.sampling.top_logprobs for s in seqs)
         tokens, logps, top = sample_tokens(logits, params, self.config.logprobs_mode, top_k)
         finished: list[tuple[int, str]] = []
@@ -583,3 +592,18 @@ def _make_capture(model: Any) -> Any:
     from inhabit.models.routing import RoutingCapture, is_moe
 
     return RoutingCapture(model) if is_moe(model) else None
+
+
+def _row(s: _Seq) -> RowSampling:
+    sp = s.req.sampling
+    if not sp.adjusted():
+        return RowSampling(sp.temperature, sp.top_p, s.generator)
+    return RowSampling(
+        sp.temperature,
+        sp.top_p,
+        s.generator,
+        sp.presence_penalty,
+        sp.frequency_penalty,
+        sp.logit_bias,
+        s.tokens,
+    )

@@ -33,6 +33,14 @@ class SamplingParams:
     seed: int | None = None
     top_logprobs: int = 0
     """Also report this many most likely tokens (id -> logprob) at each step (OpenAI top_logprobs)."""
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    """OpenAI's logit adjustments (sampling.py applies them; the reported logprobs then describe
+    the adjusted distribution, which the model's own logits do not reproduce)."""
+
+    def adjusted(self) -> bool:
+        return bool(self.presence_penalty or self.frequency_penalty or self.logit_bias)
 
 
 @dataclass(frozen=True)

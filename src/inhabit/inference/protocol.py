@@ -1,8 +1,11 @@
 """Wire types of the OpenAI-compatible server, and the RL extension fields it adds.
 
 Requests follow OpenAI's chat and (legacy) completions APIs. Unknown fields are ignored (clients
-send many); fields we cannot honour (penalties, logit_bias, echo) are refused with a 400
-when set to a non-default value, never silently dropped. Chat messages may be `developer` (read
+send many); fields we cannot honour (echo, a `response_format` other than text) are refused with a
+400 when set to a non-default value, never silently dropped. `presence_penalty`,
+`frequency_penalty` and `logit_bias` are applied by the sampler (sampling.py); the logprobs then
+describe the adjusted distribution actually sampled, and each choice says so with
+`"sampling_adjusted": true`. Chat messages may be `developer` (read
 as `system`), `tool` (answering an assistant's `tool_calls` by `tool_call_id`), and give `content`
 as a list of text parts; `tools`, `tool_choice` and `parallel_tool_calls` are checked and rendered
 in chat_tools.py.
@@ -12,7 +15,10 @@ Extensions on every choice (named as vLLM names them, so one client reads both s
 - `routed_experts`: base64 of a `.npy` int array (N-1, layers, k) for MoE models, the experts
   each position 0..N-2 of prompt+completion was routed to (vLLM's layout: the last sampled token
   was never fed to the model, so it has none),
-- `policy_versions`: the policy version that produced each completion token (ours only).
+- `policy_versions`: the policy version that produced each completion token (ours only),
+- `sampling_adjusted` (only when true): penalties or logit bias changed the logits sampled from, so
+  `logprobs` are not the model's own and a trainer recomputing them from the weights will not
+  reproduce them (token ids, routes and versions stay exact).
 """
 
 from __future__ import annotations
@@ -114,22 +120,22 @@ class _Common(_Lenient):
     seed: Seed | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    logit_bias: dict[str, float] | None = None
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    logit_bias: (
+        dict[Annotated[str, Field(pattern=r"^\d+$")], Annotated[float, Field(ge=-100, le=100)]] | None
+    ) = None
     # vLLM-style extensions.
     stop_token_ids: list[int] | None = None
     return_token_ids: bool = True
     skip_special_tokens: bool = True
 
     def unsupported(self) -> str | None:
-        if self.presence_penalty or self.frequency_penalty:
-            return "presence_penalty/frequency_penalty are not supported"
-        if self.logit_bias:
-            return "logit_bias is not supported"
-        if self.stream and self.n != 1:
-            return "streaming supports n=1 only"
         return None
+
+    def adjusts(self) -> bool:
+        """Do penalties or a logit bias change the distribution sampled from?"""
+        return bool(self.presence_penalty or self.frequency_penalty or self.logit_bias)
 
     def stops(self) -> tuple[str, ...]:
         if self.stop is None:
@@ -190,6 +196,9 @@ def _sampling(req: _Common, max_tokens: int, top_logprobs: int, index: int) -> S
         stop_token_ids=tuple(req.stop_token_ids or ()),
         seed=None if req.seed is None else req.seed + index,
         top_logprobs=top_logprobs,
+        presence_penalty=req.presence_penalty,
+        frequency_penalty=req.frequency_penalty,
+        logit_bias=tuple((int(t), b) for t, b in (req.logit_bias or {}).items()),
     )
 
 

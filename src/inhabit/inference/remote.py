@@ -139,6 +139,7 @@ class RemoteEngine(InferenceEngine):
             body["stop_token_ids"] = list(sp.stop_token_ids)
         if sp.seed is not None:
             body["seed"] = sp.seed
+        body |= _adjustments(sp)
         r = await self._request("POST", "/v1/completions", json=body)
         choice = r.json()["choices"][0]
         ids = [int(t) for t in choice.get("token_ids") or []]
@@ -178,6 +179,7 @@ class RemoteEngine(InferenceEngine):
             params["stop_token_ids"] = list(sp.stop_token_ids)
         if sp.seed is not None:
             params["sampling_seed"] = sp.seed
+        params |= _adjustments(sp)
         body = {"input_ids": list(req.prompt_token_ids), "sampling_params": params, "return_logprob": True}
         out = (await self._request("POST", "/generate", json=body)).json()
         meta = out.get("meta_info") or {}
@@ -347,3 +349,15 @@ def _write_folder(weights: Mapping[str, Any], folder: str) -> str:
 
     save_file({k: v.contiguous() for k, v in weights.items()}, str(Path(folder) / "model.safetensors"))
     return folder
+
+
+def _adjustments(sp: Any) -> dict[str, Any]:
+    """Penalties and logit bias, in the OpenAI names vLLM, SGLang and `inhabit serve` all take."""
+    out: dict[str, Any] = {}
+    if sp.presence_penalty:
+        out["presence_penalty"] = sp.presence_penalty
+    if sp.frequency_penalty:
+        out["frequency_penalty"] = sp.frequency_penalty
+    if sp.logit_bias:
+        out["logit_bias"] = {str(t): b for t, b in sp.logit_bias}
+    return out

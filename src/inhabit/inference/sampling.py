@@ -12,6 +12,12 @@ recomputes when it scales its logits by the same temperature; with top_p < 1 the
 distribution differs (the kept tokens' probabilities are renormalized), which we do not fold in
 because trainers do not either. `raw` reports log_softmax(logits), whatever T. Greedy rows
 (T = 0) always report raw.
+
+Penalties and logit bias (OpenAI's semantics): a row's logits first get `logit_bias[t]` added and
+`count(t) * frequency_penalty + (count(t) > 0) * presence_penalty` subtracted, `count(t)` being how
+often token t already appears in that row's completion (the prompt does not count). Everything
+after (temperature, top-p, the draw and the reported logprobs, raw or tempered) works on the
+adjusted logits, so the logprobs describe the distribution actually sampled, not the model's.
 """
 
 from __future__ import annotations
@@ -29,6 +35,13 @@ class RowSampling:
     temperature: float
     top_p: float
     generator: torch.Generator
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: Sequence[tuple[int, float]] = ()
+    completion: Sequence[int] = ()  # the tokens this row generated so far (for the penalties)
+
+    def adjusts(self) -> bool:
+        return bool(self.presence_penalty or self.frequency_penalty or self.logit_bias)
 
 
 def sample_tokens(
@@ -41,6 +54,8 @@ def sample_tokens(
     """
     assert logits.dim() == 2 and logits.shape[0] == len(rows)
     logits = logits.float()
+    if any(r.adjusts() for r in rows):
+        logits = _adjust(logits.clone(), rows)
     temps = torch.tensor([r.temperature for r in rows], dtype=torch.float32, device=logits.device)
     greedy = temps <= 0
     safe_t = torch.where(greedy, torch.ones_like(temps), temps)
@@ -68,6 +83,22 @@ def sample_tokens(
     chosen = logp.gather(1, tokens[:, None]).squeeze(1)
     top = torch.topk(logp, min(top_k, logp.shape[-1]), dim=-1) if top_k > 0 else None
     return tokens, chosen, (None if top is None else (top.values, top.indices))
+
+
+def _adjust(logits: torch.Tensor, rows: Sequence[RowSampling]) -> torch.Tensor:
+    """Add each row's logit bias and subtract its presence/frequency penalties, in place."""
+    vocab = logits.shape[-1]
+    for i, r in enumerate(rows):
+        if not r.adjusts():
+            continue
+        for tok, bias in r.logit_bias:
+            if 0 <= tok < vocab:
+                logits[i, tok] += bias
+        if r.completion and (r.presence_penalty or r.frequency_penalty):
+            ids = torch.tensor(list(r.completion), dtype=torch.long, device=logits.device)
+            counts = torch.bincount(ids, minlength=vocab)[:vocab].to(logits.dtype)
+            logits[i] -= counts * r.frequency_penalty + (counts > 0).to(logits.dtype) * r.presence_penalty
+    return logits
 
 
 def _inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:

@@ -1,12 +1,13 @@
 """`inhabit serve`: an OpenAI-compatible HTTP server over an `EmbeddedEngine`, with RL extensions.
 
 Endpoints: `GET /v1/models` (and `/v1/models/{id}`), `POST /v1/chat/completions` (streaming with
-SSE; OpenAI tool calling through chat_tools.py and tool_parsers.py), `POST
-/v1/completions` (streaming too), `POST /v1/load_weights` (bearer token required: a JSON
-`{"path", "version"}` naming a folder on this machine, or a raw safetensors body with
-`?version=N`), `GET /health`, `GET /v1/engine/stats`. The extension fields are described in
-protocol.py. When the server has an API key every /v1 endpoint requires it; without one the
-weight endpoint is disabled (403), since a weight load replaces the policy.
+SSE; OpenAI tool calling through chat_tools.py and tool_parsers.py), `POST /v1/responses` (the
+Responses API subset agent SDKs use, responses.py), `POST /v1/completions` (streaming too), `POST
+/v1/load_weights` (bearer token required: a JSON `{"path", "version"}` naming a folder on this
+machine, or a raw safetensors body with `?version=N`), `GET /health`, `GET /v1/engine/stats`. The
+extension fields are described in protocol.py. When the server has an API key every /v1 endpoint
+requires it; without one the weight endpoint is disabled (403), since a weight load replaces the
+policy.
 
 Errors are OpenAI error objects (`{"error": {"message", "type", "param", "code"}}`, always JSON):
 400 for bad requests (a prompt that cannot fit the context, or `max_tokens` that would pass it),
@@ -20,22 +21,21 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from inhabit.errors import InhabitError
-from inhabit.inference.chat_tools import ChatPlan, assistant_message
-from inhabit.inference.embedded import EmbeddedEngine, StreamHandle, TokenEvent
+from inhabit.inference.chat_tools import assistant_message
+from inhabit.inference.embedded import EmbeddedEngine
 from inhabit.inference.engine import Completion, GenerationRequest
 from inhabit.inference.errors import (
     EngineClosed,
@@ -59,7 +59,7 @@ from inhabit.inference.server_limits import (
     PromptBound,
     until_disconnected,
 )
-from inhabit.inference.stops import safe_prefix
+from inhabit.inference.server_stream import ChatChunks, CompletionChunks, Stream, sse, usage
 from inhabit.serving import BackgroundServer, bind_socket  # noqa: F401  (BackgroundServer: re-exported)
 
 log = logging.getLogger(__name__)
@@ -194,8 +194,8 @@ def create_app(
         ]
         rid = f"chatcmpl-{uuid.uuid4().hex}"
         if req.stream:
-            fmt = _ChatChunks(rid, model_name, tokenizer, req, plan)
-            return _sse(engine.open_stream(gens[0]), gens[0], fmt, tokenizer, req.stops())
+            fmts = [ChatChunks(rid, model_name, tokenizer, req, plan, i) for i in range(req.n)]
+            return sse(engine.open_streams(gens), gens[0], fmts, tokenizer, req.stops())
         outs = _checked(await until_disconnected(request, engine.generate(gens)))
         choices = []
         for i, c in enumerate(outs):
@@ -208,16 +208,33 @@ def create_app(
                 else None,
                 "finish_reason": finish,
             }
-            choices.append(choice | _extensions(c))
+            choices.append(choice | _extensions(c, req))
         return {
             "id": rid,
             "object": "chat.completion",
             "created": int(time.time()),
             "model": model_name,
             "choices": choices,
-            "usage": _usage(prompt, outs),
+            "usage": usage(prompt, outs),
             "prompt_token_ids": prompt,
         }
+
+    from inhabit.inference import responses
+
+    responses.install(
+        app,
+        engine,
+        tokenizer,
+        model_name=model_name,
+        tool_call_parser=tool_call_parser,
+        auth=auth,
+        check_model=check_model,
+        budget=budget,
+        refuse_long_text=refuse_long_text,
+        api_error=ApiError,
+        checked=_checked,
+        stream_response=Stream,
+    )
 
     @app.post("/v1/completions", dependencies=[Depends(auth)])
     async def completions(req: CompletionRequest, request: Request) -> Any:
@@ -238,8 +255,8 @@ def create_app(
             ]
         rid = f"cmpl-{uuid.uuid4().hex}"
         if req.stream:
-            fmt = _CompletionChunks(rid, model_name, tokenizer, req)
-            return _sse(engine.open_stream(gens[0]), gens[0], fmt, tokenizer, req.stops())
+            fmts = [CompletionChunks(rid, model_name, tokenizer, req, None, i) for i in range(req.n)]
+            return sse(engine.open_streams(gens), gens[0], fmts, tokenizer, req.stops())
         outs = _checked(await until_disconnected(request, engine.generate(gens)))
         choices = []
         for i, c in enumerate(outs):
@@ -253,7 +270,7 @@ def create_app(
                     as_ids=req.return_tokens_as_token_ids,
                 )
             choice = {"index": i, "text": c.text, "logprobs": lp, "finish_reason": c.finish_reason}
-            choices.append(choice | _extensions(c) | {"prompt_token_ids": c.prompt_token_ids})
+            choices.append(choice | _extensions(c, req) | {"prompt_token_ids": c.prompt_token_ids})
         usage = {
             "prompt_tokens": sum(len(c.prompt_token_ids or []) for c in outs),
             "completion_tokens": sum(len(c.token_ids) for c in outs),
@@ -327,17 +344,9 @@ def _checked(outs: list[Completion]) -> list[Completion]:
     return outs
 
 
-def _extensions(c: Completion) -> dict:
-    return {
-        "token_ids": c.token_ids,
-        "routed_experts": encode_routes(c),
-        "policy_versions": c.versions,
-    }
-
-
-def _usage(prompt: list[int], outs: list[Completion]) -> dict:
-    done = sum(len(c.token_ids) for c in outs)
-    return {"prompt_tokens": len(prompt), "completion_tokens": done, "total_tokens": len(prompt) + done}
+def _extensions(c: Completion, req: Any) -> dict:
+    out = {"token_ids": c.token_ids, "routed_experts": encode_routes(c), "policy_versions": c.versions}
+    return out | ({"sampling_adjusted": True} if req.adjusts() else {})
 
 
 async def _read_limited(request: Request, limit: int) -> bytes:
@@ -348,146 +357,6 @@ async def _read_limited(request: Request, limit: int) -> bytes:
             raise ApiError(413, f"upload larger than {limit} bytes", code="payload_too_large")
         chunks.append(chunk)
     return b"".join(chunks)
-
-
-# ------------------------------------------------------------------ streaming
-
-
-class _ChatChunks:
-    def __init__(self, rid: str, model: str, tokenizer: Any, req: Any, plan: ChatPlan | None = None) -> None:
-        from inhabit.inference.tool_parsers import StreamingToolText
-
-        self.rid, self.model, self.tokenizer, self.req = rid, model, tokenizer, req
-        self.created = int(time.time())
-        self.tools = (
-            None if plan is None or plan.parser is None else StreamingToolText(plan.parser, plan.max_calls)
-        )
-        self.text_so_far = ""
-
-    def chunk(self, delta: dict, events: list[TokenEvent], finish: str | None, extra: dict) -> dict:
-        lp = None
-        if self.req.logprobs and events:
-            top = [e.top_logprobs or {} for e in events] if self.req.top_logprobs else None
-            lp = chat_logprobs(self.tokenizer, [e.token_id for e in events], [e.logprob for e in events], top)
-        choice = {"index": 0, "delta": delta, "logprobs": lp, "finish_reason": finish}
-        choice |= {"token_ids": [e.token_id for e in events], "policy_versions": [e.version for e in events]}
-        return {
-            "id": self.rid,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.model,
-            "choices": [choice | extra],
-        }
-
-    def first(self, prompt: list[int]) -> dict:
-        first = self.chunk({"role": "assistant", "content": ""}, [], None, {})
-        first["prompt_token_ids"] = prompt
-        return first
-
-    def text(self, text: str, events: list[TokenEvent], finish: str | None, extra: dict) -> dict:
-        if self.tools is None:
-            return self.chunk({"content": text} if text or finish is None else {}, events, finish, extra)
-        # Tool calls: content streams until a call opens; each call goes out once complete.
-        self.text_so_far += text
-        if finish is None:
-            content, calls = self.tools.feed(self.text_so_far)
-        else:
-            content, calls = self.tools.finish(self.text_so_far)
-            if self.tools.sent_calls and finish == "stop":
-                finish = "tool_calls"
-        delta: dict[str, Any] = {"content": content} if content else {}
-        if calls:
-            first = self.tools.sent_calls - len(calls)
-            delta["tool_calls"] = [c.wire() | {"index": first + k} for k, c in enumerate(calls)]
-        return self.chunk(delta, events, finish, extra)
-
-    def usage(self, c: Completion) -> dict | None:
-        if not (self.req.stream_options and self.req.stream_options.include_usage):
-            return None
-        body = self.chunk({}, [], None, {})
-        body["choices"] = []
-        body["usage"] = _usage(c.prompt_token_ids or [], [c])
-        return body
-
-
-class _CompletionChunks(_ChatChunks):
-    def chunk(self, delta: dict, events: list[TokenEvent], finish: str | None, extra: dict) -> dict:
-        lp = None
-        if self.req.logprobs is not None and events:
-            top = [e.top_logprobs or {} for e in events] if self.req.logprobs else None
-            lp = completion_logprobs(
-                self.tokenizer,
-                [e.token_id for e in events],
-                [e.logprob for e in events],
-                top,
-                as_ids=self.req.return_tokens_as_token_ids,
-            )
-        choice = {"index": 0, "text": delta.get("content", ""), "logprobs": lp, "finish_reason": finish}
-        choice |= {"token_ids": [e.token_id for e in events], "policy_versions": [e.version for e in events]}
-        return {
-            "id": self.rid,
-            "object": "text_completion",
-            "created": self.created,
-            "model": self.model,
-            "choices": [choice | extra],
-        }
-
-    def first(self, prompt: list[int]) -> dict | None:
-        return None
-
-
-class _Stream(StreamingResponse):
-    """An SSE response that aborts its engine request however the response ends (a client
-    gone before the first byte included, when the body iterator never even starts)."""
-
-    def __init__(self, body: AsyncIterator[str], handle: StreamHandle) -> None:
-        super().__init__(body, media_type="text/event-stream")
-        self.handle = handle
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            self.handle.cancel()
-
-
-def _sse(handle: StreamHandle, gen: GenerationRequest, fmt: Any, tokenizer: Any, stops: tuple[str, ...]):
-    async def events() -> AsyncIterator[str]:
-        ids: list[int] = []
-        sent = ""
-        pending: list[TokenEvent] = []
-        try:
-            first = fmt.first(gen.prompt_token_ids)
-            if first is not None:
-                yield _data(first)
-            async for ev in handle:
-                if isinstance(ev, TokenEvent):
-                    ids.append(ev.token_id)
-                    pending.append(ev)
-                    text = tokenizer.decode(ids, skip_special_tokens=True)
-                    cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
-                    safe = safe_prefix(text[:cut] if cut >= 0 else text, stops, finished=False)
-                    if len(safe) > len(sent) and safe.startswith(sent):
-                        yield _data(fmt.text(safe[len(sent) :], pending, None, {}))
-                        sent, pending = safe, []
-                    continue
-                c: Completion = ev
-                if c.finish_reason == "error":
-                    yield _data(error_body(f"generation failed: {c.error}", "server_error"))
-                    break
-                rest = c.text[len(sent) :] if c.text.startswith(sent) else ""
-                yield _data(fmt.text(rest, pending, c.finish_reason, {"routed_experts": encode_routes(c)}))
-                if (usage := fmt.usage(c)) is not None:
-                    yield _data(usage)
-        except InhabitError as e:
-            yield _data(error_body(str(e), "server_error"))
-        yield "data: [DONE]\n\n"
-
-    return _Stream(events(), handle)
-
-
-def _data(obj: dict) -> str:
-    return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n"
 
 
 # ------------------------------------------------------------------ errors

@@ -50,6 +50,31 @@ async def test_remote_matches_the_engine_it_fronts(served, prompts):
     assert report.max_abs_diff < 1e-4 and report.routing_disagreement == 0.0
 
 
+async def test_remote_forwards_penalties_and_logit_bias(served, prompts):
+    """A penalized, biased request through RemoteEngine samples what the engine itself does."""
+    srv, engine = served
+    sp = SamplingParams(
+        max_tokens=8,
+        seed=3,
+        temperature=0.9,
+        presence_penalty=0.5,
+        frequency_penalty=1.0,
+        logit_bias=((7, 4.0),),
+    )
+    req = GenerationRequest(prompts[0], sp, request_id="adjusted")
+    remote = RemoteEngine(RemoteConfig(base_url=srv.url, api_key=KEY))
+    try:
+        (got,) = await remote.generate([req])
+    finally:
+        await remote.close()
+    (want,) = await engine.generate([req])
+    (plain,) = await engine.generate(
+        [GenerationRequest(prompts[0], SamplingParams(max_tokens=8, seed=3, temperature=0.9))]
+    )
+    assert got.token_ids == want.token_ids != plain.token_ids
+    assert max(abs(a - b) for a, b in zip(got.logprobs, want.logprobs, strict=True)) < 1e-5
+
+
 async def test_remote_weight_updates(served, moe_folder, moe_folder_b, prompts):
     srv, engine = served
     remote = RemoteEngine(RemoteConfig(base_url=srv.url, api_key=KEY))

@@ -44,3 +44,25 @@ def test_same_seed_same_token_whatever_the_neighbours():
     alone, _, _ = sample_tokens(logits, [_row(seed=42)])
     crowd, _, _ = sample_tokens(logits.repeat(3, 1), [_row(seed=1), _row(t=0.0), _row(seed=42)])
     assert alone[0] == crowd[2]
+
+
+def test_penalties_and_bias_shape_the_sampled_distribution_and_its_logprobs():
+    """OpenAI's formula on the row's own completion; the logprobs are of the adjusted logits."""
+    logits = torch.tensor([[1.0, 2.0, 0.5, 0.0]] * 3)
+    g = torch.Generator().manual_seed
+    penalized = RowSampling(0.5, 1.0, g(1), presence_penalty=0.4, frequency_penalty=0.3, completion=[1, 1, 2])
+    biased = RowSampling(1.0, 1.0, g(2), logit_bias=[(3, 100.0)])
+    plain = RowSampling(0.5, 1.0, g(1))
+    tokens, logps, top = sample_tokens(logits, [penalized, biased, plain], top_k=4)
+    adjusted = logits[0] - torch.tensor([0.0, 2 * 0.3 + 0.4, 0.3 + 0.4, 0.0])
+    want = torch.log_softmax(adjusted / 0.5, -1)
+    assert math.isclose(logps[0].item(), want[tokens[0]].item(), rel_tol=1e-6)
+    assert top is not None and torch.allclose(top[0][0], want.sort(descending=True).values)
+    assert tokens[1].item() == 3 and logps[1].item() > -1e-6  # the bias makes token 3 certain
+    assert math.isclose(
+        logps[2].item(), torch.log_softmax(logits[2] / 0.5, -1)[tokens[2]].item(), rel_tol=1e-6
+    )
+    greedy, _, _ = sample_tokens(
+        logits[:1], [RowSampling(0.0, 1.0, g(0), presence_penalty=2.0, completion=[1])]
+    )
+    assert greedy.item() == 0  # token 1 (2.0 - 2.0) now loses to token 0 (1.0)

@@ -100,6 +100,56 @@ def test_streaming_chat_matches_non_streaming(client):
     assert chunks[-1].usage.completion_tokens == len(ids)
 
 
+def test_streaming_n_choices_match_non_streaming(client):
+    """n > 1 streams every choice (its own index), each one what the same request without
+    streaming returns for that index; usage counts them all."""
+    kw = dict(model="tiny-moe", messages=MESSAGES, max_tokens=12, temperature=1.0, seed=5, n=3)
+    whole = client.chat.completions.create(**kw)
+    chunks = list(client.chat.completions.create(**kw, stream=True, stream_options={"include_usage": True}))
+    text: dict[int, str] = {}
+    ids: dict[int, list[int]] = {}
+    finals: dict[int, str] = {}
+    for c in chunks:
+        for ch in c.choices:
+            text[ch.index] = text.get(ch.index, "") + (ch.delta.content or "")
+            ids.setdefault(ch.index, []).extend(ch.model_extra.get("token_ids") or [])
+            if ch.finish_reason:
+                finals[ch.index] = ch.finish_reason
+    assert sorted(text) == [0, 1, 2]
+    for want in whole.choices:
+        assert text[want.index] == want.message.content
+        assert ids[want.index] == want.model_extra["token_ids"]
+        assert finals[want.index] == want.finish_reason
+    assert len({tuple(v) for v in ids.values()}) > 1  # the choices are distinct samples
+    assert chunks[-1].usage.completion_tokens == sum(len(v) for v in ids.values())
+    completions = list(
+        client.completions.create(model="tiny-moe", prompt="x = 1", max_tokens=4, n=2, stream=True)
+    )
+    assert {ch.index for c in completions for ch in c.choices} == {0, 1}
+
+
+def test_penalties_and_logit_bias_are_applied_and_flagged(client, server):
+    """logit_bias +100 on one token makes every sampled token that one, with logprob ~0 (the
+    adjusted distribution's, not the model's); the choice says its sampling was adjusted."""
+    tok = server.engine.tokenizer.convert_tokens_to_ids("x")
+    kw = dict(model="tiny-moe", messages=MESSAGES, max_tokens=6, temperature=1.0, seed=2, logprobs=True)
+    biased = client.chat.completions.create(**kw, logit_bias={str(tok): 100})
+    choice = biased.choices[0]
+    assert choice.model_extra["token_ids"] == [tok] * 6 and choice.model_extra["sampling_adjusted"] is True
+    assert all(t.logprob > -1e-3 for t in choice.logprobs.content)
+    plain = client.chat.completions.create(**kw).choices[0]
+    assert "sampling_adjusted" not in plain.model_extra
+    # A +20 bias alone keeps the token every time; a frequency penalty of 2 per repeat wears it down.
+    long = kw | {"max_tokens": 12, "logit_bias": {str(tok): 20}}
+    kept = client.chat.completions.create(**long).choices[0].model_extra["token_ids"]
+    worn = client.chat.completions.create(**long, frequency_penalty=2.0).choices[0].model_extra["token_ids"]
+    assert kept == [tok] * 12 and worn[0] == tok and worn.count(tok) < 12
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(**kw, logit_bias={str(10**9): 1})
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(**kw, presence_penalty=3)
+
+
 def test_completions_with_token_prompts_and_stop(client, server):
     tok = server.engine.tokenizer
     prompt = tok("def add(a, b):", add_special_tokens=False)["input_ids"]

@@ -83,6 +83,26 @@ def test_shed_streaming_request_is_429_with_retry_after_before_any_byte(server):
     _idle(server.engine)
 
 
+def test_streams_of_n_choices_and_responses_are_admitted_whole_or_shed(server):
+    """n choices are admitted together or not at all (max_queue=1 here: n=2 is 429 with nothing
+    left running); a /v1/responses stream is shed before any byte like a chat stream."""
+    _idle(server.engine)
+    body = {"model": "tiny", "messages": MSG, "max_tokens": 4, "stream": True, "n": 2}
+    with httpx.stream("POST", server.url + "/v1/chat/completions", json=body, headers=_h()) as r:
+        r.read()
+        assert r.status_code == 429, r.text
+    assert server.engine.stats()["running"] == server.engine.stats()["waiting"] == 0
+    blocker = _Blocker(server.url)
+    try:
+        body = {"model": "tiny", "input": "Fix calc.py", "max_output_tokens": 4, "stream": True}
+        with httpx.stream("POST", server.url + "/v1/responses", json=body, headers=_h()) as r:
+            r.read()
+            assert r.status_code == 429 and r.headers["retry-after"] == "1", r.text
+    finally:
+        blocker.release()
+    _idle(server.engine)
+
+
 def test_openai_sdk_retries_a_shed_stream_until_the_queue_drains(server):
     _idle(server.engine)
     statuses: list[int] = []
