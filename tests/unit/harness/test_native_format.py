@@ -356,3 +356,37 @@ async def test_finetuned_tiny_model_reads_a_file_natively(sandbox, tool_folder):
     (turn,) = traj.segments[0].turns
     assert turn.completion_token_ids and len(turn.logprobs) == len(turn.completion_token_ids)
     assert [m.role for m in traj.segments[0].messages][-2:] == ["assistant", "tool"]
+
+
+# ------------------------------------------------------------------------------ SFT from native transcripts
+async def test_sft_sample_of_a_native_transcript_is_what_rollouts_render(sandbox, qwen_tok, base_tokenizer):
+    from inhabit.inference.chat_tools import encode_native
+    from inhabit.models.tokenizer import encode_chat
+    from inhabit.trainer.samples import sft_samples
+
+    traj = await run_episode(
+        ReplayPolicy(ACTIONS), sandbox, "fix add", config=HarnessConfig(tool_format="native"), task_id="t"
+    )
+    messages = traj.segments[0].messages
+    (sample,) = sft_samples(traj, qwen_tok)
+    ids, mask = sample.input_ids.tolist(), sample.loss_mask.tolist()
+    starts = [k for k in range(len(mask)) if mask[k] and (k == 0 or not mask[k - 1])]
+    ends = [k for k in range(len(mask)) if mask[k] and (k + 1 == len(mask) or not mask[k + 1])]
+    assistants = [i for i, m in enumerate(messages) if m.role == "assistant"]
+    assert len(starts) == len(assistants) == 3
+    tools = tool_schemas()
+    for i, start, end in zip(assistants, starts, ends, strict=True):
+        # each loss span follows exactly the prompt LocalPolicy renders for that turn at rollout time
+        assert ids[:start] == encode_native(qwen_tok, messages[:i], tools)
+        calls = [
+            (c["function"]["name"], json.loads(c["function"]["arguments"])) for c in messages[i].tool_calls
+        ]
+        written = "\n".join(_call(name, **args) for name, args in calls)
+        assert qwen_tok.decode(ids[start : end + 1]) == written + "<|im_end|>\n"
+    text = qwen_tok.decode(ids)
+    assert "<tools>\n" + json.dumps(tools[0]) in text
+    obs = [c.observation for c in traj.tool_calls[:2]]  # the parallel calls' results share one user turn
+    assert f"<|im_start|>user\n<tool_response>\n{obs[0]}\n</tool_response>\n<tool_response>\n{obs[1]}" in text
+    # the project's template renders no tools: a native chat is refused with what to do
+    with pytest.raises(ValueError, match="xml tool format"):
+        encode_chat(base_tokenizer, messages, add_generation_prompt=False)
