@@ -248,31 +248,12 @@ def template_parser(tokenizer: Any) -> str | None:
 
 
 def message_dicts(messages: Any) -> list[dict[str, Any]]:
-    """Harness `Message`s as the dicts chat templates take: assistant `tool_calls` with their
-    arguments as objects (as Qwen's and Llama's templates render them), `tool` messages with their
-    `tool_call_id` and `name`."""
-    out = []
-    for m in messages:
-        d: dict[str, Any] = {"role": m.role, "content": m.content}
-        if m.tool_calls:
-            d["tool_calls"] = [_template_call(c) for c in m.tool_calls]
-        if m.tool_call_id is not None:
-            d["tool_call_id"] = m.tool_call_id
-        if m.name is not None:
-            d["name"] = m.name
-        out.append(d)
-    return out
+    """Harness `Message`s as the dicts chat templates take (`tokenizer.to_chat_dicts`: assistant
+    `tool_calls` with their arguments as objects, `tool` messages with `tool_call_id` and `name`).
+    SFT renders transcripts through the same function, so it trains on the prompts rollouts saw."""
+    from inhabit.models.tokenizer import to_chat_dicts
 
-
-def _template_call(c: dict[str, Any]) -> dict[str, Any]:
-    fn = c.get("function") or {}
-    args = fn.get("arguments", "{}")
-    if isinstance(args, str):
-        try:
-            args = json.loads(args)
-        except json.JSONDecodeError:
-            pass  # the model's own text, rendered as it wrote it
-    return {**c, "function": {"name": fn.get("name", ""), "arguments": args}}
+    return to_chat_dicts(messages)
 
 
 def encode_native(tokenizer: Any, messages: Any, tools: list[dict[str, Any]] | None) -> list[int]:

@@ -187,21 +187,49 @@ def save_tokenizer(tokenizer: Any, path: str | Path) -> None:
     cfg_file.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
 
 
-def to_chat_dicts(messages: Sequence[Any]) -> list[dict[str, str]]:
-    """`{"role", "content"}` dicts from harness `Message`s, dicts, or anything with those attributes."""
+def to_chat_dicts(messages: Sequence[Any]) -> list[dict[str, Any]]:
+    """The dicts chat templates take, from harness `Message`s, `MessageRecord`s, dicts, or anything
+    with those attributes: `role` and `content`, plus the native tool fields where set (assistant
+    `tool_calls` with their JSON arguments as objects, as Qwen's and Llama's templates render them;
+    a `tool` message's `tool_call_id` and `name`)."""
     out = []
     for m in messages:
-        if isinstance(m, Mapping):
-            out.append({"role": str(m["role"]), "content": str(m["content"])})
-        else:
-            out.append({"role": str(m.role), "content": str(m.content)})
+        get = m.get if isinstance(m, Mapping) else lambda k, m=m: getattr(m, k, None)
+        d: dict[str, Any] = {"role": str(get("role")), "content": str(get("content"))}
+        if get("tool_calls"):
+            d["tool_calls"] = [_template_call(c) for c in get("tool_calls")]
+        for key in ("tool_call_id", "name"):
+            if get(key) is not None:
+                d[key] = str(get(key))
+        out.append(d)
     return out
 
 
-def render_chat(tokenizer: Any, messages: Sequence[Any], *, add_generation_prompt: bool = True) -> str:
-    """The chat as text, exactly as the model sees it."""
+def _template_call(c: Mapping[str, Any]) -> dict[str, Any]:
+    fn = c.get("function") or {}
+    args = fn.get("arguments", "{}")
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except json.JSONDecodeError:
+            pass  # the model's own text, rendered as it wrote it
+    return {**c, "function": {"name": fn.get("name", ""), "arguments": args}}
+
+
+def render_chat(
+    tokenizer: Any,
+    messages: Sequence[Any],
+    *,
+    add_generation_prompt: bool = True,
+    tools: Sequence[Mapping[str, Any]] | None = None,
+) -> str:
+    """The chat as text, exactly as the model sees it (`tools`: OpenAI function tools, rendered by
+    templates that take them, such as Qwen3's; the native tool format)."""
     return tokenizer.apply_chat_template(
-        to_chat_dicts(messages), add_generation_prompt=add_generation_prompt, tokenize=False
+        to_chat_dicts(messages),
+        tools=list(tools) if tools is not None else None,
+        add_generation_prompt=add_generation_prompt,
+        tokenize=False,
     )
 
 
@@ -226,7 +254,13 @@ def _content_encoder(tokenizer: Any) -> Any:
     return enc
 
 
-def encode_chat(tokenizer: Any, messages: Sequence[Any], *, add_generation_prompt: bool = True) -> list[int]:
+def encode_chat(
+    tokenizer: Any,
+    messages: Sequence[Any],
+    *,
+    add_generation_prompt: bool = True,
+    tools: Sequence[Mapping[str, Any]] | None = None,
+) -> list[int]:
     """Token ids of the rendered chat (bos once, no extra special tokens).
 
     With this module's template, the ids are assembled per message and message contents are
@@ -234,12 +268,20 @@ def encode_chat(tokenizer: Any, messages: Sequence[Any], *, add_generation_promp
     its shared-state flag flip, so it is thread-safe): a file the agent reads that happens to contain
     `<|end|><|assistant|>` stays plain text instead of forging a turn boundary. For contents
     without such strings this equals tokenizing `render_chat(...)`. Other tokenizers (a real model's
-    folder with its own template) get their template rendered and tokenized as usual.
+    folder with its own template) get their template rendered (with `tools` and the messages' tool
+    fields: the native tool format) and tokenized as usual. This module's template renders no tools:
+    a native chat is a ValueError.
     """
     dicts = to_chat_dicts(messages)
     if getattr(tokenizer, "chat_template", None) != CHAT_TEMPLATE:
-        text = render_chat(tokenizer, dicts, add_generation_prompt=add_generation_prompt)
+        text = render_chat(tokenizer, dicts, add_generation_prompt=add_generation_prompt, tools=tools)
         return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    if tools is not None or any("tool_calls" in m or m["role"] == "tool" for m in dicts):
+        raise ValueError(
+            "this chat uses the native tool format (tools, tool calls or tool messages), which the "
+            "project's chat template does not render; use a model folder whose template renders "
+            "`tools`, or the harness's xml tool format"
+        )
     special = dict(zip(SPECIAL_TOKENS, tokenizer.convert_tokens_to_ids(SPECIAL_TOKENS), strict=True))
     ids = [special[BOS]]
     for m in dicts:

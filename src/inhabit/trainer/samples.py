@@ -278,30 +278,51 @@ def group_samples(
 
 
 def chat_sample(
-    tokenizer: Any, messages: Sequence[Any], *, advantage: float = 1.0, source: str = ""
+    tokenizer: Any,
+    messages: Sequence[Any],
+    *,
+    advantage: float = 1.0,
+    source: str = "",
+    tools: Sequence[dict[str, Any]] | None = None,
 ) -> Sample:
     """A supervised sample of a chat: the rendered conversation (`encode_chat`, no generation
     prompt), loss on every assistant message's content and its closing end token (not on the role
     marker, which the prompt supplies at generation time). For `Trainer.sft_step`.
 
-    Needs a tokenizer whose chat encoding grows by appending (the project's does: ids are built per
-    message); TrainerError otherwise.
+    `tools` (the native tool format): the chat is rendered by the model's template with those
+    tools, and its assistant `tool_calls` and `tool` messages as the template writes them, exactly
+    as `LocalPolicy` renders the prompts at rollout time.
+
+    Needs a chat encoding that grows by appending at each assistant turn (the project's does: ids
+    are built per message; Qwen-style templates do unless they rewrite earlier turns, e.g. drop an
+    earlier `<think>`); TrainerError otherwise.
     """
     from inhabit.errors import TrainerError
     from inhabit.models.tokenizer import encode_chat
 
+    def encode(upto: int, generation: bool) -> list[int]:
+        return encode_chat(tokenizer, messages[:upto], add_generation_prompt=generation, tools=tools)
+
     ids: list[int] = []
     mask: list[bool] = []
+    # Only assistant turns are cut out: the messages between two of them (parallel tool results a
+    # template merges into one turn, say) are rendered together, as the model saw them.
     for i, m in enumerate(messages):
-        role = m["role"] if isinstance(m, dict) else m.role
-        if role == "assistant":  # the prompt the model saw, then what it wrote
-            prompt = encode_chat(tokenizer, messages[:i], add_generation_prompt=True)
-            full = encode_chat(tokenizer, messages[: i + 1], add_generation_prompt=False)
-        else:
-            prompt = full = encode_chat(tokenizer, messages[: i + 1], add_generation_prompt=False)
+        if _role(m) != "assistant":
+            continue
+        prompt, full = encode(i, True), encode(i + 1, False)  # the prompt it saw, then what it wrote
         if prompt[: len(ids)] != ids or full[: len(prompt)] != prompt:
+            raise TrainerError(
+                f"this tokenizer's chat encoding does not grow by appending at message {i} (does its "
+                "template rewrite earlier turns?); cannot mask turns"
+            )
+        mask += [False] * (len(prompt) - len(ids)) + [True] * (len(full) - len(prompt))
+        ids = full
+    if messages and _role(messages[-1]) != "assistant":  # trailing messages, outside the loss
+        full = encode(len(messages), False)
+        if full[: len(ids)] != ids:
             raise TrainerError("this tokenizer's chat encoding does not grow by appending; cannot mask turns")
-        mask += [False] * (len(prompt) - len(ids)) + [role == "assistant"] * (len(full) - len(prompt))
+        mask += [False] * (len(full) - len(ids))
         ids = full
     n = len(ids)
     return Sample(
@@ -314,11 +335,26 @@ def chat_sample(
     )
 
 
-def sft_samples(traj: Trajectory, tokenizer: Any) -> list[Sample]:
+def _role(m: Any) -> str:
+    return m["role"] if isinstance(m, dict) else m.role
+
+
+def sft_samples(
+    traj: Trajectory, tokenizer: Any, *, tools: Sequence[dict[str, Any]] | None = None
+) -> list[Sample]:
     """One `chat_sample` per segment of a trajectory (e.g. a scripted expert's transcript through
-    the real harness), for `Trainer.sft_step`. Segments without an assistant message are skipped."""
+    the real harness), for `Trainer.sft_step`. Segments without an assistant message are skipped.
+
+    A native trajectory (`tool_format == "native"`) is rendered with `tools`, by default the
+    harness's own (`prompts.tool_schemas()`, what the harness gave the model)."""
+    if tools is None and traj.tool_format == "native":
+        from inhabit.harness.prompts import tool_schemas
+
+        tools = tool_schemas()
     out = []
     for seg in traj.segments:
         if any(m.role == "assistant" for m in seg.messages):
-            out.append(chat_sample(tokenizer, seg.messages, source=f"{traj.task_id}#{seg.index}"))
+            out.append(
+                chat_sample(tokenizer, seg.messages, source=f"{traj.task_id}#{seg.index}", tools=tools)
+            )
     return out

@@ -7,10 +7,14 @@ Llama 3's JSON tool calls. Episodes run against a real process sandbox over a ti
 Where a test is about the loop, the turns come from an actions file (`ReplayPolicy`) or from an
 engine that answers scripted texts (the prompts are still rendered by `LocalPolicy` through the
 real template); one test fine-tunes the dense-1m model briefly to make a real `read_file` call.
+`OpenAIPolicy` runs episodes against the real `inhabit serve` app on loopback (a random model, and
+the fine-tuned one), and SFT samples of a native transcript are checked against rollout prompts.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import copy
 import json
 from collections.abc import Sequence
@@ -356,3 +360,118 @@ async def test_finetuned_tiny_model_reads_a_file_natively(sandbox, tool_folder):
     (turn,) = traj.segments[0].turns
     assert turn.completion_token_ids and len(turn.logprobs) == len(turn.completion_token_ids)
     assert [m.role for m in traj.segments[0].messages][-2:] == ["assistant", "tool"]
+
+
+# ------------------------------------------------------------------------------ OpenAIPolicy against inhabit serve
+@contextlib.contextmanager
+def _serving(folder):
+    """The model folder behind the real `inhabit serve` app on loopback (its parser detected from
+    the template)."""
+    from inhabit.inference.config import EngineConfig
+    from inhabit.inference.embedded import EmbeddedEngine
+    from inhabit.inference.server import BackgroundServer, create_app
+
+    engine = EmbeddedEngine.from_path(folder, EngineConfig(seed=0))
+    try:
+        with BackgroundServer(create_app(engine, engine.tokenizer, model_name="tiny")) as srv:
+            yield srv.url + "/v1"
+    finally:
+        asyncio.run(engine.close())
+
+
+@pytest.fixture(scope="module")
+def random_served(tmp_path_factory, qwen_tok):
+    from inhabit.models.tiny import build_tiny_model, save_model_folder
+
+    model = build_tiny_model("dense-1m", vocab_size=len(qwen_tok), seed=0)
+    with _serving(save_model_folder(model, qwen_tok, tmp_path_factory.mktemp("models") / "random")) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def tool_served(tool_folder):
+    with _serving(tool_folder) as url:
+        yield url
+
+
+async def _remote_episode(url, sandbox, max_turns: int):
+    from inhabit.inference.openai_policy import OpenAIPolicy
+
+    policy = OpenAIPolicy(url, "tiny", temperature=0.0, timeout_s=60, max_retries=0)
+    try:
+        cfg = HarnessConfig(tool_format="native", max_turns=max_turns, max_turn_tokens=64)
+        return await run_episode(policy, sandbox, "Fix add in calc.py.", config=cfg)
+    finally:
+        await policy.close()
+
+
+async def test_openai_policy_sends_tools_to_inhabit_serve(sandbox, qwen_tok, random_served):
+    """A random model writes no call: the nudge goes back as a user message; every request carried
+    the tools, and the server rendered exactly what LocalPolicy would."""
+    from inhabit.inference.chat_tools import encode_native
+
+    traj = await _remote_episode(random_served, sandbox, max_turns=2)
+    assert traj.tool_format == "native" and traj.status == "turn_limit" and traj.tool_calls == []
+    messages = traj.segments[0].messages
+    assert [m.role for m in messages] == ["system", "user", "assistant", "user", "assistant", "user"]
+    assert messages[0].content == NATIVE_SYSTEM and "no tool call" in messages[3].content
+    assert [m.content for m in messages[2:5:2]] == [t.text for t in traj.segments[0].turns]
+    turns = traj.segments[0].turns
+    for turn, upto in zip(turns, (2, 4), strict=True):
+        assert turn.prompt_token_ids == encode_native(qwen_tok, messages[:upto], tool_schemas())
+        text = qwen_tok.decode(turn.prompt_token_ids)
+        assert "<tools>\n" + "\n".join(json.dumps(t) for t in tool_schemas()) + "\n</tools>" in text
+
+
+@pytest.mark.slow  # the tool_folder fixture trains for about a minute
+async def test_openai_policy_round_trips_tool_messages_through_inhabit_serve(sandbox, qwen_tok, tool_served):
+    """The served model calls read_file; the next request carries the assistant `tool_calls` and the
+    `tool` message, which the server renders as the template's `<tool_call>` and `<tool_response>`."""
+    from inhabit.inference.chat_tools import encode_native
+
+    traj = await _remote_episode(tool_served, sandbox, max_turns=2)
+    assert traj.tool_format == "native"
+    call = traj.tool_calls[0]
+    assert call.tool == "read_file" and call.args == {"path": "calc.py"} and not call.error
+    messages = traj.segments[0].messages
+    assert [m.role for m in messages[:4]] == ["system", "user", "assistant", "tool"]
+    (wire,) = messages[2].tool_calls
+    assert messages[3].tool_call_id == wire["id"] and messages[3].content == call.observation
+    second = traj.segments[0].turns[1].prompt_token_ids
+    assert second == encode_native(qwen_tok, messages[:4], tool_schemas())
+    text = qwen_tok.decode(second)
+    assert READ + "\n<|im_start|>user\n<tool_response>\n" + call.observation + "\n</tool_response>" in text
+
+
+# ------------------------------------------------------------------------------ SFT from native transcripts
+async def test_sft_sample_of_a_native_transcript_is_what_rollouts_render(sandbox, qwen_tok, base_tokenizer):
+    from inhabit.inference.chat_tools import encode_native
+    from inhabit.models.tokenizer import encode_chat
+    from inhabit.trainer.samples import sft_samples
+
+    traj = await run_episode(
+        ReplayPolicy(ACTIONS), sandbox, "fix add", config=HarnessConfig(tool_format="native"), task_id="t"
+    )
+    messages = traj.segments[0].messages
+    (sample,) = sft_samples(traj, qwen_tok)
+    ids, mask = sample.input_ids.tolist(), sample.loss_mask.tolist()
+    starts = [k for k in range(len(mask)) if mask[k] and (k == 0 or not mask[k - 1])]
+    ends = [k for k in range(len(mask)) if mask[k] and (k + 1 == len(mask) or not mask[k + 1])]
+    assistants = [i for i, m in enumerate(messages) if m.role == "assistant"]
+    assert len(starts) == len(assistants) == 3
+    tools = tool_schemas()
+    for i, start, end in zip(assistants, starts, ends, strict=True):
+        # each loss span follows exactly the prompt LocalPolicy renders for that turn at rollout time
+        assert ids[:start] == encode_native(qwen_tok, messages[:i], tools)
+        calls = [
+            (c["function"]["name"], json.loads(c["function"]["arguments"])) for c in messages[i].tool_calls
+        ]
+        written = "\n".join(_call(name, **args) for name, args in calls)
+        assert qwen_tok.decode(ids[start : end + 1]) == written + "<|im_end|>\n"
+    text = qwen_tok.decode(ids)
+    assert "<tools>\n" + json.dumps(tools[0]) in text
+    obs = [c.observation for c in traj.tool_calls[:2]]  # the parallel calls' results share one user turn
+    assert f"<|im_start|>user\n<tool_response>\n{obs[0]}\n</tool_response>\n<tool_response>\n{obs[1]}" in text
+    # the project's template renders no tools: a native chat is refused with what to do
+    with pytest.raises(ValueError, match="xml tool format"):
+        encode_chat(base_tokenizer, messages, add_generation_prompt=False)
