@@ -24,6 +24,11 @@ log = get_logger(__name__)
 
 # Python ignores these itself and subprocess's restore_signals resets them in every child.
 _PYTHON_RESTORES = (1 << (signal.SIGPIPE - 1)) | (1 << (signal.SIGXFSZ - 1))
+# The signals between 32 and SIGRTMIN (32 and 33 with glibc) belong to the C library: sigaction
+# refuses them, so no program (nor `env --default-signal`) can change or use them, and the C
+# library installs its own handlers when it needs them. GNU make starts every recipe with both
+# ignored; they are left out rather than paid for with a reset prefix that cannot reset them.
+LIBC_RESERVED = sum(1 << (s - 1) for s in range(32, signal.SIGRTMIN))
 
 
 def inherited_state() -> tuple[int, int]:
@@ -37,7 +42,7 @@ def inherited_state() -> tuple[int, int]:
     for s in _SIGNALS:
         if signal.getsignal(s) == signal.SIG_IGN:
             ignored |= 1 << (s - 1)
-    return ignored & ~_PYTHON_RESTORES, blocked
+    return ignored & ~_PYTHON_RESTORES & ~LIBC_RESERVED, blocked & ~LIBC_RESERVED
 
 
 # Standard signals only: a realtime signal ignored from the start is in _ignored_at_start, and
