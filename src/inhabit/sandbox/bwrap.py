@@ -71,6 +71,8 @@ log = get_logger(__name__)
 # Scratch dirs are named `ihbw-<pid>-*`: their paths show in the sandbox's mount table (overlay
 # options, bind sources), so the name says nothing of what made them.
 SCRATCH_PREFIX = "ihbw-"
+# /dev/shm of every sandbox: enough for multiprocessing and semaphores, not a way around limits.
+SHM_BYTES = 256 * 1024 * 1024
 
 _NAMESPACE_ARGS = [
     "--unshare-user",
@@ -208,9 +210,12 @@ class BwrapSandboxProvider(SandboxProvider):
             "/proc",
             "--dev",
             "/dev",
-            # POSIX shared memory (multiprocessing, sem_open) wants a world-writable tmpfs here.
+            # POSIX shared memory (multiprocessing, sem_open) wants a world-writable tmpfs here;
+            # sized, since without a cgroup (unprivileged mode) nothing else bounds what it holds.
             "--perms",
             "1777",
+            "--size",
+            str(SHM_BYTES),
             "--tmpfs",
             "/dev/shm",
         ]

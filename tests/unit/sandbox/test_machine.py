@@ -178,3 +178,15 @@ async def test_process_backend_sets_the_login_environment(workspace: Path, provi
         r = await sb.exec("echo $USER $LOGNAME $TERM; test -d $HOME && echo home")
     m = MachineProfile()
     assert r.stdout.split() == [m.user, m.user, m.term, "home"]
+
+
+@pytest.mark.parametrize("kind", ["bwrap", "bwrap-copy"])
+async def test_dev_shm_is_size_capped(kind: str, workspace: Path, provider_factory):
+    """Without a cgroup nothing else bounds a tmpfs: /dev/shm carries its own size."""
+    from inhabit.sandbox.bwrap import SHM_BYTES
+
+    prov = provider_factory(kind)
+    async with await prov.create(workspace) as sb:
+        r = await sb.exec("df -B1 --output=size /dev/shm | tail -1")
+    assert r.exit_code == 0, r.stderr
+    assert int(r.stdout) == SHM_BYTES
