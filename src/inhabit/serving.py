@@ -91,3 +91,20 @@ def cap_body(receive: Any, cap: int, detail: Any) -> Any:
         return message
 
     return capped_receive
+
+
+async def client_disconnected(request: Any) -> None:
+    """Returns when the client of `request` goes away. Only for requests whose body was read
+    already: the next message the server then gives is the disconnect."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def send_json(send: Any, status: int, body: Any, extra: tuple[tuple[bytes, bytes], ...] = ()) -> None:
+    """A whole JSON response straight on an ASGI `send` (for middleware that answers by itself)."""
+    import json
+
+    data = json.dumps(body).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()), *extra]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": data})

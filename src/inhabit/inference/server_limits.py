@@ -23,7 +23,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 
 from inhabit.inference.protocol import error_body
-from inhabit.serving import cap_body
+from inhabit.serving import cap_body, client_disconnected, send_json
 
 T = TypeVar("T")
 
@@ -55,16 +55,9 @@ class BodyCap:
             return
         for k, v in scope["headers"]:
             if k.lower() == b"content-length" and v.isdigit() and int(v) > self.cap:
-                await _send(send, 413, too_large(self.cap))
+                await send_json(send, 413, too_large(self.cap))
                 return
         await self.app(scope, cap_body(receive, self.cap, too_large(self.cap)), send)
-
-
-async def _send(send: Any, status: int, body: dict) -> None:
-    data = json.dumps(body).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": data})
 
 
 class PromptBound:
@@ -89,7 +82,7 @@ class PromptBound:
 async def until_disconnected(request: Request, work: Awaitable[T]) -> T:
     """Await `work`; if the client disconnects first, cancel it (the engine aborts the request)."""
     task = asyncio.ensure_future(work)
-    watch = asyncio.ensure_future(_disconnect(request))
+    watch = asyncio.ensure_future(client_disconnected(request))
     try:
         done, _ = await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
     finally:
@@ -103,9 +96,3 @@ async def until_disconnected(request: Request, work: Awaitable[T]) -> T:
 
 class ClientGone(Exception):
     """The client disconnected before its answer was ready (nobody reads the response)."""
-
-
-async def _disconnect(request: Request) -> None:
-    # The body was read already, so the next message the server gives is the disconnect.
-    while (await request.receive())["type"] != "http.disconnect":
-        pass

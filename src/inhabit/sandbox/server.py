@@ -43,7 +43,6 @@ import asyncio
 import contextlib
 import hashlib
 import hmac
-import json
 import os
 import posixpath
 import shutil
@@ -73,7 +72,7 @@ from inhabit.sandbox.server_registry import (
 )
 from inhabit.sandbox.server_upload import BadUpload
 from inhabit.sandbox.server_wire import API_PREFIX, CLIENT_HEADER
-from inhabit.serving import cap_body
+from inhabit.serving import cap_body, client_disconnected, send_json
 
 log = get_logger(__name__)
 
@@ -170,7 +169,7 @@ class _Guard:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         scheme, _, given = headers.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(_digest(given.strip()), self.expected):
-            await _send_json(
+            await send_json(
                 send,
                 401,
                 {
@@ -181,14 +180,14 @@ class _Guard:
             )
             return
         if self.lifecycle.shutting_down:
-            await _send_json(send, 503, _shutting_down())
+            await send_json(send, 503, _shutting_down())
             return
         if (client := headers.get(CLIENT_HEADER)) and self.lifecycle.registry is not None:
             self.lifecycle.registry.heard_from(client[:64])
         cap = self.upload_cap if scope["path"].rstrip("/").endswith("/sandboxes/upload") else self.body_cap
         declared = headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > cap:
-            await _send_json(send, 413, _too_large(cap))
+            await send_json(send, 413, _too_large(cap))
             return
         await self.app(scope, cap_body(receive, cap, _too_large(cap)), send)
 
@@ -234,7 +233,7 @@ class Lifecycle:
         """Await `work`, cancelling it (which kills a command) if the client leaves or we stop."""
         assert self.stopping is not None
         task = asyncio.ensure_future(work)
-        watch = asyncio.ensure_future(_disconnect(request))
+        watch = asyncio.ensure_future(client_disconnected(request))
         stop = asyncio.ensure_future(self.stopping.wait())
         try:
             done, _ = await asyncio.wait({task, watch, stop}, return_when=asyncio.FIRST_COMPLETED)
@@ -250,26 +249,11 @@ class Lifecycle:
         raise ClientGone("the client disconnected; its command was killed")
 
 
-async def _disconnect(request: Request) -> None:
-    # The body was read already, so the next message the server gives is the disconnect.
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-
-
 def _too_large(cap: int) -> dict[str, str]:
     return {
         "detail": f"request body exceeds this server's cap of {cap} bytes; send less or raise the cap",
         "code": "payload_too_large",
     }
-
-
-async def _send_json(
-    send: Any, status: int, body: dict[str, Any], extra: tuple[tuple[bytes, bytes], ...] = ()
-) -> None:
-    data = json.dumps(body).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()), *extra]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": data})
 
 
 # ---- error mapping ---------------------------------------------------------------------------
