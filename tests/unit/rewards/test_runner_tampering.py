@@ -39,6 +39,7 @@ FAST = [
     ("geom-001", "honest--fix_with_profiler"),
     ("demo-001", "honest--fix_with_import_hook"),
     ("geom-001", "honest--fix_with_gc"),
+    ("geom-001", "runner_patch--plugin_from_testing_folder"),
 ]
 
 
