@@ -280,6 +280,8 @@ async def grade(
             timeout_s=spec.timeout_s,
             extra_args=[*extra, *cfg_args],
             empty_ini=empty_ini,
+            # The integrity checks trust exactly the code grading laid there, never a folder name.
+            test_files=[p for p in protected if p.endswith(".py")],
         )
         rewritten = await hacks.changed_during_run(fresh, protected, hidden)
     except (InhabitError, OSError) as e:

@@ -143,15 +143,22 @@ class SandboxRegistry:
     async def reap(self) -> list[str]:
         """Close sandboxes whose lease or idle time ran out (see module docstring); return their ids."""
         now = time.monotonic()
-        expired = [(sid, why) for sid, e in self.entries.items() if (why := self._expired(e, now))]
-        for sid, why in expired:
+        candidates = [sid for sid, e in self.entries.items() if self._expired(e, now)]
+        reaped = []
+        for sid in candidates:
+            # Each close awaits: a client heard from (or a request begun) meanwhile keeps the rest.
+            entry = self.entries.get(sid)
+            why = self._expired(entry, time.monotonic()) if entry is not None else None
+            if why is None:
+                continue
             log.info("env-server: reaping %s (%s)", sid, why)
+            reaped.append(sid)
             with contextlib.suppress(Exception):
                 await self.close(sid)
         live = {e.client for e in self.entries.values()}
         for client in [c for c in self.clients if c not in live]:
             del self.clients[client]  # forget clients with no sandboxes left
-        return [sid for sid, _ in expired]
+        return reaped
 
     async def close_all(self) -> None:
         ids = list(self.entries)

@@ -5,8 +5,8 @@ nothing but the standard library and pytest. It is never imported by inhabit its
 
 What it does:
   * At import (before any conftest or test module is imported) reads `cfg.json` beside this
-    file, holding a random HMAC key, and deletes it. The report and seal live in this file's
-    directory too, so no path or key appears in argv or the environment, and once tests run the
+    file, holding a random HMAC key (and the task's test files, see below), and deletes it. The
+    report and seal live in this file's directory too, so no path or key appears in argv or the environment, and once tests run the
     key is nowhere but in this module's memory. In pytest-xdist workers, which import this
     plugin after the main process deleted the file, it only tags test cases.
   * Points pytest's junitxml plugin at `report.xml` here (`config.option.xmlpath`) and tags
@@ -36,7 +36,10 @@ an audit hook (`sys.addaudithook`, which cannot be removed). Reported, as "kind:
               one present at start-up (coverage's) is still installed when the runner runs;
   * forged    workspace code compiled code under a runner or standard-library file name.
 "Workspace code" is the innermost frame on the stack that is not the standard library, this
-plugin or an installed package; test files and conftest.py are the task's own and are trusted.
+plugin or an installed package. The task's own test code is trusted: exactly the workspace files
+named in cfg.json's `test_files` (grading names the tests and conftests it restored, the hidden
+tests it laid over and its canaries), never a file by the name of its folder; without that list
+(a run outside grading) files named conftest.py, test_*.py or *_test.py.
 "The runner" is pytest's own packages (a single-file module such as py.py by its file alone, not
 the folder beside it), this plugin and installed plugin modules (by their functions and classes);
 other installed code loaded in the process is not. Code is "installed" by where its file is
@@ -68,18 +71,23 @@ import pytest
 _DIR = os.path.dirname(os.path.abspath(__file__))
 
 
-def _take_key():
+def _take_cfg():
+    """(key, test files): the HMAC key, and the workspace paths of the task's own test code
+    (None when the caller named none)."""
     path = os.path.join(_DIR, "cfg.json")
     try:
         with open(path) as f:
-            key = json.load(f)["key"]
+            cfg = json.load(f)
         os.remove(path)
-        return bytes.fromhex(key)
-    except (OSError, ValueError, KeyError):
-        return b""
+        files = cfg.get("test_files")
+        if files is not None and not (isinstance(files, list) and all(isinstance(p, str) for p in files)):
+            files = None
+        return bytes.fromhex(cfg["key"]), files
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return b"", None
 
 
-_KEY = _take_key()
+_KEY, _TEST_FILES = _take_cfg()
 _XML = os.path.join(_DIR, "report.xml") if _KEY else None
 _SEAL = os.path.join(_DIR, "seal.json") if _KEY else None
 _OUTCOMES = {}
@@ -95,7 +103,6 @@ _WATCH = frozenset(
      "sys._current_frames", "gc.get_referrers", "gc.get_referents", "sys.settrace", "compile",
      "code.__new__"}
 )  # fmt: skip
-_TEST_DIRS = frozenset({"tests", "test", "testing"})
 _CO_ITERABLE_COROUTINE = 0x100  # the one flag types.coroutine adds to a generator's code
 # pytest rewrites these module globals itself around every test (assertion helpers).
 _VOLATILE = frozenset(
@@ -127,6 +134,13 @@ class _Guard:
         self.items = {}
         self.busy = False
         self.cwd = os.path.realpath(os.getcwd()) + os.sep
+        # The task's own test code, exactly the files the caller laid there (grading: the restored
+        # tests, hidden tests and canaries), never guessed from a folder's name.
+        self.test_files = (
+            None
+            if _TEST_FILES is None
+            else frozenset(os.path.join(self.cwd, os.path.normpath(p)) for p in _TEST_FILES)
+        )
         self.runner_dirs = set()
         self.runner_files = set()
         self.plugin_modules = set()  # installed plugins (pytest11), watched for code changes only
@@ -207,14 +221,14 @@ class _Guard:
             if path.startswith(_STDLIB) and "-packages" + os.sep not in path:
                 return "stdlib"
             return "library" if path.startswith(self.library_roots) else "workspace"
-        rel = path[len(self.cwd) :]
-        base = os.path.basename(rel)
-        parts = rel.split(os.sep)[:-1]
+        if self.test_files is not None:
+            return "test" if path in self.test_files else "workspace"
+        # No list (a run outside grading): pytest's default test file names, never a folder.
+        base = os.path.basename(path)
         if (
             base == "conftest.py"
             or (base.startswith("test_") and base.endswith(".py"))
             or base.endswith("_test.py")
-            or _TEST_DIRS.intersection(parts)
         ):
             return "test"
         return "workspace"

@@ -5,7 +5,8 @@ Used by grading (in a fresh copy of the final workspace) and by the harness's `r
 
   1. makes a private directory `.inhabit-<random>` in the sandbox's own temp dir ($TMPDIR where
      the backend sets one, else /tmp) holding `seal_plugin.py` under a random module name and a
-     key file (the random HMAC key arrives on stdin, so it is in no process's argv);
+     key file (the random HMAC key, and the task's test files when the caller names them, arrive
+     on stdin, so they are in no process's argv);
   2. runs `<command> -p <plugin> [extra args] [selector]` under `env` with PYTEST_ADDOPTS,
      PYTEST_PLUGINS, PYTHONSTARTUP, PYTHONHOME and PYTHONINSPECT removed, PYTHONPATH set to the
      private directory only, PYTHONNOUSERSITE=1, PYTHONDONTWRITEBYTECODE=1, PYTHONHASHSEED pinned
@@ -137,6 +138,7 @@ async def run_tests(
     empty_ini: bool = False,
     env: Mapping[str, str] | None = None,
     hash_seed: int = HASH_SEED,
+    test_files: Sequence[str] | None = None,
 ) -> TestRunResult:
     """Run `command` (ending in a pytest invocation) in `sandbox` and read its sealed report.
 
@@ -145,7 +147,11 @@ async def run_tests(
     `pytest.ini` into the private directory and passes `-c` to it (graders use it when the
     original workspace has no pytest configuration). `env` is passed to the sandbox's exec; the
     variables listed in the module docstring are removed from it all the same, and PYTHONHASHSEED
-    is `hash_seed` (a command that sets its own wins). One sandbox exec.
+    is `hash_seed` (a command that sets its own wins). `test_files`: the workspace paths
+    (relative to the workspace root, where the command runs) of the task's own test code, the
+    only workspace files the seal plugin's integrity checks trust; None trusts files named like
+    pytest's tests (conftest.py, test_*.py, *_test.py). Grading passes the exact files it laid
+    there. One sandbox exec.
     Never raises for test failures; raises GradingError only when the sandbox cannot even create
     the private directory.
     """
@@ -178,7 +184,10 @@ exit $rc
 """
     argv = ["sh", "-c", script, "inhabit-run-tests", _PLUGIN_SOURCE, f"{command} {shlex.join(args)}",
             "1" if empty_ini else "0", shlex.join(selector_args)]  # fmt: skip
-    stdin = json.dumps({"key": key.hex()}).encode()
+    cfg: dict[str, object] = {"key": key.hex()}
+    if test_files is not None:
+        cfg["test_files"] = sorted(set(test_files))
+    stdin = json.dumps(cfg).encode()
 
     start = time.monotonic()
     res = await sandbox.exec(argv, stdin=stdin, timeout_s=timeout_s, env=env)
