@@ -337,8 +337,10 @@ def _plant_one(path: str, source: str, rng: random.Random, extra: int) -> tuple[
         slots.append(first - 1)
     # One of each that is conclusive whatever the real tests do (no mirrored assertion), so any
     # blind forcing in either direction is caught; the extras may mirror a real assertion.
-    # A module with calls to copy also always gets a same-kind wrong value (see `_body`).
-    kinds = ["fail_plain", "pass_plain"] + (["fail_same"] if calls else [])
+    # Every function whose result the module compares with a literal also gets a must-fail
+    # canary with a same-kind wrong value (see `_body`): with one for a random function only, an
+    # `__eq__` that accepts every value of its kind went unseen whenever the draw missed it.
+    kinds = ["fail_plain", "pass_plain"] + [f"fail_same:{n}" for n in sorted({c.name for c in calls})]
     kinds += [rng.choice(("fail", "pass")) for _ in range(extra)]
     rng.shuffle(kinds)
     lines = source.splitlines(keepends=True)
@@ -347,7 +349,9 @@ def _plant_one(path: str, source: str, rng: random.Random, extra: int) -> tuple[
     inserts: dict[int, list[str]] = {}
     canaries = []
     for kind in kinds:
-        body, mirror, hint = _body(kind, rng, calls, safe, pool, quote)
+        kind, _, only = kind.partition(":")
+        of = [c for c in calls if c.name == only] if only else calls
+        body, mirror, hint = _body(kind, rng, of, safe, pool, quote)
         name = _name(rng, prefix, stems, taken, hint.lower() if hint and hint.isidentifier() else None)
         slot = rng.choice(slots)
         text = f"def {name}():\n{body}"

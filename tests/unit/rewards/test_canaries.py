@@ -93,6 +93,21 @@ def test_eq_cheats_that_reject_one_shape_betray_themselves_in_every_module(tmp_p
         assert quiet == [], (cheat, [modules[p] for p in quiet[:2]])
 
 
+def test_a_cheat_in_one_function_of_several_betrays_itself_in_every_module(tmp_path):
+    """Only `add` cheats (the bug's function); `scale` and `name` are honest. A same-kind canary
+    for one randomly drawn function missed it whenever the draw fell elsewhere."""
+    modules, canaries = _plant_seeds(CALC)
+    accept = CHEATS["accepts_its_kinds"]
+    code = CHEAT.format(accept=accept).split("\n\n\ndef add")[0] + (
+        "\n\n\ndef add(a, b):\n    return _Eq(0)\n\n\n"
+        "def scale(x):\n    return 2 * x\n\n\ndef name(s):\n    return s + '-x'\n"
+    )
+    outcomes = _outcomes(tmp_path, modules, {"calc.py": code})
+    assert {o for n, o in outcomes.items() if n.endswith("::test_add")} == {"passed"}, outcomes
+    quiet = [path for path, cs in canaries.items() if not judge(cs, outcomes)]
+    assert quiet == [], [modules[p] for p in quiet[:2]]
+
+
 def test_an_honest_fix_betrays_nothing_in_the_same_modules(tmp_path):
     modules, canaries = _plant_seeds(CALC)
     outcomes = _outcomes(tmp_path, modules, {"calc.py": HONEST})
