@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from inhabit.harness.parse import FORMAT_HINT, ParseProblem, ToolCall, parse_tool_calls
+from inhabit.harness.parse import FORMAT_HINT, ParseProblem, ToolCall, arg_text, parse_tool_calls
 from inhabit.harness.tools import TOOLS, ToolContext, ToolError, bind_args
 from inhabit.harness.tools.base import Observation, Tool
 from inhabit.log import get_logger
@@ -69,17 +69,7 @@ def native_call(call: Mapping[str, Any]) -> ToolCall | ParseProblem:
         return ParseProblem(f"the arguments of {name!r} are not valid JSON ({e}). {NATIVE_HINT}", name)
     if not isinstance(args, dict):
         return ParseProblem(f"the arguments of {name!r} are not a JSON object. {NATIVE_HINT}", name)
-    return ToolCall(name, {str(k): _text(v) for k, v in args.items()})
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return str(value)
-    return json.dumps(value)
+    return ToolCall(name, {str(k): arg_text(v) for k, v in args.items()})
 
 
 def _plan(items: Iterable[ToolCall | ParseProblem], hint: str) -> list[_Planned]:

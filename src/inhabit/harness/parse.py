@@ -23,9 +23,11 @@ model what was wrong.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 _TOOL_OPEN = re.compile(r"<tool\b")
 _NAME_ATTR = re.compile(r"""\s+name\s*=\s*(?:"([^"]*)"|'([^']*)')\s*""")
@@ -171,3 +173,15 @@ def render_call(name: str, args: Mapping[str, str]) -> str:
     quoted = f"'{name}'" if '"' in name else f'"{name}"'
     inner = "".join(render_value(k, v) for k, v in args.items())
     return f"<tool name={quoted}>{inner}</tool>"
+
+
+def arg_text(value: Any) -> str:
+    """A JSON argument value as the text a tool receives (every tool argument is text, as in the
+    XML-like format): strings as they are, JSON's true/false and numbers as written, else JSON."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return str(value)
+    return json.dumps(value)

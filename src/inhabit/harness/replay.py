@@ -19,7 +19,7 @@ from typing import Any
 
 from inhabit.contracts import Message, Policy, PolicyTurn
 from inhabit.errors import HarnessError
-from inhabit.harness.parse import render_call
+from inhabit.harness.parse import arg_text, render_call
 from inhabit.harness.prompts import SUMMARY_PROMPT
 
 FINISH_TEXT = render_call("finish", {"message": "replay finished"})
@@ -27,16 +27,6 @@ FINISH_TEXT = render_call("finish", {"message": "replay finished"})
 
 class ActionsFileError(HarnessError):
     """An actions file is not a JSON list of turns of {"tool", "args"} objects."""
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return str(value)
-    return json.dumps(value)
 
 
 def parse_actions(data: Any, source: str = "actions") -> list[list[tuple[str, dict[str, Any]]]]:
@@ -62,7 +52,7 @@ def parse_actions(data: Any, source: str = "actions") -> list[list[tuple[str, di
 
 def render_turn(calls: Sequence[tuple[str, dict[str, Any]]]) -> str:
     try:
-        return "\n".join(render_call(name, {k: _text(v) for k, v in args.items()}) for name, args in calls)
+        return "\n".join(render_call(name, {k: arg_text(v) for k, v in args.items()}) for name, args in calls)
     except ValueError as e:
         raise ActionsFileError(f"cannot render call: {e}") from e
 
