@@ -98,6 +98,9 @@ class InvariantForward:
         self.scaling = self.head_dim**-0.5
         self.base = getattr(model, model.base_model_prefix)
         self.is_moe = cfg.model_type == "qwen3_moe"
+        # A fresh fp32 RoPE module: `model.to(bfloat16)` rounds the model's own inv_freq buffer, which
+        # would make a bf16 engine's positions differ from a trainer's fp32 model cast on the fly.
+        self.rotary = type(self.base.rotary_emb)(cfg)
         self._weights: dict[int, torch.Tensor] = {}
         self.refresh()
 
@@ -132,7 +135,7 @@ class InvariantForward:
         """
         base = self.base
         h = base.embed_tokens(input_ids).to(self.dtype)
-        cos, sin = base.rotary_emb(h[None], positions[None])
+        cos, sin = self.rotary(h[None], positions[None])
         cos, sin = cos[0][:, None, :], sin[0][:, None, :]  # [n, 1, D]
         routes = []
         for i, layer in enumerate(base.layers):
