@@ -191,28 +191,37 @@ class InvariantForward:
         offsets = torch.arange(bsz)
         for j in range(int(positions.max()) // bsz + 1):
             rows = (positions >= j * bsz).nonzero().squeeze(1)  # queries that reach this block
+            everyone = rows.shape[0] == n  # the usual case: plain tensors, no gather/scatter copies
             start = j * bsz
-            kb = kbuf[slots[rows], :, start : start + bsz].float()
-            vb = vbuf[slots[rows], :, start : start + bsz].float()
+            sl = slots if everyone else slots[rows]
+            kb = kbuf[sl, :, start : start + bsz].float()
+            vb = vbuf[sl, :, start : start + bsz].float()
             if kb.shape[2] < bsz:  # the buffer ends inside the block: pad to the fixed block shape
                 pad = (0, 0, 0, bsz - kb.shape[2])
                 kb, vb = nn.functional.pad(kb, pad), nn.functional.pad(vb, pad)
-            r = rows.shape[0]
-            # [r, kv_heads, B, D] -> one (1 x D) @ (D x B) product per (row, head).
-            kb = kb.repeat_interleave(group, dim=1).reshape(r * heads, bsz, dim)
-            vb = vb.repeat_interleave(group, dim=1).reshape(r * heads, bsz, dim)
-            qr = q[rows].reshape(r * heads, 1, dim)
+            r, kvh = rows.shape[0], self.num_kv_heads
+            # One (group x D) @ (D x B) product per (row, kv head): the `group` query heads sharing a
+            # kv head form a matrix of a fixed shape, so no call ever changes a product's shape.
+            kb = kb.reshape(r * kvh, bsz, dim)
+            vb = vb.reshape(r * kvh, bsz, dim)
+            qr = (q if everyone else q[rows]).reshape(r * kvh, group, dim)
             s = torch.bmm(qr, kb.transpose(1, 2)).view(r, heads, bsz) * self.scaling
-            hidden = (start + offsets)[None, :] > positions[rows][:, None]  # [r, B]: keys after the query
+            pos = positions if everyone else positions[rows]
+            hidden = (start + offsets)[None, :] > pos[:, None]  # [r, B]: keys after the query
             s = s.masked_fill(hidden[:, None, :], float("-inf"))
-            m_old = m[rows]
+            m_old = m if everyone else m[rows]
             m_new = torch.maximum(m_old, s.amax(-1))
             alpha = torch.exp(m_old - m_new)
             p = torch.exp(s - m_new[..., None])
-            denom[rows] = denom[rows] * alpha + p.sum(-1)
-            pv = torch.bmm(p.reshape(r * heads, 1, bsz), vb).view(r, heads, dim)
-            acc[rows] = acc[rows] * alpha[..., None] + pv
-            m[rows] = m_new
+            pv = torch.bmm(p.reshape(r * kvh, group, bsz), vb).view(r, heads, dim)
+            if everyone:
+                denom = denom * alpha + p.sum(-1)
+                acc = acc * alpha[..., None] + pv
+                m = m_new
+            else:
+                denom[rows] = denom[rows] * alpha + p.sum(-1)
+                acc[rows] = acc[rows] * alpha[..., None] + pv
+                m[rows] = m_new
         return acc / denom[..., None]
 
     def _moe(self, block, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
