@@ -72,6 +72,11 @@ class VLLMConfig(Config):
     logprobs_mode: str = Field("processed_logprobs", description="vLLM --logprobs-mode.")
     kv_cache_gib: int = Field(1, ge=1, description="VLLM_CPU_KVCACHE_SPACE on CPU.")
     routed_experts: bool = Field(False, description="--enable-return-routed-experts (needs a GPU).")
+    batch_invariant: bool = Field(
+        False,
+        description="VLLM_BATCH_INVARIANT=1: vLLM's batch-invariant kernels (GPU only: NVIDIA compute "
+        "capability >= 8.0 in vLLM's docs; vLLM-CPU has none). See docs/engine.md.",
+    )
     extra_args: list[str] = Field(default_factory=list, description="More vLLM arguments.")
     startup_timeout_s: float = Field(900.0, gt=0, description="Wait this long for the server to answer.")
     log_file: str | None = Field(None, description="Server output goes here (default: a temp file).")
@@ -139,6 +144,8 @@ class VLLMServer:
             "VLLM_NO_USAGE_STATS": "1",
             "DO_NOT_TRACK": "1",
         }
+        if self.config.batch_invariant:
+            env["VLLM_BATCH_INVARIANT"] = "1"
         env.pop("PYTHONPATH", None)  # the main environment's packages must not leak into vLLM's
         if self.log_path is None:
             fd, name = tempfile.mkstemp(prefix="inhabit-vllm-", suffix=".log")
