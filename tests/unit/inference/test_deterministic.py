@@ -26,10 +26,10 @@ VOCAB = 512
 
 def _random_request(rng: random.Random, rid: str) -> GenerationRequest:
     return GenerationRequest(
-        [rng.randrange(VOCAB) for _ in range(rng.randrange(1, 150))],
+        [rng.randrange(VOCAB) for _ in range(rng.randrange(1, 100))],
         SamplingParams(
             temperature=rng.choice([0.0, 0.7, 1.0]),
-            max_tokens=rng.randrange(1, 24),
+            max_tokens=rng.randrange(1, 16),
             seed=rng.randrange(10**6),
         ),
         rid,
@@ -114,7 +114,7 @@ def test_deterministic_mode_stays_close_to_the_standard_forward() -> None:
 
     model = build_tiny_model("moe-2m", vocab_size=VOCAB, seed=0)
     rng = random.Random(1)
-    reqs = [_random_request(rng, f"r{i}") for i in range(6)]
+    reqs = [_random_request(rng, f"r{i}") for i in range(3)]
     reqs = [
         GenerationRequest(r.prompt_token_ids, SamplingParams(temperature=1.0, max_tokens=8, seed=i))
         for i, r in enumerate(reqs)
@@ -148,3 +148,15 @@ def test_deterministic_mode_refuses_other_architectures() -> None:
     )
     with pytest.raises(ConfigError, match="deterministic"):
         EmbeddedEngine(tiny, None, EngineConfig(deterministic=True))
+
+
+def test_vllm_batch_invariant_sets_vllms_switch(monkeypatch) -> None:
+    """`VLLMConfig.batch_invariant` puts VLLM_BATCH_INVARIANT=1 in the server's environment (the
+    GPU run itself: tests/integration/test_vllm_cpu.py, marked gpu)."""
+    from inhabit.inference.vllm_backend import VLLMConfig, VLLMServer
+
+    monkeypatch.delenv("VLLM_BATCH_INVARIANT", raising=False)
+    assert (
+        VLLMServer(VLLMConfig(model="m", batch_invariant=True)).environment()["VLLM_BATCH_INVARIANT"] == "1"
+    )
+    assert "VLLM_BATCH_INVARIANT" not in VLLMServer(VLLMConfig(model="m")).environment()
