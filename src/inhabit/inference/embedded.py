@@ -23,6 +23,12 @@ running request's prefix with the new weights before the next step, so every tok
 the swap is exactly what a full forward of the new weights gives for its prefix; "keep" reuses
 the stale cache (cheaper, like in-flight updates elsewhere; the recorded logprob is still the
 true sampling probability). Routes of prompt positions stay those of the first prefill.
+
+Deterministic mode (`EngineConfig.deterministic`): prefill, decode and the post-swap recompute
+run through the batch-invariant forward of models/invariant.py instead of the model's own, writing
+keys and values straight into the slot cache; prompts are prefilled as rows in chunks of
+`prefill_token_budget` tokens (a prompt may span chunks), without padding. Each request's tokens
+and logprobs then depend on nothing but its own prompt, sampling parameters, seed and weights.
 """
 
 from __future__ import annotations
