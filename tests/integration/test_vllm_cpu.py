@@ -123,3 +123,32 @@ async def test_vllm_routed_experts_replay_on_gpu(tmp_path):
     model, _ = load_model(a)
     report = measure_mismatch(model, [c])
     assert report.routing_disagreement is not None and report.replay_max_abs_diff is not None
+
+
+@pytest.mark.slow
+@pytest.mark.gpu
+async def test_vllm_batch_invariant_request_alone_equals_in_a_batch_on_gpu(tmp_path):
+    """On a GPU build of vLLM with VLLM_BATCH_INVARIANT=1: a seeded request's tokens and logprobs
+    alone equal those it gets among 31 other requests."""
+    tok, a, _ = _folders(tmp_path, "dense-1m")
+    engine = await VLLMEngine.start(
+        VLLMConfig(model=str(a), max_model_len=512, batch_invariant=True, log_file=str(tmp_path / "vllm.log"))
+    )
+    try:
+        target = GenerationRequest(
+            tok("def add(a, b):", add_special_tokens=False)["input_ids"],
+            SamplingParams(max_tokens=32, temperature=1.0, seed=7),
+        )
+        (alone,) = await engine.generate([target])
+        others = [
+            GenerationRequest(
+                tok(f"x = {i}\n" * (1 + i % 5), add_special_tokens=False)["input_ids"],
+                SamplingParams(max_tokens=32, temperature=1.0, seed=100 + i),
+            )
+            for i in range(31)
+        ]
+        batch = await engine.generate([*others[:15], target, *others[15:]])
+    finally:
+        await engine.close()
+    assert batch[15].token_ids == alone.token_ids
+    assert batch[15].logprobs == alone.logprobs

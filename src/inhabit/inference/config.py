@@ -53,6 +53,15 @@ class EngineConfig(Config):
     num_threads: int | None = Field(
         None, ge=1, le=512, description="torch intra-op threads for the decode worker (default: torch's)."
     )
+    deterministic: bool = Field(
+        False,
+        description=(
+            "Batch-invariant kernels (models/invariant.py): a request's tokens and logprobs depend "
+            "only on its prompt, sampling parameters, seed and weights, not on its batch neighbours, "
+            "arrival order or prefill chunking; a trainer with trainer.deterministic recomputes them "
+            "bit for bit. Qwen3 and Qwen3-MoE models only. See docs/engine.md for the cost."
+        ),
+    )
 
 
 class ServeConfig(Config):

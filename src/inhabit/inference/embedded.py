@@ -23,6 +23,12 @@ running request's prefix with the new weights before the next step, so every tok
 the swap is exactly what a full forward of the new weights gives for its prefix; "keep" reuses
 the stale cache (cheaper, like in-flight updates elsewhere; the recorded logprob is still the
 true sampling probability). Routes of prompt positions stay those of the first prefill.
+
+Deterministic mode (`EngineConfig.deterministic`): prefill, decode and the post-swap recompute
+run through the batch-invariant forward of models/invariant.py instead of the model's own, writing
+keys and values straight into the slot cache; prompts are prefilled as rows in chunks of
+`prefill_token_budget` tokens (a prompt may span chunks), without padding. Each request's tokens
+and logprobs then depend on nothing but its own prompt, sampling parameters, seed and weights.
 """
 
 from __future__ import annotations
@@ -153,8 +159,19 @@ class EmbeddedEngine(InferenceEngine):
         self._fallback_gen = torch.Generator().manual_seed(
             self.config.seed if self.config.seed is not None else int(time.time_ns() % 2**62)
         )
-        self._capture = _make_capture(model) if self.config.capture_routing else None
-        self.is_moe = self._capture is not None
+        self._inv = None
+        if self.config.deterministic:
+            from inhabit.models.invariant import InvariantForward
+            from inhabit.models.routing import is_moe
+
+            # Batch-invariant kernels replace the model's own forward (models/invariant.py); they
+            # return routes themselves, so no router hook is needed.
+            self._inv = InvariantForward(self.model, _DTYPES[self.config.dtype])
+            self._capture = None
+            self.is_moe = is_moe(self.model) and self.config.capture_routing
+        else:
+            self._capture = _make_capture(model) if self.config.capture_routing else None
+            self.is_moe = self._capture is not None
         self._lock = threading.Condition()
         self._waiting: collections.deque[_Seq] = collections.deque()
         self._running: list[_Seq] = []
@@ -428,11 +445,56 @@ class EmbeddedEngine(InferenceEngine):
         calls = self._capture.clear()
         return calls[-1] if calls else None
 
+    def _det_prefill(
+        self, slots: list[int], sequences: list[list[int]]
+    ) -> list[tuple[torch.Tensor, None, Any]]:
+        """Deterministic mode: prefill `sequences` into KV `slots` with the batch-invariant forward,
+        as rows in chunks of at most `prefill_token_budget` tokens (a prompt may span chunks: its
+        later rows attend to the keys its earlier chunk wrote). Per sequence (last logits, None,
+        routes (L, T, k) or None)."""
+        assert self._inv is not None
+        self._kv.reserve(max(len(s) for s in sequences))
+        rows = [(j, p) for j, seq in enumerate(sequences) for p in range(len(seq))]
+        logits: dict[int, torch.Tensor] = {}
+        routes: dict[int, list[torch.Tensor]] = {j: [] for j in range(len(sequences))}
+        budget = self.config.prefill_token_budget
+        for start in range(0, len(rows), budget):
+            chunk = rows[start : start + budget]
+            ids = torch.tensor([sequences[j][p] for j, p in chunk])
+            slot_t = torch.tensor([slots[j] for j, _ in chunk])
+            pos = torch.tensor([p for _, p in chunk])
+            last = [i for i, (j, p) in enumerate(chunk) if p == len(sequences[j]) - 1]
+            out, r = self._inv.forward(
+                ids, slot_t, pos, self._kv_store(), torch.tensor(last, dtype=torch.long)
+            )
+            for i, row in enumerate(last):
+                logits[chunk[row][0]] = out[i]
+            if r is not None and self.is_moe:
+                owners = torch.tensor([j for j, _ in chunk])
+                for j in owners.unique().tolist():
+                    routes[j].append(r[:, owners == j])
+        for j, seq in enumerate(sequences):
+            self._kv.lengths[slots[j]] = len(seq)
+        return [
+            (logits[j], None, torch.cat(routes[j], dim=1) if routes[j] else None)
+            for j in range(len(sequences))
+        ]
+
+    def _kv_store(self) -> Any:
+        from inhabit.models.invariant import KVStore
+
+        return KVStore(self._kv.keys, self._kv.values)
+
     def _admit(self, seqs: list[_Seq]) -> None:
-        results = self._prefill([s.req.prompt_token_ids for s in seqs])
         base = len(self._running)
+        prompts = [s.req.prompt_token_ids for s in seqs]
+        if self._inv is not None:
+            results = self._det_prefill(list(range(base, base + len(seqs))), prompts)
+        else:
+            results = self._prefill(prompts)
         for j, (s, (_, kv, routes)) in enumerate(zip(seqs, results, strict=True)):
-            self._kv.write_prefix(base + j, kv)
+            if kv is not None:
+                self._kv.write_prefix(base + j, kv)
             if routes is not None:
                 s.prompt_routes = routes[:, :-1].permute(1, 0, 2).tolist()
         self._running.extend(seqs)
@@ -442,6 +504,9 @@ class EmbeddedEngine(InferenceEngine):
 
     def _decode_step(self) -> None:
         n = len(self._running)
+        if self._inv is not None:
+            self._det_decode_step(n)
+            return
         dev = self.config.device
         ids = torch.tensor([[s.tokens[-1]] for s in self._running], device=dev)
         cache = self._kv.decode_cache(n)
@@ -458,6 +523,18 @@ class EmbeddedEngine(InferenceEngine):
         routes = self._take_routes()  # (L, n, 1, k)
         per_row = [None if routes is None else routes[:, i, 0] for i in range(n)]
         self._sample_and_record(list(range(n)), out.logits[:, -1], per_row)
+
+    def _det_decode_step(self, n: int) -> None:
+        assert self._inv is not None
+        pos = torch.tensor(self._kv.lengths[:n])
+        self._kv.reserve(int(pos.max()) + 1)
+        ids = torch.tensor([s.tokens[-1] for s in self._running])
+        logits, routes = self._inv.forward(ids, torch.arange(n), pos, self._kv_store())
+        self._kv.commit_decode(n)
+        self.steps += 1
+        self.decoded_rows += n
+        per_row = [None if routes is None or not self.is_moe else routes[:, i] for i in range(n)]
+        self._sample_and_record(list(range(n)), logits, per_row)
 
     def _sample_and_record(self, rows: list[int], logits: torch.Tensor, routes: list) -> None:
         seqs = [self._running[i] for i in rows]
@@ -503,12 +580,17 @@ class EmbeddedEngine(InferenceEngine):
         t0 = time.perf_counter()
         try:
             copy_into(self.model, swap.state)
+            if self._inv is not None:
+                self._inv.refresh()
             self._version = swap.version
             if self.config.kv_after_swap == "recompute" and self._running:
                 prefixes = [s.req.prompt_token_ids + s.tokens[:-1] for s in self._running]
-                for i, (_, kv, _) in enumerate(self._prefill(prefixes)):
-                    self._kv.write_prefix(i, kv)
-                self._take_routes()
+                if self._inv is not None:
+                    self._det_prefill(list(range(len(prefixes))), prefixes)
+                else:
+                    for i, (_, kv, _) in enumerate(self._prefill(prefixes)):
+                        self._kv.write_prefix(i, kv)
+                    self._take_routes()
         except Exception as e:
             log.exception("weight swap failed")
             swap.loop.call_soon_threadsafe(_set_exception, swap.future, e)

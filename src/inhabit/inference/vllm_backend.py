@@ -15,6 +15,8 @@ Why these flags:
 - `VLLM_SERVER_DEV_MODE=1` exposes `/pause`, `/collective_rpc` (for `reload_weights`),
   `/reset_prefix_cache` and `/resume`: the weight-update path. It also exposes other dev
   endpoints, which is why the server binds loopback only.
+- `VLLM_BATCH_INVARIANT=1` with `batch_invariant=True`: vLLM's batch-invariant kernels (GPU only;
+  docs/engine.md says what that guarantees).
 - `VLLM_CPU_KVCACHE_SPACE` (GiB) bounds the KV cache on CPU (vLLM would otherwise take a large
   share of RAM). On GPUs pass `routed_experts=True` for `--enable-return-routed-experts`.
 
@@ -72,6 +74,11 @@ class VLLMConfig(Config):
     logprobs_mode: str = Field("processed_logprobs", description="vLLM --logprobs-mode.")
     kv_cache_gib: int = Field(1, ge=1, description="VLLM_CPU_KVCACHE_SPACE on CPU.")
     routed_experts: bool = Field(False, description="--enable-return-routed-experts (needs a GPU).")
+    batch_invariant: bool = Field(
+        False,
+        description="VLLM_BATCH_INVARIANT=1: vLLM's batch-invariant kernels (GPU only: NVIDIA compute "
+        "capability >= 8.0 in vLLM's docs; vLLM-CPU has none). See docs/engine.md.",
+    )
     extra_args: list[str] = Field(default_factory=list, description="More vLLM arguments.")
     startup_timeout_s: float = Field(900.0, gt=0, description="Wait this long for the server to answer.")
     log_file: str | None = Field(None, description="Server output goes here (default: a temp file).")
@@ -128,9 +135,8 @@ class VLLMServer:
             args.append("--enable-return-routed-experts")
         return prefix + args + list(c.extra_args)
 
-    def start(self) -> VLLMServer:
-        import tempfile
-
+    def environment(self) -> dict[str, str]:
+        """The server's environment: ours, plus vLLM's switches (see the module docstring)."""
         env = os.environ | {
             "VLLM_SERVER_DEV_MODE": "1",
             "VLLM_CPU_KVCACHE_SPACE": str(self.config.kv_cache_gib),
@@ -139,7 +145,15 @@ class VLLMServer:
             "VLLM_NO_USAGE_STATS": "1",
             "DO_NOT_TRACK": "1",
         }
+        if self.config.batch_invariant:
+            env["VLLM_BATCH_INVARIANT"] = "1"
         env.pop("PYTHONPATH", None)  # the main environment's packages must not leak into vLLM's
+        return env
+
+    def start(self) -> VLLMServer:
+        import tempfile
+
+        env = self.environment()
         if self.log_path is None:
             fd, name = tempfile.mkstemp(prefix="inhabit-vllm-", suffix=".log")
             os.close(fd)

@@ -62,6 +62,17 @@ class TrainerConfig(Config):
     router_replay: bool = Field(
         True, description="MoE: force the experts the engine chose (when samples carry routes)."
     )
+    deterministic: bool = Field(
+        False,
+        description="Recompute logprobs (and MoE routes) with the engine's batch-invariant kernels, so "
+        "they equal those of an engine with engine.deterministic bit for bit (mismatch 0, on-policy "
+        "ratio exactly 1); gradients still come from the standard forward. CPU only.",
+    )
+    deterministic_dtype: Literal["float32", "bfloat16"] = Field(
+        "float32",
+        description="dtype of the deterministic recomputation: set it to the engine's engine.dtype "
+        "(the fp32 weights are rounded to it exactly as the engine rounds the weights it is sent).",
+    )
     seed: int = Field(0, ge=0, description="Seeds torch, python and numpy RNGs when the Trainer is built.")
     device: str = Field("cpu", description="torch device of the trained model (fp32).")
     num_threads: int | None = Field(

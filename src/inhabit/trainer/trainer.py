@@ -68,6 +68,18 @@ class Trainer:
         """The caller's data position (JSON-able), saved and restored with checkpoints."""
         pad = getattr(model.config, "pad_token_id", None)
         self.pad_token_id = int(pad) if isinstance(pad, int) else 0
+        self._inv: Any = None
+        self._inv_logits: list[torch.Tensor] | None = None
+        if self.config.deterministic:
+            from inhabit.models.invariant import InvariantForward, check_supported
+
+            if torch.device(self.config.device).type != "cpu":
+                raise TrainerError("trainer.deterministic runs on CPU only; set trainer.device = 'cpu'")
+            try:
+                check_supported(self.model)
+            except Exception as e:
+                raise TrainerError(str(e)) from e
+            self._inv = InvariantForward(self.model, getattr(torch, self.config.deterministic_dtype))
 
     @classmethod
     def from_pretrained(
@@ -176,6 +188,8 @@ class Trainer:
         self, samples: Sequence[Sample], update: bool, stale_dropped: int = 0, sft: bool = False
     ) -> StepMetrics:
         t0 = time.perf_counter()
+        if self._inv is not None:
+            self._inv.refresh()  # weights may have changed since the last step (load, another update)
         samples = [s for s in samples if s.num_loss_tokens > 0]
         if not samples:
             raise TrainerError(
@@ -230,6 +244,8 @@ class Trainer:
                 grad_norms.append(float(torch.nn.utils.clip_grad_norm_(params, limit)))
                 self.optimizer.step()
                 self.scheduler.step()
+                if self._inv is not None:
+                    self._inv.refresh()
         if update:
             self.optimizer.zero_grad(set_to_none=True)
             self.version += 1
@@ -252,6 +268,10 @@ class Trainer:
         forward + backward (activation checkpointing re-runs routers inside backward)."""
         from inhabit.models.routing import RoutingCapture, RoutingError, RoutingReplay
 
+        if self._inv is not None:
+            with self._invariant_pass(mb, acc):
+                yield
+            return
         routes = mb.routed_experts if self.is_moe else None
         if routes is None:
             yield
@@ -267,30 +287,89 @@ class Trainer:
             if acc is not None and capture.calls:
                 acc.add_routes(capture.calls[0].permute(1, 2, 0, 3), routes)
 
+    @contextlib.contextmanager
+    def _invariant_pass(self, mb: MicroBatch, acc: MismatchAccumulator | None) -> Iterator[None]:
+        """Deterministic mode: the batch-invariant forward gives this micro-batch's logprob VALUES and
+        MoE routes (measured against the engine's: routing disagreement without any replay); the
+        standard forward, with those routes forced for the whole forward + backward, gives the
+        gradient (see `_forward`)."""
+        from inhabit.models.routing import RoutingReplay
+
+        lengths = mb.attention_mask.sum(1).tolist()
+        ids = mb.input_ids.cpu()
+        logits, routes = self._inv.sequence_logits([ids[i, :n].tolist() for i, n in enumerate(lengths)])
+        self._inv_logits = logits
+        try:
+            first = routes[0]
+            if first is None:
+                yield
+                return
+            got = torch.full((*mb.input_ids.shape, *first.shape[1:]), -1, dtype=torch.long)
+            for i, (r, n) in enumerate(zip(routes, lengths, strict=True)):
+                got[i, :n] = r
+            if acc is not None and mb.routed_experts is not None:
+                acc.add_routes(got, mb.routed_experts.cpu())
+            with RoutingReplay(self.model, got.permute(2, 0, 1, 3).to(mb.input_ids.device)):
+                yield
+        finally:
+            self._inv_logits = None
+
     def _forward(
         self, mb: MicroBatch, acc: MismatchAccumulator | None, grad: bool, temperature: float | None = None
     ) -> torch.Tensor:
-        """[B, T] logprobs of each token under the trainer (0 where not a loss token)."""
+        """[B, T] logprobs of each token under the trainer (0 where not a loss token).
+
+        Deterministic mode: the values are the batch-invariant forward's (`_invariant_pass`, bitwise
+        the engine's), the gradient the standard forward's: lp = invariant + (standard - standard),
+        whose value is exactly the invariant one (x - x == 0) and whose gradient is the standard one.
+        """
         assert not bool(mb.loss_mask[:, 0].any()), "token 0 has no prediction; it cannot be a loss token"
-        with contextlib.nullcontext() if grad else torch.no_grad():
-            base = getattr(self.model, self.model.base_model_prefix)
-            hidden = base(
-                input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False
-            ).last_hidden_state
-            # Only positions that predict a generated token go through the LM head.
-            sel = mb.loss_mask[:, 1:]
-            temp = self.config.temperature if temperature is None else temperature
-            logits = self.model.get_output_embeddings()(hidden[:, :-1][sel]).float() / temp
-            logp = torch.log_softmax(logits, dim=-1)
-            token_lp = logp.gather(1, mb.input_ids[:, 1:][sel][:, None]).squeeze(1)
-            full = torch.zeros(sel.shape, dtype=token_lp.dtype, device=token_lp.device)
-            full = full.masked_scatter(sel, token_lp)
-            lp = torch.cat([torch.zeros_like(full[:, :1]), full], dim=1)
+        temp = self.config.temperature if temperature is None else temperature
+        if self._inv is None:
+            with contextlib.nullcontext() if grad else torch.no_grad():
+                lp, logp = self._standard_logprobs(mb, temp)
+        else:
+            lp, logp = self._invariant_logprobs(mb, temp)
+            if grad:
+                std, _ = self._standard_logprobs(mb, temp)
+                lp = lp + (std - std.detach())
         if acc is not None:
             with torch.no_grad():
                 acc.add_entropy(float(-(logp.exp() * logp).sum()))
             acc.add_logprobs(lp, mb.behaviour_logprobs, mb.loss_mask, mb.versions)
         return lp
+
+    def _standard_logprobs(self, mb: MicroBatch, temp: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """([B, T] token logprobs, [loss tokens, V] log-distribution) of the model's own forward."""
+        base = getattr(self.model, self.model.base_model_prefix)
+        hidden = base(
+            input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False
+        ).last_hidden_state
+        # Only positions that predict a generated token go through the LM head.
+        sel = mb.loss_mask[:, 1:]
+        logits = self.model.get_output_embeddings()(hidden[:, :-1][sel]).float() / temp
+        logp = torch.log_softmax(logits, dim=-1)
+        return self._scatter(mb, logp), logp
+
+    def _invariant_logprobs(self, mb: MicroBatch, temp: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """`_standard_logprobs` from the invariant pass's logits, transformed exactly as the engine's
+        sampler does (fp32 logits divided by a [rows, 1] temperature tensor, then log_softmax)."""
+        assert self._inv_logits is not None, "_invariant_pass computes the logits first"
+        sel = mb.loss_mask[:, 1:].cpu()
+        rows = [lg[:-1][sel[i, : lg.shape[0] - 1]] for i, lg in enumerate(self._inv_logits)]
+        logits = torch.cat(rows)
+        logits = logits / torch.full((logits.shape[0], 1), temp, dtype=torch.float32)
+        logp = torch.log_softmax(logits, dim=-1).to(mb.input_ids.device)
+        return self._scatter(mb, logp), logp
+
+    @staticmethod
+    def _scatter(mb: MicroBatch, logp: torch.Tensor) -> torch.Tensor:
+        """[B, T] logprob of each loss token (0 elsewhere) from the [loss tokens, V] log-distribution."""
+        sel = mb.loss_mask[:, 1:]
+        token_lp = logp.gather(1, mb.input_ids[:, 1:][sel][:, None]).squeeze(1)
+        full = torch.zeros(sel.shape, dtype=token_lp.dtype, device=token_lp.device)
+        full = full.masked_scatter(sel, token_lp)
+        return torch.cat([torch.zeros_like(full[:, :1]), full], dim=1)
 
     def _metrics(
         self,
