@@ -41,6 +41,8 @@ from inhabit.tasks.task import Task
 from inhabit.types import TRAINABLE_STATUSES, Trajectory
 
 log = get_logger(__name__)
+MAX_RERUNS = 2
+"""Times one episode runs again after its engine replica died under it."""
 
 
 class RolloutConfig(Config):
@@ -165,6 +167,8 @@ class EngineRunner:
         self._episodes = 0
         self.completion_tokens = 0
         self.finished = 0
+        self.reruns = 0
+        """Episodes run again because their engine replica died under them (never recorded twice)."""
 
     async def run_one(
         self, task: Task, meta: dict[str, Any], *, slot_taken: Callable[[], None] | None = None
@@ -172,18 +176,27 @@ class EngineRunner:
         """One episode. `slot_taken`: the caller already holds this episode's slot and this is
         called once the episode no longer needs it; None: take (and give back) a slot here."""
         self._episodes += 1  # before any wait: sampling seeds follow the order of the calls
-        policy = LocalPolicy(
-            self.engine,
-            self.tokenizer,
-            temperature=self.cfg.temperature,
-            top_p=self.cfg.top_p,
-            seed=self.seed * 1_000_003 + self._episodes * 7919,
-        )
+        seed = self.seed * 1_000_003 + self._episodes * 7919
         if slot_taken is None:
             await self._slots.acquire(1)
             slot_taken = self._slots.release
         try:
-            traj = await self._episode(task, meta, policy)
+            for attempt in range(MAX_RERUNS + 1):
+                # Several engines (`ReplicaSet`): the episode stays on the one its lease picked.
+                lease = self.engine.lease() if hasattr(self.engine, "lease") else None
+                engine = lease or self.engine
+                policy = LocalPolicy(
+                    engine, self.tokenizer, temperature=self.cfg.temperature, top_p=self.cfg.top_p, seed=seed
+                )
+                try:
+                    traj = await self._episode(task, meta, policy)
+                finally:
+                    if lease is not None:
+                        lease.release()
+                if lease is None or not lease.lost or attempt == MAX_RERUNS:
+                    break
+                # Its engine died under it: the episode is thrown away and runs again from the start.
+                self.reruns += 1
         finally:
             slot_taken()
         self.completion_tokens += sum(t.completion_tokens or 0 for s in traj.segments for t in s.turns)
