@@ -99,3 +99,59 @@ def test_async_run_on_vllm_follows_every_version(tmp_path):
                 assert (ref - torch.tensor(turn["logprobs"])).abs().max() < 1e-3
                 checked += 1
     assert checked
+
+
+def _vllm_pids(run_dir) -> list[int]:
+    """Process-group leaders of the vLLM servers this run started (their logs are in run_dir)."""
+    import os
+    from pathlib import Path
+
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().split(b"\0")
+            pgid = os.getpgid(int(proc.name))
+        except (OSError, ProcessLookupError):
+            continue
+        line = b" ".join(cmd)
+        is_server = b"vllm.entrypoints.openai.api_server" in line and str(run_dir).encode() in line
+        if is_server and pgid == int(proc.name):
+            pids.append(int(proc.name))
+    return pids
+
+
+def test_a_vllm_server_that_dies_is_restarted_and_its_rollouts_run_again(tmp_path):
+    import os
+    import signal
+    import threading
+    import time
+
+    run_dir = tmp_path / "run"
+    path = tmp_path / "run.toml"
+    path.write_text(CONFIG.format(run_dir=run_dir).replace("steps = 4", "steps = 3"))
+    out: dict = {}
+    thread = threading.Thread(target=lambda: out.update(r=CliRunner().invoke(app, ["train", str(path)])))
+    thread.start()
+    deadline = time.monotonic() + 1200
+    metrics = run_dir / "metrics.jsonl"
+    while not (metrics.exists() and '"version": 1' in metrics.read_text()):
+        assert thread.is_alive() and time.monotonic() < deadline, out
+        time.sleep(1)
+    (pid,) = _vllm_pids(run_dir)
+    os.killpg(pid, signal.SIGKILL)  # a crash, mid-run: rollouts of step 2 are in flight on it
+    thread.join(timeout=1500)
+    assert not thread.is_alive()
+    result = out["r"]
+    assert result.exit_code == 0, result.output
+
+    records = [json.loads(line) for line in metrics.read_text().splitlines()]
+    steps = [r for r in records if "version" in r and "eval" not in r]
+    assert [r["version"] for r in steps] == [1, 2, 3]
+    assert steps[-1]["dispatch"]["restarts"] == 1
+    trajs = [json.loads(line) for line in (run_dir / "trajectories.jsonl").read_text().splitlines()]
+    ids = [(t["metadata"]["purpose"], t["metadata"]["group"], t["metadata"]["rollout"]) for t in trajs]
+    assert len(ids) == len(set(ids)), "a rollout run again is recorded once"
+    (new_pid,) = _vllm_pids(run_dir) or [None]
+    assert new_pid is None  # the run stopped the restarted server at its end too
