@@ -56,6 +56,11 @@ class ModelConfig(Config):
         description="Tokenizer of a built model: the default BPE, or the quickstart's (the default plus "
         "the harness system prompt as one added token).",
     )
+    chat_template: str | None = Field(
+        None,
+        description="A Jinja chat template file for a model.path folder: required when the folder has "
+        "none (a base model), and used instead of the folder's own when set.",
+    )
     init_seed: int = Field(0, ge=0, description="Seed of the random init of a built model.")
     bootstrap: BootstrapConfig = Field(default_factory=BootstrapConfig)
 
@@ -63,6 +68,8 @@ class ModelConfig(Config):
     def _one_source(self) -> ModelConfig:
         if sum(x is not None for x in (self.path, self.preset, self.spec)) != 1:
             raise ValueError("set exactly one of model.path, model.preset, model.spec")
+        if self.chat_template is not None and self.path is None:
+            raise ValueError("model.chat_template is for a model.path folder (a built model has its own)")
         return self
 
 
