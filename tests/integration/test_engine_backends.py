@@ -167,6 +167,26 @@ def test_engine_config_mistakes_are_one_clear_line(tmp_path, override, says):
     assert not (run_dir / "cache").exists()  # failed before any work
 
 
+def test_a_run_whose_engine_answers_only_errors_stops_with_the_reason(tmp_path):
+    """Nothing listens at the remote URL: every rollout fails, and the run ends in one line."""
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    path, run_dir = config(tmp_path, engine=f'backend = "remote"\nurls = ["http://127.0.0.1:{port}"]')
+    proc = subprocess.run(
+        [sys.executable, "-m", "inhabit", "train", path, "rollout.max_failure_streak=4",
+         "rollout.timeout_s=60"],
+        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(SRC)}, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    last = [line for line in proc.stderr.splitlines() if line.strip()][-1]
+    assert "the last 4 rollouts all failed" in last and "policy_error" in last, proc.stderr
+    trajs = (run_dir / "trajectories.jsonl").read_text().splitlines()
+    assert len(trajs) >= 4  # the failures are recorded, as data
+
+
 async def test_replica_set_leases_the_least_busy_and_loads_every_replica():
     from inhabit.inference.embedded import EmbeddedEngine
     from inhabit.inference.engine import GenerationRequest, SamplingParams
