@@ -78,3 +78,10 @@ class TrainerError(InhabitError):
 
 class OrchestratorError(InhabitError):
     """The pipeline could not be wired or run as configured."""
+
+
+class RolloutsFailing(OrchestratorError):
+    """Every rollout of a long streak failed the same way (an engine that answers nothing but errors,
+    a sandbox that cannot start): the run stops and says why instead of generating forever."""
+
+    exit_code = 1

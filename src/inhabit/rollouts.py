@@ -31,6 +31,7 @@ from pydantic import Field
 
 from inhabit.config import Config
 from inhabit.contracts import Group, Policy
+from inhabit.errors import RolloutsFailing
 from inhabit.harness.config import HarnessConfig
 from inhabit.harness.rollout import run_rollout
 from inhabit.inference.engine import InferenceEngine
@@ -41,6 +42,10 @@ from inhabit.tasks.task import Task
 from inhabit.types import TRAINABLE_STATUSES, Trajectory
 
 log = get_logger(__name__)
+FAILED_STATUSES = frozenset({"policy_error", "sandbox_error", "grading_error", "error"})
+"""Statuses of rollouts that failed for a reason outside the agent's control."""
+MAX_RERUNS = 2
+"""Times one episode runs again after its engine replica died under it."""
 
 
 class RolloutConfig(Config):
@@ -67,6 +72,12 @@ class RolloutConfig(Config):
     )
     min_group_size: int = Field(
         2, ge=1, description="A group trains only if at least this many rollouts did not fail."
+    )
+    max_failure_streak: int = Field(
+        256,
+        ge=0,
+        description="Stop the run (RolloutsFailing) after this many rollouts in a row ended in an "
+        "engine or infrastructure error (policy_error, sandbox_error, grading_error, error); 0: never.",
     )
 
 
@@ -165,6 +176,10 @@ class EngineRunner:
         self._episodes = 0
         self.completion_tokens = 0
         self.finished = 0
+        self.reruns = 0
+        self.failure_streak = 0
+        """Rollouts in a row that ended in an engine or infrastructure error."""
+        """Episodes run again because their engine replica died under them (never recorded twice)."""
 
     async def run_one(
         self, task: Task, meta: dict[str, Any], *, slot_taken: Callable[[], None] | None = None
@@ -172,25 +187,47 @@ class EngineRunner:
         """One episode. `slot_taken`: the caller already holds this episode's slot and this is
         called once the episode no longer needs it; None: take (and give back) a slot here."""
         self._episodes += 1  # before any wait: sampling seeds follow the order of the calls
-        policy = LocalPolicy(
-            self.engine,
-            self.tokenizer,
-            temperature=self.cfg.temperature,
-            top_p=self.cfg.top_p,
-            seed=self.seed * 1_000_003 + self._episodes * 7919,
-        )
+        seed = self.seed * 1_000_003 + self._episodes * 7919
         if slot_taken is None:
             await self._slots.acquire(1)
             slot_taken = self._slots.release
         try:
-            traj = await self._episode(task, meta, policy)
+            for attempt in range(MAX_RERUNS + 1):
+                # Several engines (`ReplicaSet`): the episode stays on the one its lease picked.
+                lease = self.engine.lease() if hasattr(self.engine, "lease") else None
+                engine = lease or self.engine
+                policy = LocalPolicy(
+                    engine, self.tokenizer, temperature=self.cfg.temperature, top_p=self.cfg.top_p, seed=seed
+                )
+                try:
+                    traj = await self._episode(task, meta, policy)
+                finally:
+                    if lease is not None:
+                        lease.release()
+                if lease is None or not lease.lost or attempt == MAX_RERUNS:
+                    break
+                # Its engine died under it: the episode is thrown away and runs again from the start.
+                self.reruns += 1
         finally:
             slot_taken()
         self.completion_tokens += sum(t.completion_tokens or 0 for s in traj.segments for t in s.turns)
         self.finished += 1
         if self.log_file is not None:
             self.log_file.write(traj)
+        self._count_failure(traj)
         return traj
+
+    def _count_failure(self, traj: Trajectory) -> None:
+        # A failed rollout is data, but an unbroken run of them means nothing works (an engine that
+        # answers only errors, a sandbox that cannot start): without this a run would generate,
+        # drop and generate again forever.
+        self.failure_streak = self.failure_streak + 1 if traj.status in FAILED_STATUSES else 0
+        limit = self.cfg.max_failure_streak
+        if limit and self.failure_streak >= limit:
+            raise RolloutsFailing(
+                f"the last {self.failure_streak} rollouts all failed (rollout.max_failure_streak); "
+                f"the latest ({traj.task_id}, status {traj.status}): {traj.error or 'no error message'}"
+            )
 
     async def _episode(self, task: Task, meta: dict[str, Any], policy: Policy) -> Trajectory:
         t0 = time.monotonic()

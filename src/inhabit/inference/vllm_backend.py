@@ -91,8 +91,11 @@ class VLLMConfig(Config):
 
 
 def find_vllm_venv(explicit: str | None = None) -> Path | None:
-    """The vLLM virtualenv to use, or None when none is installed."""
-    candidates = [explicit, os.environ.get("INHABIT_VLLM_VENV"), ".venv-vllm", str(REPO_ROOT / ".venv-vllm")]
+    """The vLLM virtualenv to use, or None when none is installed (a venv named explicitly is the
+    only one looked at: silently taking another would run a different vLLM than the user asked for)."""
+    if explicit:
+        return Path(explicit).resolve() if (Path(explicit) / "bin" / "python").exists() else None
+    candidates = [os.environ.get("INHABIT_VLLM_VENV"), ".venv-vllm", str(REPO_ROOT / ".venv-vllm")]
     for c in candidates:
         if c and (Path(c) / "bin" / "python").exists():
             return Path(c).resolve()
@@ -219,6 +222,9 @@ class VLLMEngine(InferenceEngine):
     def __init__(self, server: VLLMServer, remote: RemoteEngine) -> None:
         self.server, self.remote = server, remote
         self._tmp_dirs: list[Path] = []
+        self.weights_folder = server.config.model
+        """The folder of the weights the server holds now (what a restart comes up on)."""
+        self.max_model_len = server.config.max_model_len
 
     @classmethod
     async def start(cls, config: VLLMConfig, version: int = 0) -> VLLMEngine:
@@ -247,16 +253,33 @@ class VLLMEngine(InferenceEngine):
     async def load_weights(self, weights: Mapping[str, Any] | str | Path, version: int) -> None:
         import asyncio
 
-        if not self._restart_needed():
-            if not isinstance(weights, str | Path):
-                weights = await asyncio.to_thread(self._write_folder, weights)
-            await self.remote.load_weights(weights, version)
-            return
         folder = (
             str(weights)
             if isinstance(weights, str | Path)
             else await asyncio.to_thread(self._write_folder, weights)
         )
+        if not self._restart_needed():
+            await self.remote.load_weights(folder, version)
+            self.weights_folder = folder
+        else:
+            await self._start_again(folder, version)
+        self._drop_old_folders()
+
+    def _drop_old_folders(self) -> None:
+        """Delete the folders this engine wrote for earlier versions (a real model's are GBs each)."""
+        keep = [d for d in self._tmp_dirs if str(d) == self.weights_folder]
+        for d in self._tmp_dirs:
+            if str(d) != self.weights_folder:
+                shutil.rmtree(d, ignore_errors=True)
+        self._tmp_dirs = keep
+
+    async def restart(self) -> None:
+        """Start the server again (it died, or was stopped) on the weights it held, same version."""
+        await self._start_again(self.weights_folder, self.version)
+
+    async def _start_again(self, folder: str, version: int) -> None:
+        import asyncio
+
         lock = await self.remote.drained()
         try:
             config = self.server.config.model_copy(update={"model": folder, "port": self.server.port})
@@ -265,6 +288,7 @@ class VLLMEngine(InferenceEngine):
             await asyncio.to_thread(self.server.start)
             self.remote.rebase(self.server.url)
             self.remote.set_version(version)
+            self.weights_folder = folder
         finally:
             lock.release()
 

@@ -4,7 +4,9 @@
                  preset/spec (optionally bootstrapped on the quickstart's expert transcripts)
     [tasks]      task directories (a folder of them) or the quickstart's generated family
     [trainer]    inhabit.trainer.TrainerConfig      [harness]  inhabit.harness.HarnessConfig
-    [sandbox]    inhabit.sandbox.SandboxConfig      [engine]   inhabit.inference EngineConfig
+    [sandbox]    inhabit.sandbox.SandboxConfig      [engine]   backend (embedded, vllm, remote),
+                                                               replicas, and the embedded engine's settings
+    [weights]    a store every version is also published to (optional)
     [rollout]    G per task, tasks per step, concurrency, sampling
     [eval]       held-out evaluation before and after training
     [metrics]    where step metrics go (metrics.jsonl always; TensorBoard, W&B)
@@ -20,9 +22,9 @@ from pydantic import Field, field_validator, model_validator
 
 from inhabit.config import Config
 from inhabit.harness.config import HarnessConfig
-from inhabit.inference.config import EngineConfig
 from inhabit.models.tiny import TinyModelSpec
 from inhabit.placement.config import PlacementConfig
+from inhabit.placement.engine_backends import RunEngineConfig
 from inhabit.rollouts import RolloutConfig
 from inhabit.sandbox import SandboxConfig
 from inhabit.trainer.config import TrainerConfig
@@ -54,6 +56,11 @@ class ModelConfig(Config):
         description="Tokenizer of a built model: the default BPE, or the quickstart's (the default plus "
         "the harness system prompt as one added token).",
     )
+    chat_template: str | None = Field(
+        None,
+        description="A Jinja chat template file for a model.path folder: required when the folder has "
+        "none (a base model), and used instead of the folder's own when set.",
+    )
     init_seed: int = Field(0, ge=0, description="Seed of the random init of a built model.")
     bootstrap: BootstrapConfig = Field(default_factory=BootstrapConfig)
 
@@ -61,6 +68,8 @@ class ModelConfig(Config):
     def _one_source(self) -> ModelConfig:
         if sum(x is not None for x in (self.path, self.preset, self.spec)) != 1:
             raise ValueError("set exactly one of model.path, model.preset, model.spec")
+        if self.chat_template is not None and self.path is None:
+            raise ValueError("model.chat_template is for a model.path folder (a built model has its own)")
         return self
 
 
@@ -105,6 +114,17 @@ class MetricsConfig(Config):
     )
 
 
+class RunWeightsConfig(Config):
+    """Where a local run also publishes every version (the Ray placement always does)."""
+
+    store: str | None = Field(
+        None,
+        description="A weight store (a directory or an fsspec URL): each version is published there as "
+        "a full snapshot or a lossless delta, so engines elsewhere can follow the run "
+        "(`inhabit weights serve`, `inhabit serve --follow`). None: versions stay in memory.",
+    )
+
+
 class RunConfig(Config):
     """A whole training run (see module docstring)."""
 
@@ -113,7 +133,8 @@ class RunConfig(Config):
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     harness: HarnessConfig = Field(default_factory=HarnessConfig)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
-    engine: EngineConfig = Field(default_factory=EngineConfig)
+    engine: RunEngineConfig = Field(default_factory=RunEngineConfig)
+    weights: RunWeightsConfig = Field(default_factory=RunWeightsConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
@@ -141,6 +162,11 @@ class RunConfig(Config):
 
     @model_validator(mode="after")
     def _check(self) -> RunConfig:
+        if self.placement.backend == "ray" and self.engine.backend != "embedded":
+            raise ValueError(
+                f"engine.backend = {self.engine.backend!r} runs with placement 'local'; the Ray placement "
+                "starts its own embedded engine actors"
+            )
         if self.rollout.min_group_size > self.rollout.group_size:
             raise ValueError("rollout.min_group_size cannot exceed rollout.group_size")
         if self.trainer.temperature != self.rollout.temperature:

@@ -116,6 +116,8 @@ class Pipeline:
         # Checked between steps: a stop request ends `run` after the step in progress (run.py's STOP file).
         self.should_stop = should_stop or (lambda: False)
         self.groups_started = groups_started
+        self._failure: Exception | None = None
+        """What a group task raised (not a failed rollout: those are data); ends an async run."""
         self.trainer_wait_s = 0.0
         self.trainer_busy_s = 0.0
         self._cond = asyncio.Condition()
@@ -176,6 +178,8 @@ class Pipeline:
                             await self._cond.wait()
                     if producer.done():
                         producer.result()  # surfaces a producer crash (a bug) instead of hanging
+                    if self._failure is not None:
+                        raise self._failure
                 self.trainer_wait_s += time.monotonic() - t0
                 await self._train(groups, dropped_stale=self.buffer.dropped_stale - stale_before)
         finally:
@@ -219,6 +223,14 @@ class Pipeline:
         except asyncio.CancelledError:
             self.buffer.abandon()
             raise
+        except Exception as e:
+            # run_group turns failed rollouts into data; what it raises ends the run (a streak of
+            # failures, a bug). Hand it to the trainer loop, which would otherwise wait forever.
+            self.buffer.abandon()
+            async with self._cond:
+                self._failure = self._failure or e
+                self._cond.notify_all()
+            return
         async with self._cond:
             self.buffer.put(group)
             self._cond.notify_all()

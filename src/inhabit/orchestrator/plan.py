@@ -49,7 +49,24 @@ def _placement(cfg: RunConfig) -> str:
         where = r.address or "RAY_ADDRESS, else a fresh single-machine Ray"
         return f"ray ({where}): {r.engines} engine actor(s), {r.env_servers} env server(s), one trainer actor"
     trainer = "a thread of this process" if p.trainer == "thread" else "a child process"
-    return f"local: engine and sandboxes in this process, trainer in {trainer}"
+    return f"local: engines and sandboxes on this machine, trainer in {trainer}"
+
+
+def _engines(cfg: RunConfig) -> str:
+    e = cfg.engine
+    if e.backend == "remote":
+        return f"remote ({e.flavor}): {', '.join(e.urls)}; a rollout goes to the least busy server"
+    if e.backend == "vllm":
+        from inhabit.inference.vllm_backend import find_vllm_venv
+
+        venv = find_vllm_venv(e.vllm.venv)
+        where = (
+            " ".join(e.vllm.command)
+            if e.vllm.command
+            else (str(venv) if venv else "NOT FOUND: run scripts/setup-vllm.sh")
+        )
+        return f"{e.replicas} x `vllm serve` ({where}), dtype {e.vllm.dtype}, full weight reload per version"
+    return f"{e.replicas} x embedded engine in this process, dtype {e.dtype}"
 
 
 def plan(cfg: RunConfig) -> list[tuple[str, str]]:
@@ -71,6 +88,8 @@ def plan(cfg: RunConfig) -> list[tuple[str, str]]:
         ("steps", f"{cfg.steps} trainer steps, {mode}"),
         ("rollouts", f"{rollouts}; {r.concurrency} at once"),
         ("placement", _placement(cfg)),
+        ("engines", _engines(cfg)),
+        ("weights", f"published to {cfg.weights.store}" if cfg.weights.store else "in memory"),
         ("sandbox", cfg.sandbox.backend),
         (
             "held-out eval",

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from inhabit.errors import OrchestratorError
+from inhabit.errors import ConfigError, OrchestratorError
 from inhabit.log import get_logger
 from inhabit.orchestrator.config import RunConfig
 from inhabit.sandbox.base import SandboxProvider
@@ -90,7 +90,7 @@ def prepare(
     say(f"tasks: {len(train)} train, {len(held)} held-out")
     mc = cfg.model
     if mc.path is not None:
-        return Prepared(Path(mc.path), train, held, info)
+        return Prepared(_model_folder(mc.path, mc.chat_template, cache, say), train, held, info)
     if mc.bootstrap.steps and cfg.tasks.source != "quickstart":
         raise OrchestratorError("model.bootstrap needs tasks.source='quickstart' (the scripted expert)")
     key = _key(
@@ -106,6 +106,49 @@ def prepare(
         return Prepared(out, train, held, info)
     info = _build_model(cfg, provider, q_train, train, out, say)
     return Prepared(out, train, held, info)
+
+
+def _model_folder(path: str, template_file: str | None, cache: Path, say: Callable[[str], None]) -> Path:
+    """The user's model folder, checked; with `model.chat_template`, a copy that carries that
+    template (weights linked, not copied). The harness renders every turn through the template,
+    so a folder without one (a base model) stops here, in one line, rather than in every rollout."""
+    from inhabit.models.loading import check_model_folder, load_tokenizer
+
+    folder = Path(path)
+    check_model_folder(folder)
+    if template_file is None:
+        if not getattr(load_tokenizer(folder), "chat_template", None):
+            raise ConfigError(
+                f"{folder} has no chat template (none in tokenizer_config.json or chat_template.jinja): "
+                "set model.chat_template to a Jinja template file in the style the model was trained on"
+            )
+        return folder
+    template = Path(template_file)
+    if not template.is_file():
+        raise ConfigError(f"model.chat_template: {template} is not a file (give a Jinja chat template)")
+    text = template.read_text()
+    out = cache / f"model-{_key(str(folder.resolve()), text, 'template-v1')}"
+    if not (out / ".done").exists():
+        tmp = out.with_name(out.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        for f in folder.iterdir():
+            if f.name in ("chat_template.jinja", "chat_template.json"):
+                continue
+            if f.suffix in (".safetensors", ".bin") or f.is_dir():
+                (tmp / f.name).symlink_to(f.resolve())
+            else:
+                shutil.copy2(f, tmp / f.name)
+        config_file = tmp / "tokenizer_config.json"
+        config = json.loads(config_file.read_text()) if config_file.exists() else {}
+        config.pop("chat_template", None)
+        config_file.write_text(json.dumps(config, indent=2))
+        (tmp / "chat_template.jinja").write_text(text)
+        (tmp / ".done").write_text("{}")
+        shutil.rmtree(out, ignore_errors=True)
+        tmp.rename(out)
+    say(f"model: {folder} with the chat template {template}")
+    return out
 
 
 def _build_model(

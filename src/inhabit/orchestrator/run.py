@@ -95,6 +95,9 @@ def train(
 ) -> dict[str, Any]:
     """Run `cfg` (see module docstring). `placement`: one made by `make_placement(cfg)` (the
     default), passed in by a caller that wants to watch its parts while the run goes on."""
+    from inhabit.placement.engine_backends import check_backend
+
+    check_backend(cfg.engine)  # a missing vLLM install is one line before any work, not after it
     placement = placement or make_placement(cfg)
     display = display or RunDisplay(cfg.metrics.progress, cfg.steps)
     with display:

@@ -115,7 +115,7 @@ class RayPlacement:
         return (
             ray.remote(EngineActor)
             .options(max_restarts=-1, max_task_retries=0, max_concurrency=1000, **rc.engine.options())
-            .remote(model_dir, self.cfg.engine.model_dump(), f"engine-{i}", rc.engine.num_cpus)
+            .remote(model_dir, self.cfg.engine.embedded().model_dump(), f"engine-{i}", rc.engine.num_cpus)
         )
 
     def _env_actor(self, i: int) -> Any:

@@ -1,10 +1,13 @@
 """`LocalPlacement`: every part of a run on this machine (`placement.backend = "local"`).
 
-    engine     one `EmbeddedEngine` in this process, on the trainer's weights and version
+    engine     one `EmbeddedEngine` in this process, on the trainer's weights and version; or, with
+               `[engine] backend`/`replicas`, several engines or `vllm serve` subprocesses or remote
+               servers behind a `ReplicaSet` (inhabit.placement.engine_backends)
     sandboxes  the run's sandbox provider (`[sandbox]`: bwrap or process)
     trainer    `InProcessTrainer` (a worker thread, `placement.trainer = "thread"`) or
                `ProcessTrainer` (a child process on its own cores, `placement.trainer = "process"`)
-    weights    `InProcessWeightSync`: the new state dict handed to the engine in memory
+    weights    `InProcessWeightSync`: the new state dict handed to the engine(s) in memory (also
+               published to `[weights] store` when set: `PublishingWeightSync`)
     rollouts   `EngineRunner` (inhabit.rollouts): G episodes per group against the one engine
 
 A trainer here never goes missing the way an actor on another machine does, so a run on this
@@ -37,19 +40,30 @@ class LocalPlacement:
     async def setup(
         self, model_dir: Path, checkpoint: Path | None, provider: SandboxProvider, log_file: TrajectoryLog
     ) -> RunParts:
-        from inhabit.inference.embedded import EmbeddedEngine
-        from inhabit.placement.weight_sync import InProcessWeightSync
+        from inhabit.models.loading import load_tokenizer
+        from inhabit.placement.engine_backends import check_backend, start_engines
+        from inhabit.placement.weight_sync import InProcessWeightSync, PublishingWeightSync
 
         cfg = self.cfg
+        check_backend(cfg.engine)  # before the trainer loads: a missing vLLM is one line, at once
         trainer, data_state = self._trainer(model_dir, checkpoint)
-        engine = EmbeddedEngine.from_path(checkpoint or model_dir, cfg.engine, version=trainer.version)
+        try:
+            engine = await start_engines(
+                cfg.engine,
+                checkpoint or model_dir,
+                version=trainer.version,
+                log_dir=Path(cfg.run_dir) / "engines",
+            )
+        except BaseException:
+            await trainer.close()
+            raise
+        tokenizer = getattr(engine, "tokenizer", None) or load_tokenizer(checkpoint or model_dir)
         runner = EngineRunner(
-            engine, engine.tokenizer, provider,
+            engine, tokenizer, provider,
             harness=cfg.harness, rollout=cfg.rollout, log_file=log_file, seed=cfg.seed,
         )  # fmt: skip
-        return RunParts(
-            trainer=trainer, data_state=data_state, engine=engine, runner=runner, sync=InProcessWeightSync()
-        )
+        sync = PublishingWeightSync(cfg.weights.store) if cfg.weights.store else InProcessWeightSync()
+        return RunParts(trainer=trainer, data_state=data_state, engine=engine, runner=runner, sync=sync)
 
     def _trainer(self, model_dir: Path, checkpoint: Path | None) -> tuple[TrainerHandle, dict[str, Any]]:
         from inhabit.placement.trainer_local import InProcessTrainer, ProcessTrainer, pin
@@ -79,7 +93,11 @@ class LocalPlacement:
         return InProcessTrainer(trainer, threads=threads, max_staleness=cfg.max_staleness), trainer.data_state
 
     def metrics(self, parts: RunParts) -> dict[str, Any] | None:
-        return None  # nothing is dispatched
+        """Engine replicas and reruns when there are several engines (nothing to say for one)."""
+        stats = getattr(parts.engine, "stats", None)
+        if stats is None:
+            return None
+        return {**stats(), "reruns": getattr(parts.runner, "reruns", 0)}
 
     async def end_attempt(self, parts: RunParts) -> None:
         from inhabit.placement.trainer_local import unpin

@@ -1,4 +1,5 @@
-"""The two `WeightSync`s: `InProcessWeightSync` (trainer and engine on this machine) and
+"""The `WeightSync`s: `InProcessWeightSync` (trainer and engines on this machine),
+`PublishingWeightSync` (the same, also writing every version to a weight store) and
 `StoreWeightSync` (engines on Ray, through the weights part's store).
 
 `InProcessWeightSync` keeps the newest published state dict in memory and hands the tensors to
@@ -57,6 +58,26 @@ class InProcessWeightSync(WeightSync):
                 self.apply_seconds += time.perf_counter() - t0
                 self.applied += 1
             return engine.version
+
+
+class PublishingWeightSync(InProcessWeightSync):
+    """`InProcessWeightSync` that also publishes every version to a weight store (`[weights] store`),
+    so engines on other machines can follow a local run; this run's engines still get the tensors
+    in memory. Versions are written in order, each as a full snapshot or a lossless delta."""
+
+    def __init__(self, store_url: str, *, dtype: str = "bfloat16") -> None:
+        super().__init__()
+        from inhabit.weights.publish import Publisher, PublisherConfig
+
+        self.store_url = store_url
+        self._publisher = Publisher(store_url, PublisherConfig(dtype=dtype))
+        self.store_seconds = 0.0
+
+    async def publish(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
+        await super().publish(state_dict, version)
+        t0 = time.perf_counter()
+        await asyncio.to_thread(self._publisher.publish, state_dict, version)
+        self.store_seconds += time.perf_counter() - t0
 
 
 class StoreWeightSync(WeightSync):

@@ -1,0 +1,300 @@
+"""The engines of a run on this machine: `[engine] backend = "embedded" | "vllm" | "remote"`.
+
+    [engine]
+    backend = "vllm"     # embedded (default): inhabit's own engine in this process
+    replicas = 2         # local backends: this many engines; a rollout goes to the least busy
+    urls = []            # remote: OpenAI-compatible servers that return inhabit's RL fields
+
+`start_engines` turns the table into one `InferenceEngine`. A single embedded engine is returned
+as it is (the quickstart's path does not change). Anything else is a `ReplicaSet`:
+
+- Placement per rollout: `lease()` picks the replica with the fewest rollouts in flight and the
+  whole episode stays on it (its turns share a prefix cache there).
+- Weights: `load_weights` loads every replica (concurrently) and remembers the newest weights, so
+  that a replica started again later comes up on them, at the same policy version.
+- Faults: a vLLM replica whose process died is started again on the newest weights (at most
+  `max_restarts` times per replica). The lease of every rollout that was on it reports `lost`,
+  and `EngineRunner` runs those rollouts again from the start: counted in `reruns`, recorded and
+  trained once. A remote server cannot be restarted from here: its failed turns are data, as
+  for any engine error.
+
+vLLM runs as a subprocess from its own virtualenv (`inhabit.inference.vllm_backend`): on this CPU
+`scripts/setup-vllm.sh` makes `.venv-vllm`; on GPUs point `engine.vllm.venv` (or `command`) at
+the user's install.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from inhabit.config import Config
+from inhabit.errors import ConfigError
+from inhabit.inference.config import EngineConfig
+from inhabit.inference.engine import Completion, GenerationRequest, InferenceEngine
+from inhabit.log import get_logger
+
+log = get_logger(__name__)
+SETUP_HINT = "run scripts/setup-vllm.sh (it creates .venv-vllm), or set engine.vllm.venv to your vLLM install"
+
+
+class VLLMOptions(Config):
+    """How a run starts `vllm serve` (the `[engine.vllm]` table)."""
+
+    venv: str | None = Field(
+        None, description="vLLM's virtualenv; default $INHABIT_VLLM_VENV, then ./.venv-vllm."
+    )
+    command: list[str] | None = Field(
+        None, description="Full command prefix instead of <venv>/bin/python -m vllm.entrypoints..."
+    )
+    dtype: str = Field("float32", description="vLLM --dtype (bfloat16 on GPUs).")
+    kv_cache_gib: int = Field(1, ge=1, description="VLLM_CPU_KVCACHE_SPACE on CPU.")
+    reload: Literal["auto", "inplace", "restart"] = Field(
+        "auto", description="Weight updates: auto = in place, or a restart for models with a tied LM head."
+    )
+    routed_experts: bool = Field(False, description="--enable-return-routed-experts (GPU builds).")
+    extra_args: list[str] = Field(
+        default_factory=list, description="More vLLM arguments (e.g. --tensor-parallel-size 8)."
+    )
+    startup_timeout_s: float = Field(900.0, gt=0, description="Wait this long for a server to answer.")
+
+
+class RunEngineConfig(EngineConfig):
+    """`[engine]` of a run: the embedded engine's settings plus which backend and how many."""
+
+    backend: Literal["embedded", "vllm", "remote"] = Field(
+        "embedded", description="embedded: inhabit's engine in this process; vllm: `vllm serve` "
+        "subprocesses; remote: servers at `urls`."
+    )  # fmt: skip
+    replicas: int = Field(1, ge=1, le=256, description="Engines of a local backend (embedded or vllm).")
+    urls: list[str] = Field(default_factory=list, description="remote: server roots (no /v1).")
+    flavor: Literal["inhabit", "vllm", "sglang"] = Field(
+        "inhabit", description="remote: which server speaks (`inhabit serve`, vLLM or SGLang)."
+    )
+    api_key: str | None = Field(None, description="remote: bearer token of the servers.")
+    max_restarts: int = Field(3, ge=0, description="vllm: restarts of one replica whose process died.")
+    vllm: VLLMOptions = Field(default_factory=VLLMOptions)
+
+    @model_validator(mode="after")
+    def _check(self) -> RunEngineConfig:
+        if self.backend == "remote" and not self.urls:
+            raise ValueError("engine.backend = 'remote' needs engine.urls (one or more server roots)")
+        if self.backend != "remote" and self.urls:
+            raise ValueError(
+                f"engine.urls is only used with engine.backend = 'remote' (not {self.backend!r})"
+            )
+        return self
+
+    def embedded(self) -> EngineConfig:
+        """The embedded engine's own settings."""
+        return EngineConfig(**self.model_dump(include=set(EngineConfig.model_fields)))
+
+
+class Replica:
+    """One engine of a `ReplicaSet`, with what placement and restarts need to know."""
+
+    def __init__(self, index: int, engine: InferenceEngine) -> None:
+        self.index, self.engine = index, engine
+        self.in_flight = 0
+        self.leased = 0
+        """Rollouts started on this replica so far."""
+        self.restarts = 0
+        self.generation = 0
+        """Bumped at every restart: a lease taken before it is lost."""
+        self.lock = asyncio.Lock()
+
+    def dead(self) -> bool:
+        """True when the replica's server process has exited (vLLM); never for other engines."""
+        server = getattr(self.engine, "server", None)
+        proc = getattr(server, "proc", None)
+        return proc is not None and proc.poll() is not None
+
+
+class ReplicaLease(InferenceEngine):
+    """One rollout's engine: a replica chosen when the rollout starts (see module docstring)."""
+
+    def __init__(self, owner: ReplicaSet, replica: Replica) -> None:
+        self.owner, self.replica = owner, replica
+        self.generation = replica.generation
+        self.max_model_len = getattr(replica.engine, "max_model_len", None)
+        replica.in_flight += 1
+        replica.leased += 1
+        self._released = False
+
+    @property
+    def version(self) -> int:
+        return self.replica.engine.version
+
+    @property
+    def lost(self) -> bool:
+        """The replica died (and was or is being restarted) during this rollout."""
+        return self.replica.generation != self.generation or self.replica.dead()
+
+    async def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+        outs = await self.replica.engine.generate(requests)
+        if any(c.finish_reason == "error" for c in outs) and self.replica.dead():
+            await self.owner.revive(self.replica)
+        return outs
+
+    async def load_weights(self, weights: Any, version: int) -> None:
+        raise NotImplementedError("weights go to the ReplicaSet, not to one rollout's lease")
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self.replica.in_flight -= 1
+
+
+class ReplicaSet(InferenceEngine):
+    """Several engines behind one `InferenceEngine` (see module docstring)."""
+
+    def __init__(
+        self, engines: Sequence[InferenceEngine], *, restartable: bool = False, max_restarts: int = 0
+    ):
+        if not engines:
+            raise ValueError("a ReplicaSet needs at least one engine")
+        self.replicas = [Replica(i, e) for i, e in enumerate(engines)]
+        self.restartable = restartable
+        self.max_restarts = max_restarts
+        self._latest: tuple[Any, int] | None = None
+        self.max_model_len = min(
+            (m for e in engines if (m := getattr(e, "max_model_len", None)) is not None), default=None
+        )
+
+    @property
+    def version(self) -> int:
+        return min(r.engine.version for r in self.replicas)
+
+    def lease(self) -> ReplicaLease:
+        """The engine for one rollout: the live replica with the fewest rollouts in flight."""
+        live = [r for r in self.replicas if not r.dead()] or self.replicas
+        return ReplicaLease(self, min(live, key=lambda r: (r.in_flight, r.index)))
+
+    async def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+        """Requests outside a rollout (evaluation probes, tests): the least busy replica."""
+        lease = self.lease()
+        try:
+            return await lease.generate(requests)
+        finally:
+            lease.release()
+
+    async def load_weights(self, weights: Mapping[str, Any] | str | Path, version: int) -> None:
+        self._latest = (weights, version)
+        await asyncio.gather(*(self._load(r, weights, version) for r in self.replicas))
+
+    async def _load(self, replica: Replica, weights: Any, version: int) -> None:
+        async with replica.lock:
+            if replica.engine.version < version:
+                await replica.engine.load_weights(weights, version)
+
+    async def revive(self, replica: Replica) -> None:
+        """Start a dead replica again on the newest weights (once, however many rollouts saw it die)."""
+        async with replica.lock:
+            if not replica.dead():
+                return  # another rollout already restarted it
+            if not self.restartable or replica.restarts >= self.max_restarts:
+                log.error(
+                    "engine replica %d died and is not restarted (%d restarts)",
+                    replica.index,
+                    replica.restarts,
+                )
+                return
+            replica.restarts += 1
+            replica.generation += 1
+            version = replica.engine.version
+            log.warning("engine replica %d died; starting it again at version %d", replica.index, version)
+            await replica.engine.restart()
+            if self._latest is not None and self._latest[1] > replica.engine.version:
+                await replica.engine.load_weights(*self._latest)
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "replicas": len(self.replicas),
+            "in_flight": [r.in_flight for r in self.replicas],
+            "rollouts_per_replica": [r.leased for r in self.replicas],
+            "restarts": sum(r.restarts for r in self.replicas),
+        }
+
+    async def close(self) -> None:
+        await asyncio.gather(*(r.engine.close() for r in self.replicas), return_exceptions=True)
+
+
+def _max_model_len(cfg: RunEngineConfig, model_dir: Path) -> int:
+    if cfg.max_model_len is not None:
+        return cfg.max_model_len
+    try:
+        config = json.loads((model_dir / "config.json").read_text())
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{model_dir}: cannot read config.json ({e})") from None
+    text = config.get("text_config") or config
+    return int(text.get("max_position_embeddings", 2048))
+
+
+def check_backend(cfg: RunEngineConfig) -> None:
+    """Fail early, in one line, when the chosen backend cannot start here."""
+    if cfg.backend == "vllm" and cfg.vllm.command is None:
+        from inhabit.inference.vllm_backend import find_vllm_venv
+
+        if find_vllm_venv(cfg.vllm.venv) is None:
+            where = cfg.vllm.venv or "$INHABIT_VLLM_VENV or ./.venv-vllm"
+            raise ConfigError(
+                f"engine.backend = 'vllm' but no vLLM install was found at {where}: {SETUP_HINT}"
+            )
+
+
+async def start_engines(
+    cfg: RunEngineConfig, model_dir: Path, *, version: int, log_dir: Path
+) -> InferenceEngine:
+    """The run's engine(s) on the weights in `model_dir` (see module docstring)."""
+    check_backend(cfg)
+    if cfg.backend == "embedded":
+        from inhabit.inference.embedded import EmbeddedEngine
+
+        engines: list[InferenceEngine] = [
+            EmbeddedEngine.from_path(model_dir, cfg.embedded(), version=version) for _ in range(cfg.replicas)
+        ]
+        if cfg.replicas == 1:
+            return engines[0]
+        return ReplicaSet(engines)
+    if cfg.backend == "remote":
+        from inhabit.inference.remote import RemoteConfig, RemoteEngine
+
+        remotes: list[InferenceEngine] = [
+            RemoteEngine(RemoteConfig(base_url=u, flavor=cfg.flavor, api_key=cfg.api_key), version=version)
+            for u in cfg.urls
+        ]
+        return ReplicaSet(remotes)
+    from inhabit.inference.vllm_backend import VLLMConfig, VLLMEngine
+
+    log_dir.mkdir(parents=True, exist_ok=True)
+    o = cfg.vllm
+    configs = [
+        VLLMConfig(
+            model=str(model_dir),
+            venv=o.venv,
+            command=o.command,
+            dtype=o.dtype,
+            max_model_len=_max_model_len(cfg, model_dir),
+            kv_cache_gib=o.kv_cache_gib,
+            routed_experts=o.routed_experts,
+            extra_args=o.extra_args,
+            reload=o.reload,
+            batch_invariant=cfg.deterministic,  # vLLM's own batch-invariant kernels (GPU builds)
+            startup_timeout_s=o.startup_timeout_s,
+            log_file=str(log_dir / f"vllm-{i}.log"),
+        )
+        for i in range(cfg.replicas)
+    ]
+    started = await asyncio.gather(
+        *(VLLMEngine.start(c, version=version) for c in configs), return_exceptions=True
+    )
+    failed = [e for e in started if isinstance(e, BaseException)]
+    if failed:
+        await asyncio.gather(*(e.close() for e in started if not isinstance(e, BaseException)))
+        raise failed[0]
+    return ReplicaSet(started, restartable=True, max_restarts=cfg.max_restarts)  # type: ignore[arg-type]
