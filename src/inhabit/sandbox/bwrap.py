@@ -56,7 +56,7 @@ from pathlib import Path
 
 from inhabit.errors import SandboxError, SandboxNotFound
 from inhabit.log import get_logger
-from inhabit.sandbox import cgroups, cleanup, hostfs, idmap, layers, mounts, sysview
+from inhabit.sandbox import cgroups, cleanup, hostfs, idmap, layers, mounts, pyview, sysview
 from inhabit.sandbox.base import (
     SandboxLimits,
     SandboxProvider,
@@ -64,7 +64,7 @@ from inhabit.sandbox.base import (
 )
 from inhabit.sandbox.bwrap_sandbox import BwrapSandbox
 from inhabit.sandbox.layers import Snapshot, Volume
-from inhabit.sandbox.machine import MachineProfile
+from inhabit.sandbox.machine import MachineProfile, system_path
 
 log = get_logger(__name__)
 
@@ -73,6 +73,9 @@ log = get_logger(__name__)
 SCRATCH_PREFIX = "ihbw-"
 # /dev/shm of every sandbox: enough for multiprocessing and semaphores, not a way around limits.
 SHM_BYTES = 256 * 1024 * 1024
+# As root, the provider's own small tmpfs holds /etc and the Python views' top layers: a bind from
+# a filesystem of its own shows `/etc` as its source in the mount table, not a scratch path.
+FS_BYTES = 64 * 1024 * 1024
 
 _NAMESPACE_ARGS = [
     "--unshare-user",
@@ -190,9 +193,15 @@ class BwrapSandboxProvider(SandboxProvider):
         self.owner: tuple[int, int] | None = None
         self.drop_privileges: list[str] = []
         self._userns_fd: int | None = None
+        fs = self.root
+        if mountable:
+            fs = self.root / "fs"
+            fs.mkdir()
+            mounts.mount_tmpfs(fs, FS_BYTES, mode=0o755)
+        self.pyview = pyview.relocate(sysview.python_roots(), fs, self.machine) if mountable else None
         binary, sources = bwrap_binary(), {}
         if self.launch_as_root:
-            binary, sources = self._setup_sandbox_uid(binary)
+            binary, sources = self._setup_sandbox_uid(binary, bind_roots=self.pyview is None)
         self.base_argv = [
             str(binary),
             *_NAMESPACE_ARGS,
@@ -202,7 +211,7 @@ class BwrapSandboxProvider(SandboxProvider):
             str(self.machine.gid),
             "--hostname",
             self.machine.hostname,
-            *sysview.bwrap_args(self.root / "etc", self.machine),
+            *sysview.bwrap_args(fs / "etc", self.machine),
             "--proc",
             "/proc",
             # Defence in depth: no writes into /proc at all (sysctls, /proc/self/* knobs).
@@ -222,10 +231,17 @@ class BwrapSandboxProvider(SandboxProvider):
         # `sources` maps a Python root to the host path to bind it from (a read-only bind made where
         # the sandbox's host uid can reach it, e.g. for a prefix under /root). Appended after the
         # per-sandbox /tmp and workspace binds so a root under the host's /tmp stays visible.
-        self.python_argv = sysview.python_bind_args(sources)
+        if self.pyview is not None:
+            self.python_argv = self.pyview.argv
+            self.path_env = system_path([self.pyview.bin_dir] if self.pyview.bin_dir else [])
+        else:
+            self.python_argv = sysview.python_bind_args(sources)
+            self.path_env = sysview.sandbox_path_env()
         log.debug("bwrap provider: %s", self.describe())
 
-    def _setup_sandbox_uid(self, binary: Path | None) -> tuple[Path | None, dict[Path, Path]]:
+    def _setup_sandbox_uid(
+        self, binary: Path | None, bind_roots: bool = True
+    ) -> tuple[Path | None, dict[Path, Path]]:
         """Prepare running sandboxes as `idmap.SANDBOX_HOST_UID` (root only).
 
         Makes the bwrap binary and the Python roots reachable for that uid (read-only binds
@@ -250,7 +266,7 @@ class BwrapSandboxProvider(SandboxProvider):
         sys_dir = self.root / "sys"
         sys_dir.mkdir(mode=0o711)
         sources: dict[Path, Path] = {}
-        for i, root in enumerate(sysview.python_roots()):
+        for i, root in enumerate(sysview.python_roots() if bind_roots else []):
             if not hostfs.world_traversable(root):
                 target = sys_dir / f"py{i}"
                 target.mkdir()

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from inhabit.errors import SandboxError, SandboxNotFound
-from inhabit.sandbox import cleanup, hostfs, idmap, layers, mounts, paths, signals, sysview
+from inhabit.sandbox import cleanup, hostfs, idmap, layers, mounts, paths, signals
 from inhabit.sandbox.base import (
     WORKSPACE_MOUNT,
     ExecResult,
@@ -126,7 +126,10 @@ class BwrapSandbox(Sandbox):
         """Mount `snap`'s stack under the (empty) upper; returns freeing work for old layers."""
         held = [v.acquire() for v in snap.volumes]
         try:
-            mounts.mount_overlay(snap.lowers(), self.upper, self.work, self.workspace)
+            # Layer names relative to the scratch dir: the overlay's options show inside.
+            mounts.mount_overlay(
+                snap.lowers(), self.upper, self.work, self.workspace, relative_to=self._p.root
+            )
         except BaseException:
             layers.run_all([f for v in held if (f := v.release())])
             raise
@@ -294,7 +297,7 @@ class BwrapSandbox(Sandbox):
             *cmd,
         ]
         full_env = {
-            **machine.environment(sysview.sandbox_path_env()),
+            **machine.environment(self._p.path_env),
             # As in the process backend: no .pyc in the workspace (stale bytecode after a
             # same-size edit within the pyc's one-second mtime resolution).
             "PYTHONDONTWRITEBYTECODE": "1",
