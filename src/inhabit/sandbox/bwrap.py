@@ -62,7 +62,7 @@ from inhabit.sandbox.base import (
     SandboxProvider,
     resolve_source,
 )
-from inhabit.sandbox.bwrap_sandbox import BwrapSandbox
+from inhabit.sandbox.bwrap_sandbox import USERNS_FD, BwrapSandbox
 from inhabit.sandbox.layers import Snapshot, Volume
 from inhabit.sandbox.machine import MachineProfile, system_path
 
@@ -193,6 +193,7 @@ class BwrapSandboxProvider(SandboxProvider):
         self.owner: tuple[int, int] | None = None
         self.drop_privileges: list[str] = []
         self._userns_fd: int | None = None
+        self.range_userns_fd: int | None = None  # the sandboxes' own user namespace (idmap)
         fs = self.root
         if mountable:
             fs = self.root / "fs"
@@ -202,9 +203,13 @@ class BwrapSandboxProvider(SandboxProvider):
         binary, sources = bwrap_binary(), {}
         if self.launch_as_root:
             binary, sources = self._setup_sandbox_uid(binary, bind_roots=self.pyview is None)
+        namespaces = _NAMESPACE_ARGS
+        if self.range_userns_fd is not None:
+            namespaces = [a for a in _NAMESPACE_ARGS if a not in ("--unshare-user", "--disable-userns")]
+            namespaces += ["--userns", str(USERNS_FD), "--assert-userns-disabled"]
         self.base_argv = [
             str(binary),
-            *_NAMESPACE_ARGS,
+            *namespaces,
             "--uid",
             str(self.machine.uid),
             "--gid",
@@ -300,6 +305,14 @@ class BwrapSandboxProvider(SandboxProvider):
                     "are normally 1777: `chmod 1777 /dev/shm`) or set sandbox.scratch_dir"
                 )
         self.owner, self.drop_privileges = (uid, gid), drop
+        # A uid range (EPERM, not EINVAL, for chown/setuid to others) in a user namespace all of
+        # this provider's sandboxes share: only where a pids cgroup counts processes, since
+        # RLIMIT_NPROC would count them per (namespace, uid), across sandboxes.
+        if self.cgroups is not None:
+            try:
+                self.range_userns_fd = idmap.range_userns_fd(uid, gid, self.machine.uid, self.machine.gid)
+            except (OSError, subprocess.SubprocessError) as e:
+                log.warning("sandboxes map one uid (%s): chown to another user answers EINVAL", e)
         return binary, sources
 
     def _base_for(self, path: Path) -> Path | None:
@@ -449,6 +462,10 @@ class BwrapSandboxProvider(SandboxProvider):
         if self.cgroups is not None:
             self.cgroups.close()
         self._userns_fd = None  # shared by every provider of this process (idmap.shared_userns_fd)
+        if self.range_userns_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.range_userns_fd)
+            self.range_userns_fd = None
         cleanup.unregister(self._cleanup_handle)
 
     async def close(self) -> None:

@@ -57,6 +57,12 @@ def _nproc_wrap(cmd: list[str], n: int) -> list[str]:
 _INIT = ["/bin/sh", "-c", '"$@"; exit $?', "init"]
 
 
+# With the provider's uid-range user namespace (`idmap.range_userns_fd`) the launcher opens it as
+# fd 3 for bwrap's `--userns 3`; bwrap leaves it open in its child, so the init closes it first.
+USERNS_FD = 3
+_INIT_CLOSING = ["/bin/sh", "-c", f'exec {USERNS_FD}<&-; "$@"; exit $?', "init"]
+
+
 def _make_home(home: Path) -> None:
     """An ordinary user's home: the distribution's skeleton files (.bashrc, .profile), mode 0755."""
     home.mkdir(exist_ok=True)
@@ -213,6 +219,8 @@ class BwrapSandbox(Sandbox):
         p = self._p
         if p.launch_as_root:
             steps = [f"echo $$ > {shlex.quote(str(g / 'cgroup.procs'))}" for g in self._groups]
+            if p.range_userns_fd is not None:  # our fd, reopened through /proc (dash: fds 0-9 only)
+                steps.append(f"exec {USERNS_FD}</proc/$PPID/fd/{p.range_userns_fd}")
             # As on a normal login the hard limits stay high, so a process may raise its own soft
             # limit (test suites do): the enforcement is the cgroup (memory, pids, cpu.max), the
             # wall-clock timeout and the volume's size. Core dumps stay off (hard 0): a dump would
@@ -293,7 +301,7 @@ class BwrapSandbox(Sandbox):
             inner_cwd,
             "--as-pid-1",  # PID 1 is _INIT, not bwrap (whose argv names host paths)
             "--",
-            *_INIT,
+            *(_INIT if self._p.range_userns_fd is None else _INIT_CLOSING),
             *cmd,
         ]
         full_env = {

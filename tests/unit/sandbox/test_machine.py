@@ -212,3 +212,38 @@ async def test_dev_shm_is_size_capped(kind: str, workspace: Path, provider_facto
         r = await sb.exec("df -B1 --output=size /dev/shm | tail -1")
     assert r.exit_code == 0, r.stderr
     assert int(r.stdout) == SHM_BYTES
+
+
+@pytest.mark.parametrize("kind", ["bwrap", "bwrap-copy"])
+async def test_other_users_answer_eperm(kind: str, workspace: Path, provider_factory):
+    """With a uid range mapped, chown/setuid to another user fail as on a real machine (EPERM,
+    not EINVAL), and the sandbox user still cannot make a user namespace of its own."""
+    prov = provider_factory(kind)
+    if prov.range_userns_fd is None:
+        pytest.skip("a uid range needs root, setpriv, nsenter and a pids cgroup")
+    script = r"""
+import ctypes, errno, os
+libc = ctypes.CDLL(None, use_errno=True)
+
+def unshare_user():
+    if libc.unshare(0x10000000) != 0:  # CLONE_NEWUSER
+        raise OSError(ctypes.get_errno(), "unshare")
+
+open("f", "w").close()
+for name, call in [("chown", lambda: os.chown("f", 1001, -1)), ("chgrp", lambda: os.chown("f", -1, 1001)),
+                   ("setreuid", lambda: os.setreuid(1001, 1001)), ("setregid", lambda: os.setregid(1001, 1001)),
+                   ("unshare", unshare_user)]:
+    try:
+        call()
+        print(name, "allowed")
+    except OSError as e:
+        print(name, errno.errorcode[e.errno])
+print(sorted(os.listdir("/proc/self/fd")))
+"""
+    async with await prov.create(workspace) as sb:
+        r = await sb.exec(["python3", "-c", script])
+    assert r.exit_code == 0, r.stderr
+    out = r.stdout.splitlines()
+    assert out[:4] == ["chown EPERM", "chgrp EPERM", "setreuid EPERM", "setregid EPERM"]
+    assert out[4] in ("unshare ENOSPC", "unshare EPERM")  # nested user namespaces stay off
+    assert out[5] == "['0', '1', '2', '3']"  # the namespace's fd does not reach the command
