@@ -236,6 +236,7 @@ class BwrapSandboxProvider(SandboxProvider):
         # `sources` maps a Python root to the host path to bind it from (a read-only bind made where
         # the sandbox's host uid can reach it, e.g. for a prefix under /root). Appended after the
         # per-sandbox /tmp and workspace binds so a root under the host's /tmp stays visible.
+        self.sys_argv = sysview.sys_args()
         if self.pyview is not None:
             self.python_argv = self.pyview.argv
             self.path_env = system_path([self.pyview.bin_dir] if self.pyview.bin_dir else [])

@@ -297,6 +297,10 @@ class BwrapSandbox(Sandbox):
             str(self.workspace),
             WORKSPACE_MOUNT,
             *self._p.python_argv,
+            *self._p.sys_argv,
+            # Last: the root tmpfs bwrap builds all this on is read-only from here on.
+            "--remount-ro",
+            "/",
             "--chdir",
             inner_cwd,
             "--as-pid-1",  # PID 1 is _INIT, not bwrap (whose argv names host paths)

@@ -247,3 +247,23 @@ print(sorted(os.listdir("/proc/self/fd")))
     assert out[:4] == ["chown EPERM", "chgrp EPERM", "setreuid EPERM", "setregid EPERM"]
     assert out[4] in ("unshare ENOSPC", "unshare EPERM")  # nested user namespaces stay off
     assert out[5] == "['0', '1', '2', '3']"  # the namespace's fd does not reach the command
+
+
+@pytest.mark.parametrize("kind", ["bwrap", "bwrap-copy"])
+async def test_sys_topology_readable_root_read_only(kind: str, workspace: Path, provider_factory):
+    """Tools that size themselves from /sys (lscpu, `nproc --all`) work; nothing under / or /sys
+    can be created or changed, while the user's own places stay writable."""
+    prov = provider_factory(kind)
+    if not Path("/sys/devices/system/cpu/online").is_file():
+        pytest.skip("this host has no /sys/devices/system/cpu")
+    script = (
+        "cat /sys/devices/system/cpu/online; nproc --all; "
+        "for p in /x /sys/x /sys/devices/system/cpu/x /usr/x /etc/x; do touch $p 2>/dev/null && echo $p; done; "
+        "touch /workspace/w ~/h /tmp/t /dev/shm/s && echo writable"
+    )
+    async with await prov.create(workspace) as sb:
+        r = await sb.exec(script)
+    lines = r.stdout.splitlines()
+    assert lines[0] == Path("/sys/devices/system/cpu/online").read_text().strip()
+    assert int(lines[1]) == os.cpu_count()
+    assert lines[2:] == ["writable"]
