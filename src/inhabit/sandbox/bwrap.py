@@ -27,7 +27,10 @@ delegated, else v1: on the dev machines v2 has no controllers, v1 memory/pids/cp
 where no cgroup is writable, rlimits instead (RLIMIT_AS for memory, RLIMIT_NPROC for processes,
 which binds per user namespace for a non-root caller but NOT for root: as root without cgroups the
 process count is unlimited, and the provider warns). Always: RLIMIT_CPU (CPU seconds per exec),
-RLIMIT_FSIZE (largest file), RLIMIT_CORE=0, the wall-clock timeout, output caps.
+RLIMIT_FSIZE (largest file), core dumps soft 0 (hard unlimited as on a login, unless
+core_pattern pipes dumps to a host program), the wall-clock timeout, output caps. Hard limits
+stay high as root so a process may raise its own soft limits; a limit that stops a command is
+named in `ExecResult.limit_hit` (memory, processes, time, CPU time, file size).
 
 Host uid: run by root, bwrap is started (through setpriv) as a dedicated non-root host uid,
 `idmap.SANDBOX_HOST_UID`, and the source directory enters the overlay through an idmapped mount so
@@ -182,6 +185,7 @@ class BwrapSandboxProvider(SandboxProvider):
         self.root = hostfs.make_private_dir(base, f"{SCRATCH_PREFIX}{os.getpid()}-")
         os.chmod(self.root, 0o711)
         self.cgroups = cgroups.detect()
+        self.core_to_file = _core_to_file()
         self._sandboxes: dict[str, BwrapSandbox] = {}
         self._snapshots: dict[str, Snapshot] = {}
         self._idmapped: collections.OrderedDict[Path, Path] = collections.OrderedDict()
@@ -471,6 +475,14 @@ class BwrapSandboxProvider(SandboxProvider):
 
     async def close(self) -> None:
         await asyncio.to_thread(self._cleanup_sync)
+
+
+def _core_to_file() -> bool:
+    """Whether the kernel writes core dumps as files (core_pattern not a `|program` pipe)."""
+    try:
+        return not Path("/proc/sys/kernel/core_pattern").read_text().startswith("|")
+    except OSError:
+        return False
 
 
 def _drop_view(view: Path) -> None:

@@ -223,12 +223,13 @@ class BwrapSandbox(Sandbox):
                 steps.append(f"exec {USERNS_FD}</proc/$PPID/fd/{p.range_userns_fd}")
             # As on a normal login the hard limits stay high, so a process may raise its own soft
             # limit (test suites do): the enforcement is the cgroup (memory, pids, cpu.max), the
-            # wall-clock timeout and the volume's size. Core dumps stay off (hard 0): a dump would
-            # hand the process's memory to the host's core_pattern handler.
+            # wall-clock timeout and the volume's size. Core dumps: soft 0, hard unlimited as on a
+            # login, where the kernel writes them as files in the process's cwd; where
+            # core_pattern pipes them to a host program, hard 0 (never feed a host handler).
             steps += [
                 "ulimit -H -t unlimited",
                 f"ulimit -S -t {lim.cpu_time_s}",  # SIGXCPU at the soft limit
-                "ulimit -c 0",
+                "ulimit -H -c unlimited && ulimit -S -c 0" if p.core_to_file else "ulimit -c 0",
                 "ulimit -H -f unlimited",
                 f"ulimit -S -f {lim.disk_mb * 2048}",  # 512-byte blocks in POSIX sh
             ]
@@ -244,10 +245,11 @@ class BwrapSandbox(Sandbox):
         # only per-file bound, so it stays; CPU keeps the caller's hard limit (the wall-clock
         # timeout bounds every exec).
         cpu_hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+        core_hard = resource.getrlimit(resource.RLIMIT_CORE)[1] if p.core_to_file else 0
         limits = [
             (resource.RLIMIT_CPU, (lim.cpu_time_s, cpu_hard)),
             (resource.RLIMIT_FSIZE, (lim.disk_mb * 1024 * 1024,) * 2),
-            (resource.RLIMIT_CORE, (0, 0)),
+            (resource.RLIMIT_CORE, (0, core_hard)),
             (resource.RLIMIT_AS, (lim.memory_mb * 1024 * 1024,) * 2),  # RLIMIT_NPROC: see _nproc_wrap
         ]
 
@@ -318,6 +320,7 @@ class BwrapSandbox(Sandbox):
         cg = self._p.cgroups
         async with self._gate.shared(self._check_open):
             oom_before = cg.oom_kills(self._groups) if cg is not None else 0
+            pids_before = cg.pids_refusals(self._groups) if cg is not None else 0
             result = await run_capped(
                 argv,
                 env=full_env,
@@ -330,12 +333,13 @@ class BwrapSandbox(Sandbox):
                 after_exit=self._after_exit,
             )
             oom = cg.oom_kills(self._groups) - oom_before if cg is not None else 0
+            refused = cg.pids_refusals(self._groups) - pids_before if cg is not None else 0
         if result.exit_code == 125 and _LAUNCH_FAILED in result.stderr:
             raise SandboxError(
                 f"could not start a command in sandbox {self.sandbox_id}: {result.stderr[-500:]}"
             )
         code = result.exit_code if result.timed_out else _exit_code(result.exit_code)
-        hit = limit_message(code, result.timed_out, timeout, self._limits, oom)
+        hit = limit_message(code, result.timed_out, timeout, self._limits, oom, refused)
         if code != result.exit_code or hit:
             result = dataclasses.replace(result, exit_code=code, limit_hit=hit)
         return result
