@@ -176,6 +176,10 @@ def _report(xml: bytes | None, rc: int, tail: str, seconds: float) -> dict:
             "tail": tail}  # fmt: skip
 
 
+def _counts(r: dict) -> str:
+    return "/".join(str(r["counts"][o]) for o in _OUTCOMES) if r["tests"] else f"no report (rc {r['rc']})"
+
+
 def deliberate(tid: str) -> str | None:
     for pattern, why in DELIBERATE:
         if re.search(pattern, tid):
@@ -242,14 +246,13 @@ async def main() -> None:
         if "skipped" in res:
             table.add_row(module, "skipped", "skipped", "", "")
             continue
-        fmt = lambda r: (
-            "/".join(str(r["counts"][o]) for o in _OUTCOMES) if r["tests"] else f"no report (rc {r['rc']})"
-        )  # noqa: E731
         n_del = sum(1 for d in res["diffs"] if d["deliberate"])
         unexplained += len(res["diffs"]) - n_del
         if not res["host"]["tests"] or not res["sandbox"]["tests"]:
             unexplained += 1
-        table.add_row(module, fmt(res["host"]), fmt(res["sandbox"]), str(len(res["diffs"])), str(n_del))
+        table.add_row(
+            module, _counts(res["host"]), _counts(res["sandbox"]), str(len(res["diffs"])), str(n_del)
+        )
     console.print(table)
     for module, res in results.items():
         for side in ("host", "sandbox"):
