@@ -223,15 +223,16 @@ class BwrapSandbox(Sandbox):
                 steps.append(f"exec {USERNS_FD}</proc/$PPID/fd/{p.range_userns_fd}")
             # As on a normal login the hard limits stay high, so a process may raise its own soft
             # limit (test suites do): the enforcement is the cgroup (memory, pids, cpu.max), the
-            # wall-clock timeout and the volume's size. Core dumps: soft 0, hard unlimited as on a
+            # wall-clock timeout and the volume's size. No file size limit: the volume bounds the
+            # bytes written (ENOSPC, as a full disk), and a sparse file past disk_mb works as on
+            # any machine (CPython's test_mmap makes 4 GB ones). Core dumps: soft 0, hard unlimited as on a
             # login, where the kernel writes them as files in the process's cwd; where
             # core_pattern pipes them to a host program, hard 0 (never feed a host handler).
             steps += [
                 "ulimit -H -t unlimited",
                 f"ulimit -S -t {lim.cpu_time_s}",  # SIGXCPU at the soft limit
                 "ulimit -H -c unlimited && ulimit -S -c 0" if p.core_to_file else "ulimit -c 0",
-                "ulimit -H -f unlimited",
-                f"ulimit -S -f {lim.disk_mb * 2048}",  # 512-byte blocks in POSIX sh
+                "ulimit -f unlimited",
             ]
             if p.cgroups is None:
                 steps.append(f"ulimit -v {lim.memory_mb * 1024}")

@@ -203,3 +203,16 @@ async def test_default_limits_fit_a_hundred_processes(workspace: Path):
         await prov.close()
     assert r.exit_code == 0, (r.stderr[-2000:], r.limit_hit)
     assert r.stdout.strip() == "100"
+
+
+async def test_sparse_file_past_disk_cap_works_as_root(provider_factory, workspace: Path):
+    """As on a machine (CPython's test_mmap writes a byte past 4 GB): only bytes written count,
+    bounded by the volume's size, not the file's apparent size."""
+    prov = provider_factory("bwrap", disk_mb=32)
+    if not prov.tmpfs_volumes:
+        pytest.skip("unprivileged, RLIMIT_FSIZE's hard limit is the only per-file bound")
+    code = "f = open('big', 'wb'); f.seek(5 * 2**30); f.write(b'x'); f.close(); import os; print(os.path.getsize('big'))"
+    async with await prov.create(workspace) as sb:
+        r = await sb.exec(["python3", "-c", code])
+    assert r.exit_code == 0, (r.stderr, r.limit_hit)
+    assert int(r.stdout) == 5 * 2**30 + 1
