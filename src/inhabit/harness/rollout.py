@@ -39,7 +39,7 @@ async def run_rollout(
     t0 = time.monotonic()
     test_command = task.grading.command if task.grading is not None else None
     try:
-        sandbox = await provider.create(task.workspace_dir)
+        sandbox = await provider.create(task.workspace_dir, limits=task.limits(provider))
     except Exception as e:
         log.warning("task %s: no sandbox: %s", task.id, e)
         return Trajectory(

@@ -47,7 +47,7 @@ from inhabit.rewards import canaries as canary_mod
 from inhabit.rewards import hacks
 from inhabit.rewards.infra import PYTEST_CONFIG_NAMES, is_test_path, pytest_section, root_pytest_config
 from inhabit.sandbox.base import Sandbox, SandboxLimits, SandboxProvider
-from inhabit.tasks.task import Task, node_id_file
+from inhabit.tasks.task import Task, node_id_file, provider_limits
 from inhabit.tasks.testrun import TestRunResult, run_tests
 
 __all__ = ["GradeResult", "GradingConfig", "grade"]
@@ -238,7 +238,11 @@ async def grade(
     fresh: Sandbox | None = None
     scratch: list[str] = []
     try:
-        fresh = await _fresh_copy(final_sandbox, provider, config.limits, scratch)
+        # A task's [sandbox] table applies over the grading limits (or the provider's own).
+        limits = config.limits
+        if task.sandbox is not None:
+            limits = task.sandbox.over(config.limits or provider_limits(provider))
+        fresh = await _fresh_copy(final_sandbox, provider, limits, scratch)
         neut = await hacks.neutralize(
             fresh,
             original,

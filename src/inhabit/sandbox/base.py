@@ -30,8 +30,10 @@ WORKSPACE_MOUNT = "/workspace"
 class SandboxLimits(Config):
     """Resource limits applied to everything run inside one sandbox."""
 
-    memory_mb: int = Field(1024, ge=16, description="Address-space / cgroup memory cap per sandbox.")
-    max_processes: int = Field(128, ge=4, description="Processes/threads the sandbox may hold at once.")
+    # Defaults that real test suites fit: CPython's test_subprocess starts 100 processes at once
+    # (about 1.5 GB of Python interpreters), numpy/torch start a thread per core.
+    memory_mb: int = Field(4096, ge=16, description="Address-space / cgroup memory cap per sandbox.")
+    max_processes: int = Field(1024, ge=4, description="Processes/threads the sandbox may hold at once.")
     cpu_time_s: int = Field(600, ge=1, description="CPU seconds per exec (RLIMIT_CPU).")
     default_timeout_s: float = Field(
         60.0, gt=0, description="Wall-clock limit of an exec when none is given."
@@ -177,12 +179,18 @@ def resolve_source(
 
 
 def limit_message(
-    exit_code: int, timed_out: bool, timeout_s: float, limits: SandboxLimits, oom_kills: int = 0
+    exit_code: int,
+    timed_out: bool,
+    timeout_s: float,
+    limits: SandboxLimits,
+    oom_kills: int = 0,
+    pids_refused: int = 0,
 ) -> str:
     """Which limit stopped a command, in words an agent can act on ("" when none did).
 
     `exit_code` is ExecResult's (-N for signal N); `oom_kills` counts processes the memory
-    limit killed during the command (from the cgroup; 0 where it is not known).
+    limit killed during the command, `pids_refused` the forks the process limit refused (both
+    from the cgroup; 0 where not known). A refused fork is reported only when the command failed.
     """
     if timed_out:
         return (
@@ -204,5 +212,12 @@ def limit_message(
     if exit_code == -signal.SIGXFSZ:
         return (
             f"file size limit: a file reached {limits.disk_mb} MB (RLIMIT_FSIZE) and the writer got SIGXFSZ"
+        )
+    if pids_refused and exit_code != 0:
+        times = "once" if pids_refused == 1 else f"{pids_refused} times"
+        return (
+            f"process limit: the sandbox may hold {limits.max_processes} processes and threads at "
+            f"once; starting another was refused {times} (fork/clone: EAGAIN, 'Resource temporarily "
+            "unavailable'); start fewer at once"
         )
     return ""

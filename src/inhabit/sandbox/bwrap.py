@@ -27,7 +27,10 @@ delegated, else v1: on the dev machines v2 has no controllers, v1 memory/pids/cp
 where no cgroup is writable, rlimits instead (RLIMIT_AS for memory, RLIMIT_NPROC for processes,
 which binds per user namespace for a non-root caller but NOT for root: as root without cgroups the
 process count is unlimited, and the provider warns). Always: RLIMIT_CPU (CPU seconds per exec),
-RLIMIT_FSIZE (largest file), RLIMIT_CORE=0, the wall-clock timeout, output caps.
+RLIMIT_FSIZE (largest file), core dumps soft 0 (hard unlimited as on a login, unless
+core_pattern pipes dumps to a host program), the wall-clock timeout, output caps. Hard limits
+stay high as root so a process may raise its own soft limits; a limit that stops a command is
+named in `ExecResult.limit_hit` (memory, processes, time, CPU time, file size).
 
 Host uid: run by root, bwrap is started (through setpriv) as a dedicated non-root host uid,
 `idmap.SANDBOX_HOST_UID`, and the source directory enters the overlay through an idmapped mount so
@@ -56,15 +59,15 @@ from pathlib import Path
 
 from inhabit.errors import SandboxError, SandboxNotFound
 from inhabit.log import get_logger
-from inhabit.sandbox import cgroups, cleanup, hostfs, idmap, layers, mounts, sysview
+from inhabit.sandbox import cgroups, cleanup, hostfs, idmap, layers, mounts, pyview, sysview
 from inhabit.sandbox.base import (
     SandboxLimits,
     SandboxProvider,
     resolve_source,
 )
-from inhabit.sandbox.bwrap_sandbox import BwrapSandbox
+from inhabit.sandbox.bwrap_sandbox import USERNS_FD, BwrapSandbox
 from inhabit.sandbox.layers import Snapshot, Volume
-from inhabit.sandbox.machine import MachineProfile
+from inhabit.sandbox.machine import MachineProfile, system_path
 
 log = get_logger(__name__)
 
@@ -73,6 +76,9 @@ log = get_logger(__name__)
 SCRATCH_PREFIX = "ihbw-"
 # /dev/shm of every sandbox: enough for multiprocessing and semaphores, not a way around limits.
 SHM_BYTES = 256 * 1024 * 1024
+# As root, the provider's own small tmpfs holds /etc and the Python views' top layers: a bind from
+# a filesystem of its own shows `/etc` as its source in the mount table, not a scratch path.
+FS_BYTES = 64 * 1024 * 1024
 
 _NAMESPACE_ARGS = [
     "--unshare-user",
@@ -179,6 +185,7 @@ class BwrapSandboxProvider(SandboxProvider):
         self.root = hostfs.make_private_dir(base, f"{SCRATCH_PREFIX}{os.getpid()}-")
         os.chmod(self.root, 0o711)
         self.cgroups = cgroups.detect()
+        self.core_to_file = _core_to_file()
         self._sandboxes: dict[str, BwrapSandbox] = {}
         self._snapshots: dict[str, Snapshot] = {}
         self._idmapped: collections.OrderedDict[Path, Path] = collections.OrderedDict()
@@ -190,19 +197,30 @@ class BwrapSandboxProvider(SandboxProvider):
         self.owner: tuple[int, int] | None = None
         self.drop_privileges: list[str] = []
         self._userns_fd: int | None = None
+        self.range_userns_fd: int | None = None  # the sandboxes' own user namespace (idmap)
+        fs = self.root
+        if mountable:
+            fs = self.root / "fs"
+            fs.mkdir()
+            mounts.mount_tmpfs(fs, FS_BYTES, mode=0o755)
+        self.pyview = pyview.relocate(sysview.python_roots(), fs, self.machine) if mountable else None
         binary, sources = bwrap_binary(), {}
         if self.launch_as_root:
-            binary, sources = self._setup_sandbox_uid(binary)
+            binary, sources = self._setup_sandbox_uid(binary, bind_roots=self.pyview is None)
+        namespaces = _NAMESPACE_ARGS
+        if self.range_userns_fd is not None:
+            namespaces = [a for a in _NAMESPACE_ARGS if a not in ("--unshare-user", "--disable-userns")]
+            namespaces += ["--userns", str(USERNS_FD), "--assert-userns-disabled"]
         self.base_argv = [
             str(binary),
-            *_NAMESPACE_ARGS,
+            *namespaces,
             "--uid",
             str(self.machine.uid),
             "--gid",
             str(self.machine.gid),
             "--hostname",
             self.machine.hostname,
-            *sysview.bwrap_args(self.root / "etc", self.machine),
+            *sysview.bwrap_args(fs / "etc", self.machine),
             "--proc",
             "/proc",
             # Defence in depth: no writes into /proc at all (sysctls, /proc/self/* knobs).
@@ -222,10 +240,18 @@ class BwrapSandboxProvider(SandboxProvider):
         # `sources` maps a Python root to the host path to bind it from (a read-only bind made where
         # the sandbox's host uid can reach it, e.g. for a prefix under /root). Appended after the
         # per-sandbox /tmp and workspace binds so a root under the host's /tmp stays visible.
-        self.python_argv = sysview.python_bind_args(sources)
+        self.sys_argv = sysview.sys_args()
+        if self.pyview is not None:
+            self.python_argv = self.pyview.argv
+            self.path_env = system_path([self.pyview.bin_dir] if self.pyview.bin_dir else [])
+        else:
+            self.python_argv = sysview.python_bind_args(sources)
+            self.path_env = sysview.sandbox_path_env()
         log.debug("bwrap provider: %s", self.describe())
 
-    def _setup_sandbox_uid(self, binary: Path | None) -> tuple[Path | None, dict[Path, Path]]:
+    def _setup_sandbox_uid(
+        self, binary: Path | None, bind_roots: bool = True
+    ) -> tuple[Path | None, dict[Path, Path]]:
         """Prepare running sandboxes as `idmap.SANDBOX_HOST_UID` (root only).
 
         Makes the bwrap binary and the Python roots reachable for that uid (read-only binds
@@ -250,7 +276,7 @@ class BwrapSandboxProvider(SandboxProvider):
         sys_dir = self.root / "sys"
         sys_dir.mkdir(mode=0o711)
         sources: dict[Path, Path] = {}
-        for i, root in enumerate(sysview.python_roots()):
+        for i, root in enumerate(sysview.python_roots() if bind_roots else []):
             if not hostfs.world_traversable(root):
                 target = sys_dir / f"py{i}"
                 target.mkdir()
@@ -284,6 +310,14 @@ class BwrapSandboxProvider(SandboxProvider):
                     "are normally 1777: `chmod 1777 /dev/shm`) or set sandbox.scratch_dir"
                 )
         self.owner, self.drop_privileges = (uid, gid), drop
+        # A uid range (EPERM, not EINVAL, for chown/setuid to others) in a user namespace all of
+        # this provider's sandboxes share: only where a pids cgroup counts processes, since
+        # RLIMIT_NPROC would count them per (namespace, uid), across sandboxes.
+        if self.cgroups is not None:
+            try:
+                self.range_userns_fd = idmap.range_userns_fd(uid, gid, self.machine.uid, self.machine.gid)
+            except (OSError, subprocess.SubprocessError) as e:
+                log.warning("sandboxes map one uid (%s): chown to another user answers EINVAL", e)
         return binary, sources
 
     def _base_for(self, path: Path) -> Path | None:
@@ -433,10 +467,22 @@ class BwrapSandboxProvider(SandboxProvider):
         if self.cgroups is not None:
             self.cgroups.close()
         self._userns_fd = None  # shared by every provider of this process (idmap.shared_userns_fd)
+        if self.range_userns_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.range_userns_fd)
+            self.range_userns_fd = None
         cleanup.unregister(self._cleanup_handle)
 
     async def close(self) -> None:
         await asyncio.to_thread(self._cleanup_sync)
+
+
+def _core_to_file() -> bool:
+    """Whether the kernel writes core dumps as files (core_pattern not a `|program` pipe)."""
+    try:
+        return not Path("/proc/sys/kernel/core_pattern").read_text().startswith("|")
+    except OSError:
+        return False
 
 
 def _drop_view(view: Path) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from inhabit.errors import SandboxError, SandboxNotFound
-from inhabit.sandbox import cleanup, hostfs, idmap, layers, mounts, paths, signals, sysview
+from inhabit.sandbox import cleanup, hostfs, idmap, layers, mounts, paths, signals
 from inhabit.sandbox.base import (
     WORKSPACE_MOUNT,
     ExecResult,
@@ -55,6 +55,12 @@ def _nproc_wrap(cmd: list[str], n: int) -> list[str]:
 # when signal N killed it, which bwrap would report the same way). With bwrap as PID 1 instead,
 # /proc/1/cmdline would show bwrap's whole command line: host paths of the venv and scratch dir.
 _INIT = ["/bin/sh", "-c", '"$@"; exit $?', "init"]
+
+
+# With the provider's uid-range user namespace (`idmap.range_userns_fd`) the launcher opens it as
+# fd 3 for bwrap's `--userns 3`; bwrap leaves it open in its child, so the init closes it first.
+USERNS_FD = 3
+_INIT_CLOSING = ["/bin/sh", "-c", f'exec {USERNS_FD}<&-; "$@"; exit $?', "init"]
 
 
 def _make_home(home: Path) -> None:
@@ -126,7 +132,10 @@ class BwrapSandbox(Sandbox):
         """Mount `snap`'s stack under the (empty) upper; returns freeing work for old layers."""
         held = [v.acquire() for v in snap.volumes]
         try:
-            mounts.mount_overlay(snap.lowers(), self.upper, self.work, self.workspace)
+            # Layer names relative to the scratch dir: the overlay's options show inside.
+            mounts.mount_overlay(
+                snap.lowers(), self.upper, self.work, self.workspace, relative_to=self._p.root
+            )
         except BaseException:
             layers.run_all([f for v in held if (f := v.release())])
             raise
@@ -210,16 +219,20 @@ class BwrapSandbox(Sandbox):
         p = self._p
         if p.launch_as_root:
             steps = [f"echo $$ > {shlex.quote(str(g / 'cgroup.procs'))}" for g in self._groups]
+            if p.range_userns_fd is not None:  # our fd, reopened through /proc (dash: fds 0-9 only)
+                steps.append(f"exec {USERNS_FD}</proc/$PPID/fd/{p.range_userns_fd}")
             # As on a normal login the hard limits stay high, so a process may raise its own soft
             # limit (test suites do): the enforcement is the cgroup (memory, pids, cpu.max), the
-            # wall-clock timeout and the volume's size. Core dumps stay off (hard 0): a dump would
-            # hand the process's memory to the host's core_pattern handler.
+            # wall-clock timeout and the volume's size. No file size limit: the volume bounds the
+            # bytes written (ENOSPC, as a full disk), and a sparse file past disk_mb works as on
+            # any machine (CPython's test_mmap makes 4 GB ones). Core dumps: soft 0, hard unlimited as on a
+            # login, where the kernel writes them as files in the process's cwd; where
+            # core_pattern pipes them to a host program, hard 0 (never feed a host handler).
             steps += [
                 "ulimit -H -t unlimited",
                 f"ulimit -S -t {lim.cpu_time_s}",  # SIGXCPU at the soft limit
-                "ulimit -c 0",
-                "ulimit -H -f unlimited",
-                f"ulimit -S -f {lim.disk_mb * 2048}",  # 512-byte blocks in POSIX sh
+                "ulimit -H -c unlimited && ulimit -S -c 0" if p.core_to_file else "ulimit -c 0",
+                "ulimit -f unlimited",
             ]
             if p.cgroups is None:
                 steps.append(f"ulimit -v {lim.memory_mb * 1024}")
@@ -233,10 +246,11 @@ class BwrapSandbox(Sandbox):
         # only per-file bound, so it stays; CPU keeps the caller's hard limit (the wall-clock
         # timeout bounds every exec).
         cpu_hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+        core_hard = resource.getrlimit(resource.RLIMIT_CORE)[1] if p.core_to_file else 0
         limits = [
             (resource.RLIMIT_CPU, (lim.cpu_time_s, cpu_hard)),
             (resource.RLIMIT_FSIZE, (lim.disk_mb * 1024 * 1024,) * 2),
-            (resource.RLIMIT_CORE, (0, 0)),
+            (resource.RLIMIT_CORE, (0, core_hard)),
             (resource.RLIMIT_AS, (lim.memory_mb * 1024 * 1024,) * 2),  # RLIMIT_NPROC: see _nproc_wrap
         ]
 
@@ -286,15 +300,19 @@ class BwrapSandbox(Sandbox):
             str(self.workspace),
             WORKSPACE_MOUNT,
             *self._p.python_argv,
+            *self._p.sys_argv,
+            # Last: the root tmpfs bwrap builds all this on is read-only from here on.
+            "--remount-ro",
+            "/",
             "--chdir",
             inner_cwd,
             "--as-pid-1",  # PID 1 is _INIT, not bwrap (whose argv names host paths)
             "--",
-            *_INIT,
+            *(_INIT if self._p.range_userns_fd is None else _INIT_CLOSING),
             *cmd,
         ]
         full_env = {
-            **machine.environment(sysview.sandbox_path_env()),
+            **machine.environment(self._p.path_env),
             # As in the process backend: no .pyc in the workspace (stale bytecode after a
             # same-size edit within the pyc's one-second mtime resolution).
             "PYTHONDONTWRITEBYTECODE": "1",
@@ -303,6 +321,7 @@ class BwrapSandbox(Sandbox):
         cg = self._p.cgroups
         async with self._gate.shared(self._check_open):
             oom_before = cg.oom_kills(self._groups) if cg is not None else 0
+            pids_before = cg.pids_refusals(self._groups) if cg is not None else 0
             result = await run_capped(
                 argv,
                 env=full_env,
@@ -315,12 +334,13 @@ class BwrapSandbox(Sandbox):
                 after_exit=self._after_exit,
             )
             oom = cg.oom_kills(self._groups) - oom_before if cg is not None else 0
+            refused = cg.pids_refusals(self._groups) - pids_before if cg is not None else 0
         if result.exit_code == 125 and _LAUNCH_FAILED in result.stderr:
             raise SandboxError(
                 f"could not start a command in sandbox {self.sandbox_id}: {result.stderr[-500:]}"
             )
         code = result.exit_code if result.timed_out else _exit_code(result.exit_code)
-        hit = limit_message(code, result.timed_out, timeout, self._limits, oom)
+        hit = limit_message(code, result.timed_out, timeout, self._limits, oom, refused)
         if code != result.exit_code or hit:
             result = dataclasses.replace(result, exit_code=code, limit_hit=hit)
         return result

@@ -149,6 +149,20 @@ class CgroupManager:
                 pass
         return 0
 
+    def pids_refusals(self, groups: list[Path]) -> int:
+        """How many forks the process limit of these groups has refused so far (0 if unknown)."""
+        for g in groups:
+            if self.version == 1 and "pids" not in g.parts:
+                continue
+            try:
+                for line in (g / "pids.events").read_text().splitlines():
+                    key, _, value = line.partition(" ")
+                    if key == "max":
+                        return int(value)
+            except (OSError, ValueError):
+                pass
+        return 0
+
     def is_empty(self, groups: list[Path]) -> bool:
         for g in groups:
             try:

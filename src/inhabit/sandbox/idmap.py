@@ -14,6 +14,17 @@ used as the overlay's bottom layer. Files owned by other uids appear as the over
 readable by mode, not writable. Where a filesystem refuses idmapping, the caller falls back to a
 chowned copy.
 
+A range of uids (`range_userns_fd`): bwrap maps one uid into the sandbox's user namespace, so
+`chown` to another user, `setreuid` and friends answer EINVAL ("no such uid here") where every
+real machine answers EPERM. As root we make the sandboxes' user namespace ourselves instead,
+mapping inside uids/gids 0-65535: the profile's uid to `SANDBOX_HOST_UID`, every other to an
+unused host id above it (`SANDBOX_HOST_UID + 1` up to `+ 65535`, which nothing else may use),
+never host root. Its owner is `SANDBOX_HOST_UID` (it is created through setpriv), so bwrap,
+started as that uid, joins it (`--userns`) with the capabilities it needs to build the
+sandbox, and the command runs as the profile's uid with none: it can reach no other uid.
+Nested user namespaces are off in it (`user.max_user_namespaces` = 0, which bwrap asserts), as
+`--disable-userns` does for bwrap's own.
+
 Protects against: the kuid-0 channels above. Does not by itself isolate anything else: it only
 changes which host uid the (already namespaced, capability-less) sandbox processes run as.
 """
@@ -27,6 +38,7 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 SANDBOX_HOST_UID = int(os.environ.get("INHABIT_SANDBOX_HOST_UID", "1100000"))
@@ -78,22 +90,71 @@ def make_userns_fd(host_uid: int, host_gid: int) -> int:
     A throwaway `unshare --user sleep` child provides the namespace (no fork of this process);
     root writes its maps, keeps the fd, and ends the child.
     """
+    child = _new_userns([])
+    try:
+        Path(f"/proc/{child.pid}/uid_map").write_text(f"0 {host_uid} 1\n")
+        Path(f"/proc/{child.pid}/gid_map").write_text(f"0 {host_gid} 1\n")
+        return os.open(f"/proc/{child.pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+    finally:
+        child.kill()
+        child.wait()
+
+
+def _new_userns(prefix: Sequence[str]) -> subprocess.Popen[bytes]:
+    """A `sleep` child in a new user namespace (started through `prefix`), once it has unshared."""
     unshare = shutil.which("unshare")
     if unshare is None:
         raise OSError("util-linux `unshare` not found")
-    child = subprocess.Popen([unshare, "--user", "sleep", "60"], stdin=subprocess.DEVNULL)
+    child = subprocess.Popen([*prefix, unshare, "--user", "sleep", "60"], stdin=subprocess.DEVNULL)
+    mine = os.readlink("/proc/self/ns/user")
+    deadline = time.monotonic() + 5
+    while True:
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/{child.pid}/ns/user") != mine:
+                return child
+        if time.monotonic() > deadline or child.poll() is not None:
+            child.kill()
+            child.wait()
+            raise OSError("could not create a user namespace")
+        time.sleep(0.001)
+
+
+def _write_map(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY)
     try:
-        mine = os.readlink("/proc/self/ns/user")
-        deadline = time.monotonic() + 5
-        while True:
-            with contextlib.suppress(OSError):
-                if os.readlink(f"/proc/{child.pid}/ns/user") != mine:
-                    break
-            if time.monotonic() > deadline or child.poll() is not None:
-                raise OSError("could not create a user namespace for idmapping")
-            time.sleep(0.001)
-        Path(f"/proc/{child.pid}/uid_map").write_text(f"0 {host_uid} 1\n")
-        Path(f"/proc/{child.pid}/gid_map").write_text(f"0 {host_gid} 1\n")
+        os.write(fd, text.encode())  # the kernel takes a map in one write only
+    finally:
+        os.close(fd)
+
+
+def id_ranges(inside: int, host: int, count: int = 65536) -> str:
+    """uid_map text: `inside` -> `host`, every other id below `count` -> an id above `host`."""
+    lines = [f"0 {host + 1} {inside}"] if inside else []
+    lines.append(f"{inside} {host} 1")
+    if inside + 1 < count:
+        lines.append(f"{inside + 1} {host + inside + 1} {count - inside - 1}")
+    return "\n".join(lines) + "\n"
+
+
+def range_userns_fd(host_uid: int, host_gid: int, uid: int, gid: int) -> int:
+    """An fd of a user namespace owned by `host_uid`, with inside ids 0-65535 mapped (see the
+    module docstring) and no nested user namespaces allowed. Needs root, setpriv and nsenter."""
+    drop = setpriv_prefix(host_uid, host_gid)
+    nsenter = shutil.which("nsenter")
+    if drop is None or nsenter is None:
+        raise OSError("util-linux setpriv and nsenter are needed for a uid range")
+    child = _new_userns(drop)
+    try:
+        _write_map(f"/proc/{child.pid}/uid_map", id_ranges(uid, host_uid))
+        _write_map(f"/proc/{child.pid}/gid_map", id_ranges(gid, host_gid))
+        # As the namespace's root (so the capability survives exec): no nested namespaces.
+        off = subprocess.run(
+            [nsenter, "-U", "-t", str(child.pid), "-S", "0", "-G", "0", "--",
+             "/bin/sh", "-c", "echo 0 > /proc/sys/user/max_user_namespaces"],
+            capture_output=True, text=True, timeout=20, check=False,
+        )  # fmt: skip
+        if off.returncode != 0:
+            raise OSError(f"could not disable nested user namespaces: {off.stderr.strip()[:200]}")
         return os.open(f"/proc/{child.pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
     finally:
         child.kill()

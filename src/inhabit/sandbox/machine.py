@@ -4,7 +4,8 @@ A model notices when its environment differs from a developer's machine (a host 
 `sandbox`, `HOME=/tmp`, a bare /etc) and may then behave differently. `MachineProfile` (the
 `[sandbox.machine]` table) describes an ordinary machine instead; the bwrap backend builds all
 of it (hostname, /etc/passwd and group entries, /etc/os-release, hosts, CA certificates, a home
-directory at /home/<user>, a 1777 /dev/shm). The process backend runs on the host as the host
+directory at /home/<user>, a 1777 /dev/shm; as root also the interpreter and venv at neutral
+paths, `inhabit.sandbox.pyview`). The process backend runs on the host as the host
 user, so it can only set the login environment (HOME stays its private directory).
 """
 
@@ -18,6 +19,8 @@ from inhabit.config import Config
 
 _NAME = r"^[a-z_][a-z0-9_-]{0,31}$"
 _HOST = r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$"
+# Under /opt or /srv: nowhere the sandbox puts something else (/home, /tmp, /etc, read-only /usr).
+_PLACE = r"^/(opt|srv)(/[A-Za-z0-9._-]+)+$"
 _SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
 
 
@@ -36,6 +39,17 @@ class MachineProfile(Config):
     lang: str = Field("C.UTF-8", description="LANG of commands (a locale every glibc has).")
     extra_env: dict[str, str] = Field(
         default_factory=dict, description="More environment variables every command gets."
+    )
+    python_dir: str = Field(
+        "/opt/python", pattern=_PLACE, description="Where the interpreter's prefix appears (bwrap, as root)."
+    )
+    venv_dir: str = Field(
+        "/opt/venv", pattern=_PLACE, description="Where the virtual environment appears (bwrap, as root)."
+    )
+    host_python_links: bool = Field(
+        True,
+        description="Symlink the interpreter's and venv's host paths to those places, so commands "
+        "written with host paths (sys.executable, built tasks' test commands) run unchanged.",
     )
 
     @property

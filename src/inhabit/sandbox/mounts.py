@@ -5,6 +5,11 @@ instead of ~15). Overlay stacks use the new mount API (fsopen/fsconfig "lowerdir
 so a deep stack of snapshot layers has no 4 KiB option-string limit; older kernels fall back to
 mount(2) with a `lowerdir=a:b:c` string.
 
+Overlay options show in the mount table of every sandbox that sees the overlay, so the layer
+paths under the provider's scratch dir are given relative to it (`relative_to`): the syscalls
+then run in one worker thread that has its own working directory (`unshare(CLONE_FS)`), and
+the table inside shows `lowerdir+=idmap/2`, never the host's scratch path.
+
 Protects nothing by itself; it is plumbing. Every mount lives under the provider's private
 scratch directory and is undone on close, at exit, or by the stale-mount sweep of a later run.
 """
@@ -15,12 +20,19 @@ import ctypes
 import ctypes.util
 import errno
 import os
-from collections.abc import Sequence
+import queue
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
 _libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
+_libc.unshare.argtypes = [ctypes.c_int]
 _libc.syscall.restype = ctypes.c_long
 
 MNT_DETACH = 2
@@ -95,8 +107,85 @@ def _check_path(p: Path) -> bytes:
     return b
 
 
-def mount_overlay(lowers: Sequence[Path], upper: Path, work: Path, target: Path) -> None:
-    """Mount overlayfs on `target`: `lowers` top first, writes to `upper`."""
+_CLONE_FS = 0x200
+
+
+class _DirThread:
+    """One worker thread with a working directory of its own (unshare(CLONE_FS)): it may chdir
+    without moving the cwd of the rest of the process."""
+
+    def __init__(self) -> None:
+        self._q: queue.SimpleQueue[tuple[Path, Callable[[], object], Future[object]]] = queue.SimpleQueue()
+        self._ready: Future[bool] = Future()
+        threading.Thread(target=self._run, name="inhabit-mounts", daemon=True).start()
+        self.ok = self._ready.result()
+
+    def _run(self) -> None:
+        self._ready.set_result(_libc.unshare(_CLONE_FS) == 0)
+        while True:
+            where, fn, fut = self._q.get()
+            try:
+                os.chdir(where)
+                fut.set_result(fn())
+            except BaseException as e:
+                fut.set_exception(e)
+
+    def call(self, where: Path, fn: Callable[[], T]) -> T:
+        fut: Future[object] = Future()
+        self._q.put((where, fn, fut))
+        return fut.result()  # type: ignore[return-value]
+
+
+_dir_thread: _DirThread | None = None
+_dir_lock = threading.Lock()
+
+
+def _in_dir(where: Path, fn: Callable[[], T]) -> T | None:
+    """Run `fn` with cwd `where` (in the worker thread); None where the thread cannot have a
+    cwd of its own (then the caller uses absolute paths)."""
+    global _dir_thread
+    with _dir_lock:
+        if _dir_thread is None:
+            _dir_thread = _DirThread()
+    if not _dir_thread.ok:
+        return None
+    return _dir_thread.call(where, fn)
+
+
+def _rel(p: Path, base: Path) -> Path:
+    try:
+        return p.relative_to(base)
+    except ValueError:
+        return p
+
+
+def mount_overlay(
+    lowers: Sequence[Path],
+    upper: Path | None,
+    work: Path | None,
+    target: Path,
+    *,
+    relative_to: Path | None = None,
+) -> None:
+    """Mount overlayfs on `target`: `lowers` top first, writes to `upper` (None: read-only, which
+    wants two or more lowers). Layers under `relative_to` are named relative to it (see the
+    module docstring)."""
+    if relative_to is not None:
+        target = target.absolute()
+        rel_lowers = [_rel(p, relative_to) for p in lowers]
+        rel_upper = _rel(upper, relative_to) if upper is not None else None
+        rel_work = _rel(work, relative_to) if work is not None else None
+
+        def mount() -> bool:
+            _mount_overlay(rel_lowers, rel_upper, rel_work, target)
+            return True
+
+        if _in_dir(relative_to, mount):
+            return
+    _mount_overlay(lowers, upper, work, target)
+
+
+def _mount_overlay(lowers: Sequence[Path], upper: Path | None, work: Path | None, target: Path) -> None:
     global _new_api
     if _new_api is not False:
         try:
@@ -107,8 +196,9 @@ def mount_overlay(lowers: Sequence[Path], upper: Path, work: Path, target: Path)
             if _new_api or e.errno not in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
                 raise
             _new_api = False
-    lower = b":".join(_check_path(p) for p in lowers)
-    opts = b"lowerdir=" + lower + b",upperdir=" + _check_path(upper) + b",workdir=" + _check_path(work)
+    opts = b"lowerdir=" + b":".join(_check_path(p) for p in lowers)
+    if upper is not None and work is not None:
+        opts += b",upperdir=" + _check_path(upper) + b",workdir=" + _check_path(work)
     opts += b",xino=off,redirect_dir=off"
     if len(opts) >= 4000:
         raise MountError(errno.E2BIG, f"overlay stack of {len(lowers)} layers too deep for mount(2)")
@@ -116,16 +206,16 @@ def mount_overlay(lowers: Sequence[Path], upper: Path, work: Path, target: Path)
         raise _err(f"mount overlay on {target}")
 
 
-def _mount_overlay_new(lowers: Sequence[Path], upper: Path, work: Path, target: Path) -> None:
+def _mount_overlay_new(lowers: Sequence[Path], upper: Path | None, work: Path | None, target: Path) -> None:
     sc = _libc.syscall
     fs = sc(_SYS_FSOPEN, b"overlay", _FSOPEN_CLOEXEC)
     if fs < 0:
         raise _err("fsopen overlay")
     try:
         settings = [(b"lowerdir+", os.fsencode(p)) for p in lowers]
+        if upper is not None and work is not None:
+            settings += [(b"upperdir", os.fsencode(upper)), (b"workdir", os.fsencode(work))]
         settings += [
-            (b"upperdir", os.fsencode(upper)),
-            (b"workdir", os.fsencode(work)),
             (b"xino", b"off"),
             (b"redirect_dir", b"off"),
         ]

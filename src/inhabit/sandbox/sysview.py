@@ -11,8 +11,10 @@ profile (`inhabit.sandbox.machine`: its user, home directory and host name).
 
 Deliberately absent: the host's home directories, /root (except the interpreter prefix bound at
 its own path), /tmp, /var, /run (no unix sockets of host daemons can be reached), /work, /srv,
-/mnt, /media, /sys, other sandboxes' scratch, /etc/shadow and the rest of /etc. /proc is a fresh,
+/mnt, /media, /sys but for the CPU and NUMA topology (`sys_args`), other sandboxes' scratch, /etc/shadow and the rest of /etc. /proc is a fresh,
 read-only procfs of the sandbox's pid namespace; /dev is a minimal tmpfs (null, zero, random...).
+The root directory itself is read-only (as on a machine, where / belongs to root): new files go
+to the workspace, the home directory, /tmp or /dev/shm.
 Python roots the sandbox's host uid cannot reach at their own path (a pyenv under /root) are
 bound from a read-only bind the provider makes under its scratch dir.
 
@@ -120,6 +122,22 @@ def bwrap_args(etc_dir: Path, machine: MachineProfile | None = None) -> list[str
         elif host.is_dir():
             args += ["--ro-bind", str(host), f"/{name}"]
     args += ["--ro-bind", str(write_etc(etc_dir, machine)), "/etc"]
+    return args
+
+
+# The parts of /sys that programs read to size themselves (lscpu, psutil, numpy's and torch's
+# thread pools, `nproc --all`): CPU and NUMA topology, read-only. Nothing else of /sys (devices,
+# kernel knobs, the host's cgroup tree) is shown.
+_SYS_PARTS = ("devices/system/cpu", "devices/system/node")
+
+
+def sys_args() -> list[str]:
+    """Read-only binds of `_SYS_PARTS` that exist here."""
+    args: list[str] = []
+    for part in _SYS_PARTS:
+        host = Path("/sys") / part
+        if host.is_dir():
+            args += ["--ro-bind", str(host), str(host)]
     return args
 
 

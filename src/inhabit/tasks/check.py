@@ -82,7 +82,7 @@ def _summarize(result: GradeResult) -> dict[str, Any]:
 
 
 async def _grade_workspace(task: Task, provider: SandboxProvider, config: GradingConfig, patch: bytes | None):
-    sandbox = await provider.create(task.workspace_dir)
+    sandbox = await provider.create(task.workspace_dir, limits=task.limits(provider))
     try:
         if patch is not None:
             error = await apply_patch(sandbox, patch)

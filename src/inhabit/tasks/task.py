@@ -23,6 +23,7 @@ from pydantic import ConfigDict, Field, ValidationError, field_validator
 
 from inhabit.config import Config, read_toml
 from inhabit.errors import ConfigError, TaskFormatError
+from inhabit.sandbox.base import SandboxLimits
 
 __all__ = ["GradingSpec", "Task", "TaskFormatError", "load_task", "node_id_file"]
 
@@ -84,12 +85,42 @@ class GradingSpec(Config):
         return tuple(dict.fromkeys(node_id_file(n) for n in self.required_tests))
 
 
+class TaskSandbox(Config):
+    """The optional `[sandbox]` table of task.toml: limits this task's suite needs, over the run's
+    `sandbox.limits` (each absent key keeps the run's value). For the sandboxes of the episode and
+    of grading alike."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    memory_mb: int | None = Field(None, ge=16, le=1 << 20, description="Memory of all processes together.")
+    max_processes: int | None = Field(None, ge=4, le=1 << 20, description="Processes and threads at once.")
+    cpu_time_s: int | None = Field(None, ge=1, description="Soft RLIMIT_CPU of each command.")
+    disk_mb: int | None = Field(None, ge=1, le=1 << 20, description="Bytes written into the workspace.")
+
+    def over(self, base: SandboxLimits | None) -> SandboxLimits:
+        """`base` (default limits when None) with this table's values in place."""
+        return (base or SandboxLimits()).model_copy(update=self.model_dump(exclude_none=True))
+
+
+def provider_limits(provider: object) -> SandboxLimits | None:
+    """A provider's default limits, looking through wrappers (`inner`); None if it has none."""
+    for _ in range(8):
+        limits = getattr(provider, "limits", None)
+        if isinstance(limits, SandboxLimits):
+            return limits
+        provider = getattr(provider, "inner", None)
+        if provider is None:
+            break
+    return None
+
+
 class TaskToml(Config):
     """The whole task.toml."""
 
     id: str = Field(description="Task id: letters, digits, '.', '_' and '-' (at most 128).")
     instruction: str = Field(min_length=1, description="What the agent is asked to do.")
     grading: GradingSpec | None = Field(None, description="How the final workspace is graded.")
+    sandbox: TaskSandbox | None = Field(None, description="Limits this task needs (see TaskSandbox).")
 
     @field_validator("id")
     @classmethod
@@ -117,6 +148,13 @@ class Task:
     hidden_dir: Path | None
     reference_patch: Path | None
     grading: GradingSpec | None
+    sandbox: TaskSandbox | None = None
+
+    def limits(self, provider: object) -> SandboxLimits | None:
+        """The limits for this task's sandboxes from `provider` (None: the provider's own)."""
+        if self.sandbox is None:
+            return None
+        return self.sandbox.over(provider_limits(provider))
 
     def hidden_files(self) -> list[str]:
         """Relative '/'-separated paths of every file under hidden/ (sorted)."""
@@ -203,6 +241,7 @@ def load_task(path: str | Path) -> Task:
         hidden_dir=hidden,
         reference_patch=patch if patch.is_file() else None,
         grading=spec.grading,
+        sandbox=spec.sandbox,
     )
     if spec.grading is not None:
         present = set(task.workspace_files()) | set(task.hidden_files())

@@ -145,3 +145,74 @@ async def test_time_and_cpu_limits_are_named(provider_factory, workspace: Path, 
     assert slow.timed_out and slow.limit_hit.startswith("time limit:") and "0.5 s" in slow.limit_hit
     assert spin.limit_hit.startswith("CPU time limit:")
     assert fine.limit_hit == ""
+
+
+async def test_core_dumps_soft_off_hard_as_on_a_login(provider_factory, workspace: Path):
+    prov = provider_factory("bwrap")
+    async with await prov.create(workspace) as sb:
+        r = await sb.exec("ulimit -S -c; ulimit -H -c")
+    soft, hard = r.stdout.split()
+    assert soft == "0"
+    # Hard unlimited where the kernel writes dumps as files; 0 where core_pattern pipes them to a
+    # host program (or, unprivileged, whatever hard limit the caller had).
+    if prov.core_to_file and prov.launch_as_root:
+        assert hard == "unlimited"
+    elif not prov.core_to_file:
+        assert hard == "0"
+
+
+async def test_process_limit_is_named(provider_factory, workspace: Path):
+    prov = provider_factory("bwrap", max_processes=16)
+    if prov.cgroups is None:
+        pytest.skip("no pids cgroup here: RLIMIT_NPROC refuses forks without a count to report")
+    code = (
+        "import subprocess, sys\n"
+        "ps = []\n"
+        "try:\n"
+        "    for _ in range(40):\n"
+        "        ps.append(subprocess.Popen(['sleep', '5']))\n"
+        "except OSError as e:\n"
+        "    print('refused', e.errno)\n"
+        "    sys.exit(1)\n"
+    )
+    async with await prov.create(workspace) as sb:
+        r = await sb.exec(["python3", "-c", code])
+        fine = await sb.exec(["true"])
+    assert r.exit_code == 1 and "refused 11" in r.stdout  # EAGAIN
+    assert r.limit_hit.startswith("process limit:") and "16 processes" in r.limit_hit
+    assert fine.limit_hit == ""
+
+
+async def test_default_limits_fit_a_hundred_processes(workspace: Path):
+    """CPython's test_subprocess starts 100 interpreters at once; the defaults must hold them."""
+    from inhabit.sandbox import bwrap
+    from inhabit.sandbox.base import SandboxLimits
+
+    if bwrap.bwrap_problem():
+        pytest.skip(f"bwrap unavailable here: {bwrap.bwrap_problem()}")
+    prov = bwrap.BwrapSandboxProvider(limits=SandboxLimits())
+    code = (
+        "import subprocess, sys\n"
+        "ps = [subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(2)']) for _ in range(100)]\n"
+        "print(sum(p.wait() == 0 for p in ps))\n"
+    )
+    try:
+        async with await prov.create(workspace) as sb:
+            r = await sb.exec(["python3", "-c", code], timeout_s=120)
+    finally:
+        await prov.close()
+    assert r.exit_code == 0, (r.stderr[-2000:], r.limit_hit)
+    assert r.stdout.strip() == "100"
+
+
+async def test_sparse_file_past_disk_cap_works_as_root(provider_factory, workspace: Path):
+    """As on a machine (CPython's test_mmap writes a byte past 4 GB): only bytes written count,
+    bounded by the volume's size, not the file's apparent size."""
+    prov = provider_factory("bwrap", disk_mb=32)
+    if not prov.tmpfs_volumes:
+        pytest.skip("unprivileged, RLIMIT_FSIZE's hard limit is the only per-file bound")
+    code = "f = open('big', 'wb'); f.seek(5 * 2**30); f.write(b'x'); f.close(); import os; print(os.path.getsize('big'))"
+    async with await prov.create(workspace) as sb:
+        r = await sb.exec(["python3", "-c", code])
+    assert r.exit_code == 0, (r.stderr, r.limit_hit)
+    assert int(r.stdout) == 5 * 2**30 + 1

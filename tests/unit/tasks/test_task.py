@@ -72,6 +72,8 @@ GOOD = 'id = "t1"\ninstruction = "fix"\n[grading]\nfail_to_pass = ["tests/test_a
         ('id = "t"\ninstruction = "x"\n[grading]\npass_to_pass = ["../x.py::t"]\n', "relative"),
         ('id = "t"\ninstruction = "x"\n[grading]\nfail_to_pass = ["tests/test_b.py::t"]\n', "neither"),
         ('id = "t"\ninstruction = "x"\n[grading\n', "not valid TOML"),
+        ('id = "t"\ninstruction = "x"\n[sandbox]\nmemory = 512\n', "memory"),
+        ('id = "t"\ninstruction = "x"\n[sandbox]\nmax_processes = 1\n', "max_processes"),
     ],
 )
 def test_format_mistakes_say_what_to_fix(tmp_path, toml, message):
@@ -129,3 +131,34 @@ def test_duplicate_node_ids_are_refused():
 
 def test_node_id_file():
     assert node_id_file("tests/test_a.py::TestX::test_y[1-2]") == "tests/test_a.py"
+
+
+def test_sandbox_table_sets_limits_over_the_run(tmp_path):
+    from inhabit.sandbox import SandboxLimits
+
+    task = load_task(_write(tmp_path / "t", GOOD + "[sandbox]\nmemory_mb = 8192\ncpu_time_s = 77\n"))
+    run = SandboxLimits(memory_mb=1024, max_processes=99)
+    limits = task.sandbox.over(run)
+    assert (limits.memory_mb, limits.cpu_time_s, limits.max_processes) == (8192, 77, 99)
+    assert load_task(_write(tmp_path / "u", GOOD)).limits(object()) is None
+
+
+async def test_sandbox_table_reaches_episode_and_grading(make_task, sandbox_provider):
+    """A task's [sandbox] limits apply in the sandbox the agent works in and in grading's."""
+    from inhabit.rewards.grading import grade
+
+    check = (
+        "import resource\n\ndef test_cpu():\n    assert resource.getrlimit(resource.RLIMIT_CPU)[0] == 77\n"
+    )
+    task = make_task(workspace={"tests/test_l.py": check}, pass_to_pass=["tests/test_l.py::test_cpu"])
+    with (task.root / "task.toml").open("a") as f:
+        f.write("\n[sandbox]\ncpu_time_s = 77\n")
+    task = load_task(task.root)
+    sandbox = await sandbox_provider.create(task.workspace_dir, limits=task.limits(sandbox_provider))
+    try:
+        r = await sandbox.exec("ulimit -S -t")
+        assert r.stdout.strip() == "77"
+        result = await grade(task, sandbox, sandbox_provider)
+    finally:
+        await sandbox.close()
+    assert result.reward == 1.0, result.details
