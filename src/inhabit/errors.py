@@ -78,3 +78,7 @@ class TrainerError(InhabitError):
 
 class OrchestratorError(InhabitError):
     """The pipeline could not be wired or run as configured."""
+
+
+class OnlineError(InhabitError):
+    """The session store or the online loop was misused (an unknown session, a store not set up)."""
