@@ -181,3 +181,56 @@ def log_(
             c.note or "",
         )
     Console().print(table)
+
+
+@online_app.command()
+def init(
+    config: Path = typer.Option(..., "--config", help="OnlineConfig TOML (store, weights, ...)."),
+    model: Path = typer.Option(..., "--model", help="Model folder to deploy as the first version."),
+    overrides: list[str] = typer.Argument(None, help="OnlineConfig overrides, e.g. gate.tolerance=0.1."),
+) -> None:
+    """Set up a deployment: the model becomes version 0 of the weight store and of the log."""
+    from inhabit.online.cycle import OnlineLoop
+
+    loop = OnlineLoop(_load(config, overrides or []))
+    try:
+        version = loop.init(model)
+    finally:
+        loop.close()
+    typer.echo(
+        f"version {version} published to {loop.config.weights}; serve it with "
+        f"`inhabit serve --model {model} --follow {loop.config.weights}`"
+    )
+
+
+@online_app.command()
+def run(
+    config: Path = typer.Option(..., "--config", help="OnlineConfig TOML (store, weights, ...)."),
+    cycles: int | None = typer.Option(None, "--cycles", min=1, help="Stop after this many cycles."),
+    until_idle: bool = typer.Option(False, "--until-idle", help="Stop when no cycle is due."),
+    overrides: list[str] = typer.Argument(None, help="OnlineConfig overrides, e.g. cycle.min_sessions=4."),
+) -> None:
+    """Harvest -> train -> gate -> publish -> watch, cycle after cycle (resumes after a crash)."""
+    from inhabit.online.cycle import OnlineLoop
+
+    loop = OnlineLoop(_load(config, overrides or []))
+
+    def show(row: Any) -> None:
+        counts = (row.train or {}).get("counts", {})
+        gate = (row.gate or {}).get("summary", "-")
+        typer.echo(
+            f"cycle {row.id}: {row.status} version={row.version} sessions={len(row.sessions)} "
+            f"gate={gate} counts={json.dumps(counts)}"
+        )
+
+    try:
+        for line in loop.recover():
+            typer.echo(f"recovered {line}")
+        typer.echo("ready", err=True)
+        n = loop.run(max_cycles=cycles, until_idle=until_idle, on_cycle=show)
+    except KeyboardInterrupt:
+        n = -1
+    finally:
+        loop.close()
+    if n >= 0:
+        typer.echo(f"{n} cycle(s) run")

@@ -129,7 +129,7 @@ class GateConfig(Config):
         description="Refuse when success rate drops more than this below the deployed one.",
     )
     max_turns: int = Field(8, ge=1, description="Turn limit of gate rollouts.")
-    context_window: int = Field(2048, ge=256, description="Context of the local policy in gate rollouts.")
+    max_turn_tokens: int = Field(512, ge=16, description="Tokens one turn of a gate rollout may generate.")
     sandbox: str = Field("process", description="Sandbox backend of gate rollouts (auto, bwrap, process).")
     concurrency: int = Field(2, ge=1, description="Gate rollouts at once.")
 

@@ -40,7 +40,9 @@ class ServeRecorder:
 
     async def record(self, session_id: str, messages: list[dict[str, Any]], completion: Any) -> None:
         if not valid_session_id(session_id):
-            log.warning("X-Inhabit-Session %r is not an id (letters, digits, _ . : -); not recorded", session_id[:40])
+            log.warning(
+                "X-Inhabit-Session %r is not an id (letters, digits, _ . : -); not recorded", session_id[:40]
+            )
             return
         turn = {
             "kind": "action",

@@ -453,13 +453,22 @@ class SessionStore:
         return cycle
 
     def update_cycle(self, cycle: int, **fields: Any) -> None:
+        self.commit({cycle: fields})
+
+    def commit(self, updates: dict[int, dict[str, Any]], state: dict[str, Any] | None = None) -> None:
+        """Update several cycles (id -> fields) and state keys in ONE transaction (a cycle's end)."""
         allowed = {"version", "status", "finished_at", "gate", "train", "live", "note", "parent"}
-        if not fields.keys() <= allowed:
-            raise ValueError(f"unknown cycle fields {set(fields) - allowed}")
-        sets = ", ".join(f"{k} = ?" for k in fields)
-        vals = tuple(json.dumps(v) if k in ("gate", "train", "live") else v for k, v in fields.items())
         with self._tx() as c:
-            c.execute(f"UPDATE cycles SET {sets} WHERE id = ?", (*vals, cycle))
+            for cycle, fields in updates.items():
+                if not fields.keys() <= allowed:
+                    raise ValueError(f"unknown cycle fields {set(fields) - allowed}")
+                sets = ", ".join(f"{k} = ?" for k in fields)
+                vals = tuple(
+                    json.dumps(v) if k in ("gate", "train", "live") else v for k, v in fields.items()
+                )
+                c.execute(f"UPDATE cycles SET {sets} WHERE id = ?", (*vals, cycle))
+            for key, value in (state or {}).items():
+                self.set_state(key, value, conn=c)
 
     def abandon_cycle(self, cycle: int) -> None:
         """Undo a cycle that never published: its row and its sessions' ledger entries go, together."""

@@ -35,3 +35,44 @@ def wait_healthy(url: str, proc, timeout_s: float = 120.0) -> dict:
         except httpx.HTTPError:
             time.sleep(0.2)
     raise AssertionError("server did not come up")
+
+
+def synthetic_trajectory(seed: int, version: int = 0, tokens: bool = True) -> dict:
+    """A one-turn trajectory record as an engine would report it (ids inside the tiny vocabulary)."""
+    import random
+
+    rng = random.Random(seed)
+    prompt = [rng.randrange(3, 300) for _ in range(12)]
+    completion = [rng.randrange(3, 300) for _ in range(6)]
+    turn = {
+        "text": "edit",
+        "prompt_token_ids": prompt if tokens else None,
+        "completion_token_ids": completion if tokens else None,
+        "logprobs": [-20.0] * 6 if tokens else None,
+        "versions": [version] * 6,
+    }
+    return {
+        "task_id": f"agent:{seed}",
+        "instruction": "fix",
+        "status": "finished",
+        "segments": [{"index": 0, "messages": [], "turns": [turn]}],
+    }
+
+
+def online_config(tmp_path, **overrides):
+    from inhabit.online.config import OnlineConfig
+
+    data = {
+        "store": str(tmp_path / "sessions.db"),
+        "weights": str(tmp_path / "weights"),
+        "cycle": {"min_sessions": 2, "poll_s": 0.05},
+        "train": {"trainer": {"lr": 1e-3, "micro_batch_tokens": 512}, "updates": 2, "max_lag": 1},
+        "watch": {"min_sessions": 4},
+    }
+    for key, value in overrides.items():
+        section, _, name = key.partition("__")
+        if name:
+            data.setdefault(section, {})[name] = value
+        else:
+            data[section] = value
+    return OnlineConfig.model_validate(data)
