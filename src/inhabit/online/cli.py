@@ -226,6 +226,11 @@ def run(
     try:
         for line in loop.recover():
             typer.echo(f"recovered {line}")
+        # Import the trainer and the model classes now, not in the first cycle after a signal.
+        import inhabit.models.loading
+        import inhabit.trainer.trainer
+        import inhabit.weights.publish  # noqa: F401
+
         typer.echo("ready", err=True)
         n = loop.run(max_cycles=cycles, until_idle=until_idle, on_cycle=show)
     except KeyboardInterrupt:
