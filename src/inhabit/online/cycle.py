@@ -112,6 +112,16 @@ class OnlineLoop:
         path = self.checkpoint(version)
         return Trainer.from_pretrained(path, self.config.train.trainer).load(path)
 
+    def warm_up(self) -> None:
+        """Load the deployed checkpoint once and drop it: the first model load of a process pays
+        for imports and lazy initialisation (seconds), which belongs before the first signal, not
+        after it."""
+        import inhabit.weights.publish  # noqa: F401
+
+        dep = self.store.deployed()
+        if dep is not None and dep.version is not None and self._has_checkpoint(dep.version):
+            self._trainer(dep.version)
+
     def next_version(self) -> int:
         known = [c.version for c in self.store.cycles() if c.version is not None]
         latest = self.weights.latest()

@@ -150,3 +150,26 @@ def test_no_rollback_while_the_evidence_is_thin(tiny_folder, tmp_path: Path) -> 
     live = loop.watch()
     assert live["diff_ci"][0] < 0 < live["diff_ci"][1]
     assert loop.store.deployed().version == 1
+
+
+def test_online_log_and_sessions_show_every_cycle(tiny_folder, tmp_path: Path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from inhabit.cli import app
+
+    loop = OnlineLoop(online_config(tmp_path))
+    loop.init(tiny_folder)
+    ids = rated(loop.store, 2)
+    loop.run_cycle()
+    runner = CliRunner()
+    out = runner.invoke(app, ["online", "log", "--store", str(loop.store.path), "--json"])
+    assert out.exit_code == 0, out.output
+    rows = [json.loads(line) for line in out.output.splitlines()]
+    assert [(r["version"], r["status"]) for r in rows] == [(0, "published"), (1, "published")]
+    assert sorted(rows[1]["sessions"]) == sorted(ids) and rows[1]["train"]["samples"] == 2
+    table = runner.invoke(app, ["online", "log", "--store", str(loop.store.path)])
+    assert table.exit_code == 0 and "published" in table.output
+    listed = runner.invoke(app, ["online", "sessions", "--store", str(loop.store.path)])
+    assert listed.exit_code == 0 and "cycle 2 (trained)" in listed.output
