@@ -113,14 +113,30 @@ class OnlineLoop:
         return Trainer.from_pretrained(path, self.config.train.trainer).load(path)
 
     def warm_up(self) -> None:
-        """Load the deployed checkpoint once and drop it: the first model load of a process pays
-        for imports and lazy initialisation (seconds), which belongs before the first signal, not
-        after it."""
+        """Run one throwaway update on the deployed checkpoint: a process's first model load,
+        forward, backward and optimizer step pay for imports and lazy kernel set-up (seconds on a
+        CPU), which belongs before the first signal, not after it."""
+        import torch
+
         import inhabit.weights.publish  # noqa: F401
+        from inhabit.trainer.samples import Sample
 
         dep = self.store.deployed()
-        if dep is not None and dep.version is not None and self._has_checkpoint(dep.version):
-            self._trainer(dep.version)
+        if dep is None or dep.version is None or not self._has_checkpoint(dep.version):
+            return
+        trainer = self._trainer(dep.version)
+        n = 32
+        mask = torch.zeros(n, dtype=torch.bool)
+        mask[n // 2 :] = True
+        sample = Sample(
+            input_ids=torch.randint(0, min(256, trainer.model.config.vocab_size), (n,)),
+            loss_mask=mask,
+            behaviour_logprobs=torch.zeros(n),
+            versions=torch.zeros(n, dtype=torch.long),
+            advantage=1.0,
+        )
+        online_update(trainer, [sample], self.config.train)
+        trainer.state_dict_for_engine()
 
     def next_version(self) -> int:
         known = [c.version for c in self.store.cycles() if c.version is not None]
