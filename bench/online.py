@@ -143,13 +143,13 @@ async def drive(args: argparse.Namespace, url: str, db: Path) -> tuple[list[dict
     return rounds, clients
 
 
-def cycle_times(db: Path) -> dict[int, tuple[float, float, float]]:
-    """version -> (train seconds, cycle started at, published at), from the cycle log."""
+def cycle_times(db: Path) -> dict[int, tuple[dict, float, float]]:
+    """version -> (train figures, cycle started at, published at), from the cycle log."""
     with sqlite3.connect(db) as c:
         rows = c.execute(
             "SELECT version, train, started_at, finished_at FROM cycles WHERE status = 'published'"
         ).fetchall()
-    return {v: ((json.loads(t or "null") or {}).get("seconds", 0.0), s, f) for v, t, s, f in rows}
+    return {v: (json.loads(t or "null") or {}, s, f) for v, t, s, f in rows}
 
 
 def restart_seconds(model: Path, log: Path) -> float:
@@ -238,7 +238,11 @@ def main() -> None:
     for col in cols:
         table.add_column(col)
     for r in rounds:
-        train, started, published = times[r["version"]]
+        figures, started, published = times[r["version"]]
+        train = figures.get("seconds", 0.0)
+        r["cycle_parts_s"] = {
+            k: figures.get(k) for k in ("samples_s", "load_s", "seconds", "save_s", "publish_s")
+        }
         wall_signal, wall_served = r.pop("wall")
         r["signal_to_cycle_start_s"] = round(started - wall_signal, 2)
         r["cycle_s"] = round(published - started, 2)

@@ -252,11 +252,14 @@ class OnlineLoop:
         self.on_step("consumed")
         rewards = [e.reward for e in h.episodes]
         new_baseline = next_baseline(baseline, rewards, self.config.train.baseline_decay)
+        t0 = time.perf_counter()
         samples = episode_samples(h.episodes, baseline)
+        samples_s = time.perf_counter() - t0
         train_info: dict[str, Any] = {
             "counts": h.counts,
             "baseline": baseline,
             "reward_mean": sum(rewards) / len(rewards),
+            "samples_s": round(samples_s, 3),
         }
         if not any(s.num_loss_tokens for s in samples):
             self.store.commit(
@@ -272,11 +275,15 @@ class OnlineLoop:
                 {"baseline": new_baseline},
             )
             return self._row(cycle)
+        t0 = time.perf_counter()
         trainer = self._trainer(deployed.version)
+        load_s = time.perf_counter() - t0
         train_info |= online_update(trainer, samples, self.config.train)
         trainer.version = target
         self.on_step("trained")
+        t0 = time.perf_counter()
         trainer.save(self.checkpoint(target))
+        train_info |= {"load_s": round(load_s, 3), "save_s": round(time.perf_counter() - t0, 3)}
         self.store.update_cycle(cycle, status="gating", train=train_info)
         self.on_step("saved")
         gate = self.gate(cycle, target, deployed)
@@ -290,7 +297,10 @@ class OnlineLoop:
             return self._row(cycle)
         self.store.update_cycle(cycle, status="publishing", gate=gate)
         self.on_step("publishing")
+        t0 = time.perf_counter()
         self._publish(trainer.state_dict_for_engine(), target)
+        train_info["publish_s"] = round(time.perf_counter() - t0, 3)
+        self.store.update_cycle(cycle, train=train_info)
         self.on_step("published")
         self._finish_publish(self._row(cycle), {"baseline": new_baseline})
         return self._row(cycle)
