@@ -70,6 +70,7 @@ def test_an_opted_in_session_is_stored_redacted_rated_and_its_outcome_observed(o
     assert kinds == {("accepted", 1.0), ("rating", 1.0), ("reverted", 1.0), ("tests_passed", -1.0)}
 
 
+@pytest.mark.slow
 def test_a_repository_that_did_not_opt_in_records_nothing(tmp_path: Path, monkeypatch) -> None:
     repo = tmp_path / "r"
     repo.mkdir()
