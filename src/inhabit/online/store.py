@@ -26,7 +26,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -204,7 +204,7 @@ class SessionStore:
         model: str | None = None,
         extra: dict[str, Any] | None = None,
         session_id: str | None = None,
-        signals: list[tuple[str, float]] = (),  # type: ignore[assignment]
+        signals: Sequence[tuple[str, float]] = (),
     ) -> str:
         """Store one finished session (its trajectory record as JSON, redacted here) and its first
         signals (e.g. the accept/reject of `inhabit agent`), in one transaction; returns its id."""
