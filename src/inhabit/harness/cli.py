@@ -177,10 +177,17 @@ async def _agent(
     if online is not None:
         from inhabit.online.record import record_agent_session
 
-        sid = record_agent_session(online.store_path(), repo, traj, changes, decision, model=model)
-        console.print(
-            f"online: session {sid} recorded; rate it with `inhabit feedback {sid} good|bad`", highlight=False
-        )
+        try:
+            sid = record_agent_session(online.store_path(), repo, traj, changes, decision, model=model)
+        except Exception as e:  # the work is done and saved above: a store that fails only warns
+            console.print(
+                f"[yellow]online: session not recorded ({escape(f'{type(e).__name__}: {e}')})[/yellow]"
+            )
+        else:
+            console.print(
+                f"online: session {sid} recorded; rate it with `inhabit feedback {sid} good|bad`",
+                highlight=False,
+            )
     if traj.status in FAILED_STATUSES:
         raise typer.Exit(1)
     return path
