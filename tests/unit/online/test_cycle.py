@@ -113,10 +113,21 @@ def test_a_crash_at_any_step_resumes_without_losing_or_repeating_a_session(
     check_exactly_once(loop, ids + more)
 
 
-def test_a_worse_version_is_rolled_back_to_its_parents_weights(tiny_folder, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "crash_at", [None, "rollback_published", pytest.param("rollback_started", marks=pytest.mark.slow)]
+)
+def test_a_worse_version_is_rolled_back_to_its_parents_weights(
+    tiny_folder, tmp_path: Path, crash_at: str | None
+) -> None:
     from inhabit.weights.subscribe import Subscriber
 
-    loop = OnlineLoop(online_config(tmp_path))
+    cfg = online_config(tmp_path)
+
+    def crash(name: str) -> None:
+        if name == crash_at:
+            raise Crash(name)
+
+    loop = OnlineLoop(cfg, on_step=crash)
     loop.init(tiny_folder)
     rated(loop.store, 2)
     assert loop.run_cycle().version == 1
@@ -128,8 +139,16 @@ def test_a_worse_version_is_rolled_back_to_its_parents_weights(tiny_folder, tmp_
         loop.store.add_session(
             synthetic_trajectory(200 + i, 1), signals=[("rejected" if i else "accepted", 1.0)]
         )
-    live = loop.watch()
-    assert live["trials"] == 10 and live["diff_ci"][1] < 0
+    if crash_at is None:
+        live = loop.watch()
+        assert live["trials"] == 10 and live["diff_ci"][1] < 0
+    else:  # killed during the rollback: the next start finishes or redoes it
+        with pytest.raises(Crash):
+            loop.watch()
+        loop.store.close()
+        loop = OnlineLoop(cfg)
+        loop.recover()
+        loop.watch()
     cycles = {c.version: c for c in loop.store.cycles()}
     assert cycles[1].status == "rolled_back" and cycles[2].status == "rollback" and cycles[2].parent == 0
     assert loop.store.deployed().version == 2
