@@ -85,3 +85,6 @@ class RolloutsFailing(OrchestratorError):
     a sandbox that cannot start): the run stops and says why instead of generating forever."""
 
     exit_code = 1
+
+class OnlineError(InhabitError):
+    """The session store or the online loop was misused (an unknown session, a store not set up)."""

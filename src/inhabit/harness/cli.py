@@ -125,9 +125,17 @@ async def _agent(
     )
     from inhabit.harness.loop import run_episode
     from inhabit.inference.policies import make_policy
+    from inhabit.online.config import repo_opt_in
 
     console = Console()
-    policy = make_policy(model, model_name=model_name, api_key=api_key, context_window=context_window)
+    online = repo_opt_in(repo)
+    policy = make_policy(
+        model,
+        model_name=model_name,
+        api_key=api_key,
+        context_window=context_window,
+        logprobs=online is not None and online.logprobs,
+    )
     provider = _provider(backend)
     try:
         sandbox = await provider.create(repo)
@@ -166,6 +174,20 @@ async def _agent(
             console.print("[yellow]changes discarded; the repository is untouched[/yellow]")
     path = save_session(repo, traj, changes, decision, model=model)
     console.print(f"session saved to {escape(str(path))}", highlight=False)
+    if online is not None:
+        from inhabit.online.record import record_agent_session
+
+        try:
+            sid = record_agent_session(online.store_path(), repo, traj, changes, decision, model=model)
+        except Exception as e:  # the work is done and saved above: a store that fails only warns
+            console.print(
+                f"[yellow]online: session not recorded ({escape(f'{type(e).__name__}: {e}')})[/yellow]"
+            )
+        else:
+            console.print(
+                f"online: session {sid} recorded; rate it with `inhabit feedback {sid} good|bad`",
+                highlight=False,
+            )
     if traj.status in FAILED_STATUSES:
         raise typer.Exit(1)
     return path

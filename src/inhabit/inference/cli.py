@@ -24,6 +24,14 @@ def register(app: typer.Typer) -> None:
             "--tool-call-parser",
             help="auto (from the chat template), none, hermes, qwen3_coder, llama3_json or inhabit.",
         ),
+        follow: str = typer.Option(
+            None,
+            "--follow",
+            help="Weight store (folder or http URL): serve its newest version as it appears.",
+        ),
+        sessions: str = typer.Option(
+            None, "--sessions", help="Session store: record requests that send an X-Inhabit-Session header."
+        ),
         config: str = typer.Option(None, "--config", help="TOML file with a ServeConfig (overrides follow)."),
         override: list[str] = typer.Option(
             [], "--set", help="Dotted override, e.g. engine.max_batch_size=32 (repeatable)."
@@ -41,6 +49,10 @@ def register(app: typer.Typer) -> None:
             data["served_model_name"] = served_model_name
         if tool_call_parser is not None:
             data["tool_call_parser"] = tool_call_parser
+        if follow is not None:
+            data["follow"] = follow
+        if sessions is not None:
+            data["sessions"] = sessions
         cfg = validate_config(ServeConfig, apply_overrides(data, override), source=config or "serve options")
         from inhabit.inference.server import serve as run  # torch, transformers, uvicorn: only now
 

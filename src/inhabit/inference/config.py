@@ -92,4 +92,11 @@ class ServeConfig(Config):
             "4 MiB holds any prompt that fits a 500k-token context."
         ),
     )
+    follow: str | None = Field(
+        None, description="Weight store (folder or URL) whose newest version is swapped in as it appears."
+    )
+    follow_poll_s: float = Field(1.0, gt=0, description="Seconds between looks at the followed store.")
+    sessions: str | None = Field(
+        None, description="Session store (SQLite) recording requests sent with an X-Inhabit-Session header."
+    )
     engine: EngineConfig = Field(default_factory=EngineConfig)

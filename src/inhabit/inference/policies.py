@@ -20,14 +20,18 @@ def make_policy(
     context_window: int = 32_768,
     temperature: float | None = None,
     seed: int | None = None,
+    logprobs: bool = False,
 ) -> Policy:
     """See module docstring. `temperature` None: the policy's own default (0 for an endpoint, 1 for
-    a local model); `model_name` and `api_key` apply to endpoints, `seed` to local models."""
+    a local model); `model_name`, `api_key` and `logprobs` (ask the endpoint for token logprobs; a
+    local model always reports them) apply to endpoints, `seed` to local models."""
     if model.startswith(("http://", "https://")):
         from inhabit.inference.openai_policy import OpenAIPolicy
 
         extra = {} if temperature is None else {"temperature": temperature}
-        return OpenAIPolicy(model, model_name, api_key=api_key, context_window=context_window, **extra)
+        return OpenAIPolicy(
+            model, model_name, api_key=api_key, context_window=context_window, logprobs=logprobs, **extra
+        )
     path = Path(model).expanduser()
     if path.is_dir():
         from inhabit.inference.local_policy import LocalPolicy

@@ -82,11 +82,13 @@ def create_app(
     max_upload_bytes: int = 8 * 1024**3,
     max_request_bytes: int = 4 * 1024**2,
     tool_call_parser: str | None = "auto",
+    recorder: Any = None,
 ) -> FastAPI:
     """The FastAPI app serving `engine` (the caller owns the engine's lifetime).
 
     `tool_call_parser`: one of tool_parsers.PARSERS, "auto" (detected from the chat template), or
-    None (requests with tools are refused)."""
+    None (requests with tools are refused). `recorder` (an `inhabit.online.recorder.ServeRecorder`)
+    records chat completions sent with an X-Inhabit-Session header as online sessions."""
     from inhabit.inference.tool_parsers import detect_parser, make_parser
 
     if tool_call_parser == "auto":
@@ -197,6 +199,8 @@ def create_app(
             fmts = [ChatChunks(rid, model_name, tokenizer, req, plan, i) for i in range(req.n)]
             return sse(engine.open_streams(gens), gens[0], fmts, tokenizer, req.stops())
         outs = _checked(await until_disconnected(request, engine.generate(gens)))
+        if recorder is not None and (session := request.headers.get("x-inhabit-session")):
+            await recorder.record(session, plan.messages, outs[0])
         choices = []
         for i, c in enumerate(outs):
             message, finish = assistant_message(plan, c.text, c.finish_reason)
@@ -284,6 +288,11 @@ def create_app(
             "choices": choices,
             "usage": usage,
         }
+
+    if recorder is not None:
+        from inhabit.online.server_routes import install_session_routes
+
+        install_session_routes(app, recorder, auth=auth, api_error=ApiError)
 
     @app.post("/v1/load_weights")
     async def load_weights(request: Request, version: int | None = Query(None, ge=0)) -> dict:
@@ -442,10 +451,30 @@ def serve(config: Any) -> None:
     engine = EmbeddedEngine.from_path(config.model, config.engine)
     name = config.served_model_name or Path(config.model).resolve().name
 
+    recorder = None
+    if config.sessions:
+        from inhabit.online.recorder import ServeRecorder
+
+        recorder = ServeRecorder(config.sessions, model=name)
+
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI):
+        stop = asyncio.Event()
+        follower = None
+        if config.follow:  # newest version of a weight store, swapped in between decoding steps
+            from inhabit.weights.subscribe import Subscriber, SubscriberConfig
+
+            sub = Subscriber(
+                config.follow, SubscriberConfig(name="serve", poll_interval_s=config.follow_poll_s)
+            )
+            follower = asyncio.create_task(sub.follow(engine, stop=stop))
         yield
+        stop.set()
+        if follower is not None:
+            await asyncio.gather(follower, return_exceptions=True)
         await engine.close()
+        if recorder is not None:
+            recorder.close()
 
     app = create_app(
         engine,
@@ -455,6 +484,7 @@ def serve(config: Any) -> None:
         max_upload_bytes=config.max_upload_bytes,
         max_request_bytes=config.max_request_bytes,
         tool_call_parser=None if config.tool_call_parser == "none" else config.tool_call_parser,
+        recorder=recorder,
     )
     app.router.lifespan_context = lifespan
     host, port = sock.getsockname()[:2]
