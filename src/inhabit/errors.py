@@ -86,5 +86,6 @@ class RolloutsFailing(OrchestratorError):
 
     exit_code = 1
 
+
 class OnlineError(InhabitError):
     """The session store or the online loop was misused (an unknown session, a store not set up)."""
