@@ -41,6 +41,7 @@ COMMAND_MODULES = (
     "inhabit.weights.cli",
     "inhabit.evaluation.cli",
     "inhabit.orchestrator.cli",
+    "inhabit.orchestrator.scale.cli",
     "inhabit.observability.viewer.cli",
 )
 

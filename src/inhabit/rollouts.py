@@ -239,7 +239,7 @@ async def guarded_rollout(
     a failed trajectory (status "error"), and a finished one whose engine request failed in some
     turn becomes "policy_error". `deadline_s`, when it comes before `timeout_s`, is the caller's own
     time limit (a run ending): hitting it returns None, a cut rather than a data point.
-    `rollout_fn`: the episode (`run_rollout`'s signature; `inhabit.scale` passes a simulated one)."""
+    `rollout_fn`: the episode (`run_rollout`'s signature; `inhabit.orchestrator.scale` passes a simulated one)."""
     cut = deadline_s is not None and deadline_s <= timeout_s
     try:
         traj = await asyncio.wait_for(

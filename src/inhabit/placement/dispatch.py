@@ -213,7 +213,7 @@ class DispatchRunner(EngineRunner):
         self, task: Task, lease: InferenceEngine, provider: SandboxProvider, left: float | None
     ) -> Trajectory | None:
         """One episode of `task` on the leased engine and env server's sandboxes; None when cut by
-        `left` seconds (the deadline). `inhabit.scale` replaces this with a simulated episode."""
+        `left` seconds (the deadline). `inhabit.orchestrator.scale` replaces this with a simulated episode."""
         policy = LocalPolicy(
             lease, self.tokenizer, temperature=self.cfg.temperature, top_p=self.cfg.top_p,
             seed=self.seed * 1_000_003 + self._episodes * 7919,

@@ -40,13 +40,25 @@ class Member:
 
     index: int
     handle: Any
-    live: bool = False
+    _live: bool = False
     payload: Any = None
     """What `activate` returned: the driver-side view of the actor (engine proxy, sandbox provider)."""
     outstanding: int = 0
     served: int = 0
     deaths: int = 0
     info: dict[str, Any] = field(default_factory=dict)
+    on_live: Callable[[Member], None] | None = field(default=None, repr=False, compare=False)
+    """Called when the member (re)joins rotation: the fleet puts it back in its heap."""
+
+    @property
+    def live(self) -> bool:
+        return self._live
+
+    @live.setter
+    def live(self, value: bool) -> None:
+        was, self._live = self._live, value
+        if value and not was and self.on_live is not None:
+            self.on_live(self)
 
 
 class Fleet:
@@ -62,12 +74,14 @@ class Fleet:
         wait_s: float = 600.0,
     ) -> None:
         self.name = name
-        self.members = [Member(i, h) for i, h in enumerate(handles)]
+        self.members = [Member(i, h, on_live=self._push) for i, h in enumerate(handles)]
         self._activate, self._recreate = activate, recreate
         self.wait_s = wait_s
         self._changed = asyncio.Condition()
         self._reviving: dict[int, asyncio.Task] = {}
         self.revived = 0
+        self.changes = 0
+        """Members that died or came back so far: what a cache over the live members keys on."""
         # (outstanding, served, index) of live members; an entry is current while it equals the
         # member's key (older ones are skipped when popped, and the heap rebuilt when they pile up).
         self._heap: list[tuple[int, int, int]] = []
@@ -155,6 +169,7 @@ class Fleet:
         if m.live:
             m.live = False
             m.deaths += 1
+            self.changes += 1
             log.warning("%s %d is down (%s); it rejoins when Ray restarts it", self.name, m.index, why)
         self._revive(m)
 
@@ -184,8 +199,8 @@ class Fleet:
             else:
                 break
         async with self._changed:
-            m.live = True
-            self._push(m)
+            m.live = True  # back in the heap (Member.on_live)
+            self.changes += 1
             if not first:
                 self.revived += 1
                 log.warning("%s %d is back", self.name, m.index)
@@ -208,6 +223,6 @@ class Fleet:
 
 def _gone_for_good(e: Exception) -> bool:
     """Whether Ray gave the actor up (ActorDiedError); never true without Ray imported (a fleet of
-    simulated actors, `inhabit.scale`)."""
+    simulated actors, `inhabit.orchestrator.scale`)."""
     ray = sys.modules.get("ray")
     return ray is not None and isinstance(e, ray.exceptions.ActorDiedError)

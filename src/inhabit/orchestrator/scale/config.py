@@ -18,25 +18,31 @@ import math
 import random
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from inhabit.config import Config
 
 
 class Dist(Config):
-    """A positive random duration or count: lognormal (median, sigma) or Pareto (scale x_m, alpha),
-    optionally capped."""
+    """A positive random duration or count: lognormal (median, sigma), Pareto (scale x_m, alpha),
+    or drawn from recorded values (`empirical`: what `inhabit scale calibrate` writes); optionally
+    capped."""
 
-    kind: Literal["lognormal", "pareto", "fixed"] = "lognormal"
+    kind: Literal["lognormal", "pareto", "fixed", "empirical"] = "lognormal"
     median: float = Field(1.0, gt=0, description="lognormal: the median; fixed: the value.")
     sigma: float = Field(0.5, ge=0, description="lognormal: sd of the log.")
     scale: float = Field(1.0, gt=0, description="pareto: x_m, the smallest value.")
     alpha: float = Field(2.0, gt=0, description="pareto: tail index (smaller: heavier tail).")
     cap: float | None = Field(None, gt=0, description="Largest value drawn (None: uncapped).")
+    values: list[float] = Field(default_factory=list, description="empirical: the recorded values.")
 
     def draw(self, rng: random.Random) -> float:
         if self.kind == "fixed":
             x = self.median
+        elif self.kind == "empirical":
+            if not self.values:
+                raise ValueError("an empirical distribution needs `values`")
+            x = rng.choice(self.values)
         elif self.kind == "lognormal":
             x = self.median * math.exp(rng.gauss(0.0, self.sigma))
         else:
@@ -124,21 +130,39 @@ class ScaleConfig(Config):
     oversample: int = Field(0, ge=0)
     deadline_s: float | None = Field(None, gt=0)
     timeout_s: float = Field(600.0, gt=0)
-    steps: int = Field(6, ge=1, description="Trainer steps to simulate.")
-    warmup_steps: int = Field(1, ge=0, description="Steps left out of the rates (the pipeline filling up).")
+    measure: Literal["steady", "whole"] = Field(
+        "steady",
+        description="steady: the measured steps of a run in full flow (see measure_steps); whole: a "
+        "run of measure_steps steps measured from start to end, as `inhabit train` reports it.",
+    )
+    measure_steps: int = Field(
+        2,
+        ge=1,
+        description="Trainer steps measured. The run adds max_staleness + 1 steps before them (the "
+        "pipeline filling up) and as many after (the producer stops starting groups that many "
+        "steps before the end); neither is measured.",
+    )
     tasks: int = Field(1000, ge=2, description="Distinct train tasks.")
     seed: int = 0
+    quantum_s: float = Field(
+        1e-3, gt=0, le=1, description="Timers due this close together run in one event-loop cycle."
+    )
     engine: EngineModel = Field(default_factory=EngineModel)
     episode: EpisodeModel = Field(default_factory=EpisodeModel)
     trainer: TrainerModel = Field(default_factory=TrainerModel)
     network: NetworkModel = Field(default_factory=NetworkModel)
     faults: FaultModel = Field(default_factory=FaultModel)
 
-    @model_validator(mode="after")
-    def _check(self) -> ScaleConfig:
-        if self.warmup_steps >= self.steps:
-            raise ValueError(f"warmup_steps ({self.warmup_steps}) must be below steps ({self.steps})")
-        return self
+    @property
+    def margin_steps(self) -> int:
+        """Unmeasured steps at each end (see `measure_steps`)."""
+        if self.measure == "whole":
+            return 0
+        return 1 if self.mode == "sync" else self.max_staleness + 1
+
+    @property
+    def steps(self) -> int:
+        return self.measure_steps + 2 * self.margin_steps
 
     @property
     def groups_per_step(self) -> int:

@@ -4,7 +4,7 @@ What runs unchanged: `Pipeline` (producer, trainer loop, `GroupBuffer` with the 
 `DispatchRunner` (slots, least-outstanding placement through `Fleet`, oversampling, deadlines,
 retries on a lost engine or env server), `EnginePool` and `StoreWeightSync` (every live engine
 pulls each new version), `guarded_rollout` and the sample building of `group_samples`. What is
-simulated: the engines, env servers, episodes and the trainer (`inhabit.scale.parts`).
+simulated: the engines, env servers, episodes and the trainer (`inhabit.orchestrator.scale.parts`).
 
 The event loop is looptime's (`looptime.new_event_loop`): its clock jumps to the next timer
 whenever nothing is ready, so `asyncio.sleep(30)` in a simulated grader costs no wall time while
@@ -25,14 +25,21 @@ import looptime
 
 from inhabit.orchestrator.config import RunConfig
 from inhabit.orchestrator.pipeline import Pipeline
+from inhabit.orchestrator.scale.config import ScaleConfig
+from inhabit.orchestrator.scale.parts import (
+    ClusterLink,
+    SimEngine,
+    SimEnvServer,
+    SimPolicy,
+    SimTrainer,
+    sim_episode,
+)
 from inhabit.placement.config import RayConfig
 from inhabit.placement.dispatch import DispatchRunner
 from inhabit.placement.engines import EnginePool
 from inhabit.placement.fleet import Fleet, Member
 from inhabit.placement.weight_sync import StoreWeightSync
 from inhabit.rollouts import guarded_rollout
-from inhabit.scale.config import ScaleConfig
-from inhabit.scale.parts import ClusterLink, SimEngine, SimEnvServer, SimPolicy, SimTrainer, sim_episode
 from inhabit.tasks.task import Task
 from inhabit.types import Trajectory
 
@@ -182,10 +189,17 @@ async def _simulate(cfg: ScaleConfig) -> dict[str, Any]:
         }
 
     def on_step(step: int, record: dict[str, Any]) -> None:
-        if step == cfg.warmup_steps:
+        if cfg.measure == "whole":
+            return
+        if step == cfg.margin_steps:
             marks["start"] = snapshot()
+        elif step == cfg.margin_steps + cfg.measure_steps:
+            marks["end"] = snapshot()  # and stop: the run's last steps would only drain it
 
-    pipeline = Pipeline(run_cfg, runner, trainer, sync, _tasks(cfg.tasks), on_step=on_step)
+    def done() -> bool:
+        return "end" in marks
+
+    pipeline = Pipeline(run_cfg, runner, trainer, sync, _tasks(cfg.tasks), on_step=on_step, should_stop=done)
     marks["begin"] = snapshot()
     faults = asyncio.create_task(_faults(cfg, engines, servers, random.Random(cfg.seed + 1)))
     try:
@@ -193,8 +207,9 @@ async def _simulate(cfg: ScaleConfig) -> dict[str, Any]:
     finally:
         faults.cancel()
         await asyncio.gather(faults, return_exceptions=True)
-    end = snapshot()
-    start = marks.get("start", marks["begin"])
+    if cfg.measure == "whole":
+        marks["start"], marks["end"] = marks["begin"], snapshot()
+    start, end = marks["start"], marks["end"]
     await engine_fleet.close()
     await server_fleet.close()
     return _report(cfg, start, end, engines, servers, links)
@@ -237,7 +252,7 @@ def _report(
         "deadline_s": cfg.deadline_s,
         "clusters": len(links),
         "simulated_s": round(window, 2),
-        "steps_measured": cfg.steps - cfg.warmup_steps,
+        "steps_measured": cfg.measure_steps,
         "rollouts": finished,
         "rollouts_per_hour": finished / window * 3600,
         "rollouts_per_min": finished / window * 60,
@@ -263,8 +278,13 @@ def _report(
 
 def simulate(cfg: ScaleConfig) -> dict[str, Any]:
     """Run one scenario on a fresh looptime event loop; the figures of the measured window
-    (after `warmup_steps`), see `_report`. Also reports the wall time it took."""
-    loop = looptime.new_event_loop(start=0.0)
+    (`ScaleConfig.measure_steps`), see `_report`. Also reports the wall time it took."""
+    # noop_cycles=0: advance to the next timer as soon as nothing is ready (looptime's default
+    # idles 42 loop cycles first, a guard for test code that costs a simulation ~20x the CPU).
+    loop = looptime.new_event_loop(start=0.0, noop_cycles=0)
+    # Timers due within `quantum_s` of each other run in one loop cycle (asyncio's own batching,
+    # widened from the clock's 1 ns): each cycle costs looptime a poll and bookkeeping.
+    loop._clock_resolution = cfg.quantum_s  # type: ignore[attr-defined]
     t0 = time.perf_counter()
     try:
         out = loop.run_until_complete(_simulate(cfg))

@@ -28,8 +28,8 @@ from typing import Any
 
 from inhabit.contracts import Message, Policy, PolicyTurn, TrainerHandle
 from inhabit.errors import InferenceError
+from inhabit.orchestrator.scale.config import ClusterModel, EngineModel, EpisodeModel, TrainerModel
 from inhabit.placement.engines import EngineLost
-from inhabit.scale.config import ClusterModel, EngineModel, EpisodeModel, TrainerModel
 from inhabit.types import Segment, Trajectory, TurnRecord
 
 
