@@ -30,6 +30,7 @@ OTHER_CONFIGS = {
     "harness.toml": ("inhabit.harness.config", "HarnessConfig", []),
     "serve.toml": ("inhabit.inference.config", "ServeConfig", ["model=models/x"]),
     "reward.toml": ("inhabit.rewards.compose", "RewardConfig", []),
+    "scale.toml": ("inhabit.orchestrator.scale.config", "ScaleConfig", []),
 }
 
 
