@@ -15,6 +15,7 @@ CPU time spent per finished rollout (the simulated parts' bookkeeping included: 
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import time
 from collections import Counter
@@ -286,9 +287,15 @@ def simulate(cfg: ScaleConfig) -> dict[str, Any]:
     # widened from the clock's 1 ns): each cycle costs looptime a poll and bookkeeping.
     loop._clock_resolution = cfg.quantum_s  # type: ignore[attr-defined]
     t0 = time.perf_counter()
+    # Dispatch logs each retry and each actor down/back; a scenario with faults has thousands
+    # (the report counts them).
+    placement_log = logging.getLogger("inhabit.placement")
+    level = placement_log.level
+    placement_log.setLevel(logging.ERROR)
     try:
         out = loop.run_until_complete(_simulate(cfg))
     finally:
         loop.close()
+        placement_log.setLevel(level)
     out["wall_s"] = round(time.perf_counter() - t0, 2)
     return out
