@@ -91,6 +91,7 @@ def grid(quick: bool) -> list[ScaleConfig]:
         scenario("8, staleness 0", 8, 1000, max_staleness=0),
         scenario("8, oversample 2 + deadline 600 s", 8, 1000, oversample=2, deadline_s=600),
         scenario("8, four clusters", 8, 1000, clusters=FOUR_CLUSTERS),
+        scenario("1000 engines, 1k sandboxes", 1000, 1000),
         scenario("1000 engines, 10k sandboxes", 1000, 10_000),
     ]
     if quick:
@@ -146,6 +147,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="A subset without 64 engines and 100k sandboxes.")
     ap.add_argument("--real-run", type=Path, help="Folder of the real run to validate against.")
     ap.add_argument("--seeds", type=int, default=3, help="Simulations averaged per validation prediction.")
+    ap.add_argument("--rows", nargs="*", help="Only the scenarios whose name starts with one of these.")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "scale.json"))
     args = ap.parse_args()
     console = Console()
@@ -154,7 +156,10 @@ def main() -> None:
         "loadavg_start": os.getloadavg(),
     }
     rows = []
-    for cfg in grid(args.quick):
+    scenarios = grid(args.quick)
+    if args.rows:
+        scenarios = [c for c in scenarios if any(c.name.startswith(p) for p in args.rows)]
+    for cfg in scenarios:
         t0 = time.monotonic()
         r = simulate(cfg)
         console.print(f"{cfg.name}: {time.monotonic() - t0:.0f} s wall, {r['rollouts']} rollouts measured")
@@ -178,23 +183,30 @@ def main() -> None:
         )  # fmt: skip
     console.print(t)
 
-    big = [r for r in rows if r["engines"] == 1000 and r["name"].startswith("1000")]
-    goal_row = next((r for r in big if r["sandboxes"] == 100_000), big[0])
-    util_ok = goal_row["engine_utilization"] >= 0.9
-    cpu_ratio = goal_row["cpu_ms_per_rollout"] / base_cpu
-    goals = {
-        "utilization": {"row": goal_row["name"], "value": goal_row["engine_utilization"], "met": util_ok},
-        "cpu_growth": {"row": goal_row["name"], "ratio": cpu_ratio, "met": cpu_ratio <= 2.0},
-    }
-    results["goals"] = goals
-    console.print(
-        f"goal >= 90% engine utilization at 1000 engines, heavy tails, staleness 2 ({goal_row['name']}): "
-        f"{goal_row['engine_utilization']:.1%} -> {'met' if util_ok else 'NOT met'}"
-    )
-    console.print(
-        f"goal control-plane CPU/rollout 8 -> 1000 engines <= 2x: {base_cpu:.2f} -> "
-        f"{goal_row['cpu_ms_per_rollout']:.2f} ms ({cpu_ratio:.2f}x) -> {'met' if cpu_ratio <= 2 else 'NOT met'}"
-    )
+    # The utilization goal is read on the largest 1000-engine scenario run; the CPU goal on 1000
+    # engines with the 8-engine base's 1k sandboxes (engines x125, the same rollouts in flight),
+    # and, for the record, on each other 1000-engine row (more sandboxes: more in flight).
+    results["goals"] = {}
+    big = sorted((r for r in rows if r["engines"] == 1000), key=lambda r: r["sandboxes"])
+    if big and rows[0]["engines"] == 8:
+        goal_row = big[-1]
+        util_ok = goal_row["engine_utilization"] >= 0.9
+        results["goals"]["utilization"] = {
+            "row": goal_row["name"],
+            "value": goal_row["engine_utilization"],
+            "met": util_ok,
+        }
+        console.print(
+            f"goal >= 90% engine utilization at 1000 engines, heavy tails, staleness 2 ({goal_row['name']}): "
+            f"{goal_row['engine_utilization']:.1%} -> {'met' if util_ok else 'NOT met'}"
+        )
+        for r in big:
+            ratio = r["cpu_ms_per_rollout"] / base_cpu
+            results["goals"][f"cpu_growth: {r['name']}"] = {"ratio": ratio, "met": ratio <= 2.0}
+            console.print(
+                f"goal control-plane CPU/rollout 8 -> 1000 engines <= 2x ({r['name']}): {base_cpu:.2f} -> "
+                f"{r['cpu_ms_per_rollout']:.2f} ms ({ratio:.2f}x) -> {'met' if ratio <= 2 else 'NOT met'}"
+            )
 
     run = args.real_run
     if run is None and not args.quick:
