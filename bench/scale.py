@@ -168,7 +168,7 @@ def main() -> None:
     base_cpu = rows[0]["cpu_ms_per_rollout"]
     t = Table(title="scale grid (configs/scale.toml varied; virtual time)")
     for col in ("scenario", "engines", "sandboxes", "stale", "util", "batch", "trainer idle", "rollouts/h",
-                "staleness 0/1/2/..", "deadline lost", "stale-dropped", "sync MB/cluster/v", "pause/engine",
+                "staleness 0/1/2/..", "deadline lost", "stale-dropped", "wasted", "sync MB/cluster/v", "pause/engine",
                 "CPU ms/rollout", "x 8-engine"):  # fmt: skip
         t.add_column(col, justify="left" if col == "scenario" else "right")
     for r in rows:
@@ -176,7 +176,7 @@ def main() -> None:
             r["name"], str(r["engines"]), f"{r['sandboxes']:,}", str(r["max_staleness"]),
             f"{r['engine_utilization']:.1%}", f"{r['mean_batch']:.0f}", f"{r['trainer_idle']:.0%}",
             f"{r['rollouts_per_hour']:,.0f}", "/".join(f"{v:.2f}" for v in r["staleness"].values()),
-            f"{r['lost_to_deadline']:.1%}", str(r["dropped_stale_groups"]),
+            f"{r['lost_to_deadline']:.1%}", str(r["dropped_stale_groups"]), f"{r['wasted_share']:.0%}",
             ",".join(f"{b / 1e6:.0f}" for b in r["sync_bytes_per_cluster_per_version"]),
             f"{r['swap_pause_per_engine_s']:.2f}s", f"{r['cpu_ms_per_rollout']:.2f}",
             f"{r['cpu_ms_per_rollout'] / base_cpu:.2f}x",

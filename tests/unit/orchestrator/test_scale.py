@@ -103,6 +103,7 @@ def test_small_scenario_runs_on_virtual_time_and_keeps_the_staleness_bound():
         assert r["simulated_s"] > 10 * r["wall_s"]  # virtual time, not sleeps
         assert 0 < r["engine_utilization"] <= 1 and 0 <= r["trainer_idle"] <= 1
         assert max(int(k) for k in r["staleness"]) <= staleness
+        assert 0 <= r["wasted_share"] <= 1
         assert r["sync_bytes_per_cluster_per_version"] == [1_300_000]  # one relayed delta per version
 
 

@@ -27,6 +27,7 @@ ROWS = (
     ("staleness of trained samples", "staleness", "{}"),
     ("lost to deadlines", "lost_to_deadline", "{:.2%}"),
     ("groups dropped as stale", "dropped_stale_groups", "{}"),
+    ("rollouts wasted on dropped groups", "wasted_share", "{:.1%}"),
     ("retried rollouts", "retried", "{}"),
     ("weight-sync bytes per cluster per version", "sync_bytes_per_cluster_per_version", "{}"),
     ("swap pause per engine per version (s)", "swap_pause_per_engine_s", "{:.3f}"),

@@ -265,6 +265,11 @@ def _report(
         "cut_surplus": counts["cut_surplus"],
         "retried": counts["retried"],
         "dropped_stale_groups": b["stale_dropped"] - a["stale_dropped"],
+        # rollouts generated for groups the bound then dropped (their tasks run again): busy
+        # engine time that trained nothing
+        "wasted_share": min(
+            1.0, (b["stale_dropped"] - a["stale_dropped"]) * cfg.group_size / max(1, finished)
+        ),
         "sync_bytes_per_cluster_per_version": [
             round((y - x) / versions) for x, y in zip(a["link"], b["link"], strict=True)
         ],
