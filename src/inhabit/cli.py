@@ -42,6 +42,7 @@ COMMAND_MODULES = (
     "inhabit.evaluation.cli",
     "inhabit.orchestrator.cli",
     "inhabit.online.cli",
+    "inhabit.orchestrator.scale.cli",
     "inhabit.observability.viewer.cli",
 )
 

@@ -23,7 +23,7 @@ import asyncio
 import collections
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -270,15 +270,18 @@ async def guarded_rollout(
     timeout_s: float,
     *,
     deadline_s: float | None = None,
+    rollout_fn: Callable[..., Awaitable[Trajectory]] | None = None,
 ) -> Trajectory | None:
     """One harness episode that never raises: a rollout over `timeout_s` or one that raised becomes
     a failed trajectory (status "error"), and a finished one whose engine request failed in some
     turn becomes "policy_error". `deadline_s`, when it comes before `timeout_s`, is the caller's own
-    time limit (a run ending): hitting it returns None, a cut rather than a data point."""
+    time limit (a run ending): hitting it returns None, a cut rather than a data point.
+    `rollout_fn`: the episode (None: `run_rollout`; `inhabit.orchestrator.scale` passes a simulated one)."""
     cut = deadline_s is not None and deadline_s <= timeout_s
     try:
         traj = await asyncio.wait_for(
-            run_rollout(task, policy, provider, config=harness), deadline_s if cut else timeout_s
+            (rollout_fn or run_rollout)(task, policy, provider, config=harness),
+            deadline_s if cut else timeout_s,
         )
     except TimeoutError:
         if cut:

@@ -25,7 +25,6 @@ usual) that adds:
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import Counter
 from typing import Any
 
@@ -137,12 +136,14 @@ class DispatchRunner(EngineRunner):
             "run_attempt": self.run_attempt,
         }  # fmt: skip
         # An absolute time: waiting for a slot, an engine or an env server counts against it too.
-        until = None if deadline is None else time.monotonic() + deadline
+        # The loop's clock (monotonic in a run, virtual under `inhabit scale simulate`).
+        clock = asyncio.get_running_loop().time
+        until = None if deadline is None else clock() + deadline
         avoid_e: set[int] = set()
         avoid_s: set[int] = set()
         traj: Trajectory | None = None
         for attempt in range(1, self.ray.max_attempts + 1):
-            if until is not None and time.monotonic() >= until:
+            if until is not None and clock() >= until:
                 break
             traj, lost = await self._attempt(task, meta, until, avoid_e, avoid_s)
             if traj is None:  # the deadline passed during this attempt
@@ -162,23 +163,17 @@ class DispatchRunner(EngineRunner):
     ) -> tuple[Trajectory | None, str | None]:
         self._episodes += 1
         async with self._slots.slot():  # one slot per attempt (retries, oversampling)
-            d0 = time.monotonic()
+            d0 = asyncio.get_running_loop().time()
             em = await self.pool.fleet.acquire(avoid_e)
             sm = await self.env_servers.acquire(avoid_s) if self.env_servers is not None else None
-            self.dispatch_s += time.monotonic() - d0
+            self.dispatch_s += asyncio.get_running_loop().time() - d0
             lease = _Lease(em)
             provider = sm.payload if sm is not None else self.provider
             losses = sm.payload.losses if sm is not None else 0
-            policy = LocalPolicy(
-                lease, self.tokenizer, temperature=self.cfg.temperature, top_p=self.cfg.top_p,
-                seed=self.seed * 1_000_003 + self._episodes * 7919,
-            )  # fmt: skip
-            t0 = time.monotonic()
+            t0 = asyncio.get_running_loop().time()
             left = None if until is None else until - t0  # <= 0: cut at once (leases still released)
             try:
-                traj = await guarded_rollout(
-                    task, policy, provider, self.harness, self.cfg.timeout_s, deadline_s=left
-                )
+                traj = await self._episode_on(task, lease, provider, left)
             finally:
                 self.pool.fleet.release(em)
                 if sm is not None:
@@ -207,12 +202,25 @@ class DispatchRunner(EngineRunner):
             traj = traj.model_copy(
                 update={
                     "metadata": {
-                        **traj.metadata, **meta, "wall_s": round(time.monotonic() - t0, 4),
+                        **traj.metadata, **meta, "wall_s": round(asyncio.get_running_loop().time() - t0, 4),
                         "engine": em.index, "env_server": sm.index if sm is not None else None,
                     }
                 }
             )  # fmt: skip
             return traj, lost
+
+    async def _episode_on(
+        self, task: Task, lease: InferenceEngine, provider: SandboxProvider, left: float | None
+    ) -> Trajectory | None:
+        """One episode of `task` on the leased engine and env server's sandboxes; None when cut by
+        `left` seconds (the deadline). `inhabit.orchestrator.scale` replaces this with a simulated episode."""
+        policy = LocalPolicy(
+            lease, self.tokenizer, temperature=self.cfg.temperature, top_p=self.cfg.top_p,
+            seed=self.seed * 1_000_003 + self._episodes * 7919,
+        )  # fmt: skip
+        return await guarded_rollout(
+            task, policy, provider, self.harness, self.cfg.timeout_s, deadline_s=left
+        )
 
     async def _alive(self, m: Member) -> bool:
         try:

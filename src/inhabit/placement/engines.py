@@ -77,6 +77,15 @@ class EnginePool(InferenceEngine):
         self.tokenizer = tokenizer
         self.outstanding_requests = 0
         self.lost = 0
+        # `version` and `stale` read every live engine; the pipeline asks once per group, so both
+        # are cached until a sync, a death or a revival can have changed the answer (a scan per
+        # group was O(engines) per group, bench/scale.py).
+        self._syncs = 0
+        self._version: tuple[tuple[int, int], int] | None = None
+        self._synced: tuple[tuple[int, int], str, int] | None = None
+
+    def _epoch(self) -> tuple[int, int]:
+        return (self._syncs, self.fleet.changes)
 
     @property
     def max_model_len(self) -> int:
@@ -85,8 +94,13 @@ class EnginePool(InferenceEngine):
 
     @property
     def version(self) -> int:
+        epoch = self._epoch()
+        if self._version is not None and self._version[0] == epoch:
+            return self._version[1]
         vs = [m.payload.version for m in self.fleet.live]
-        return min(vs) if vs else max((m.payload.version for m in self.fleet.members if m.payload), default=0)
+        v = min(vs) if vs else max((m.payload.version for m in self.fleet.members if m.payload), default=0)
+        self._version = (epoch, v)
+        return v
 
     def engine_of(self, member: Member) -> RayEngine:
         return member.payload
@@ -104,7 +118,12 @@ class EnginePool(InferenceEngine):
 
     def stale(self, store_url: str, version: int) -> bool:
         """Whether some live engine holds a version older than `version` of `store_url` (or another store)."""
-        return any(m.payload.store_url != store_url or m.payload.version < version for m in self.fleet.live)
+        if self._synced == (self._epoch(), store_url, version):
+            return False
+        stale = any(m.payload.store_url != store_url or m.payload.version < version for m in self.fleet.live)
+        if not stale:
+            self._synced = (self._epoch(), store_url, version)
+        return stale
 
     async def sync_to(self, store_url: str, version: int) -> int:
         """Every live engine to `version` of the store (dead ones catch up when they come back)."""
@@ -116,10 +135,12 @@ class EnginePool(InferenceEngine):
                 self.fleet.mark_dead(m, "weight sync failed")
 
         await asyncio.gather(*(one(m) for m in self.fleet.live))
+        self._syncs += 1
         return self.version
 
     async def load_weights(self, weights: Mapping[str, torch.Tensor] | str | Path, version: int) -> None:
         await asyncio.gather(*(m.payload.load_weights(weights, version) for m in self.fleet.live))
+        self._syncs += 1
 
     async def close(self) -> None:
         """Stops the driver-side revive tasks; the actors belong to the placement (see cluster.py)."""

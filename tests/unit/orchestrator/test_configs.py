@@ -31,6 +31,7 @@ OTHER_CONFIGS = {
     "serve.toml": ("inhabit.inference.config", "ServeConfig", ["model=models/x"]),
     "reward.toml": ("inhabit.rewards.compose", "RewardConfig", []),
     "online.toml": ("inhabit.online.config", "OnlineConfig", []),
+    "scale.toml": ("inhabit.orchestrator.scale.config", "ScaleConfig", []),
 }
 
 

@@ -61,3 +61,37 @@ def test_acquire_waits_for_a_member_and_times_out_with_a_clear_error():
         assert (await asyncio.wait_for(waiter, 2)).index == 0
 
     asyncio.run(go())
+
+
+def test_pick_matches_a_scan_of_every_member_over_random_operations():
+    """The heap (O(log n) per pick) picks what a scan of every member would, through acquires,
+    releases, deaths, revivals and avoid sets."""
+    import random
+
+    def scan(f: Fleet, avoid: set[int]):
+        live = [m for m in f.members if m.live]
+        fresh = [m for m in live if m.index not in avoid] or live
+        return min(fresh, key=lambda m: (m.outstanding, m.served, m.index)) if fresh else None
+
+    async def go():
+        rng = random.Random(5)
+        f = fleet(12)
+        held = []
+        for _ in range(3000):
+            op = rng.random()
+            avoid = set(rng.sample(range(12), rng.randint(0, 3)))
+            if op < 0.5 and f.any_live():
+                want = scan(f, avoid)
+                got = await f.acquire(avoid)
+                assert got is want
+                held.append(got)
+            elif op < 0.85 and held:
+                f.release(held.pop(rng.randrange(len(held))))
+            elif op < 0.93:
+                f.members[rng.randrange(12)].live = False
+            else:
+                f.members[rng.randrange(12)].live = True
+            assert f.pick(avoid) is scan(f, avoid)
+        assert len(f._heap) <= 4 * 12 + 64 + 2  # stale entries are dropped as they pile up
+
+    asyncio.run(go())
