@@ -68,6 +68,57 @@ CHAT_TEMPLATE = (
     "{%- if add_generation_prompt -%}{{- '<|assistant|>' -}}{%- endif -%}"
 )
 
+# The same chat format with OpenAI `tools`, in the style of Qwen3's template: the tools as JSON lines
+# in a `<tools>` block of the system turn, calls as `<tool_call>` JSON (the `hermes` parser reads
+# them), and consecutive `tool` messages as `<tool_response>` blocks of one user turn. Used by the
+# native quickstart (`tokenizer = "quickstart-native"`); the project's own models keep CHAT_TEMPLATE.
+NATIVE_TOOLS_INTRO = (
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
+)
+NATIVE_TOOLS_OUTRO = (
+    "\n</tools>\n\nFor each function call, return a json object with function name and arguments "
+    'within <tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": '
+    "<args-json-object>}\n</tool_call>"
+)
+NATIVE_CHAT_TEMPLATE = (
+    "{{- bos_token -}}"
+    "{%- if tools -%}"
+    "{{- '<|system|>' -}}"
+    "{%- if messages and messages[0]['role'] == 'system' -%}{{- messages[0]['content'] ~ '\n\n' -}}{%- endif -%}"
+    "{{- " + json.dumps(NATIVE_TOOLS_INTRO) + " -}}"
+    "{%- for tool in tools -%}{{- '\n' ~ (tool | tojson) -}}{%- endfor -%}"
+    "{{- " + json.dumps(NATIVE_TOOLS_OUTRO) + " ~ '<|end|>' -}}"
+    "{%- elif messages and messages[0]['role'] == 'system' -%}"
+    "{{- '<|system|>' ~ messages[0]['content'] ~ '<|end|>' -}}"
+    "{%- endif -%}"
+    "{%- for message in messages -%}"
+    "{%- set role = message['role'] -%}"
+    "{%- if role == 'system' and loop.first -%}"
+    "{%- elif role in ['system', 'user'] -%}"
+    "{{- '<|' ~ role ~ '|>' ~ message['content'] ~ '<|end|>' -}}"
+    "{%- elif role == 'assistant' -%}"
+    "{{- '<|assistant|>' ~ (message['content'] or '') -}}"
+    "{%- for call in message['tool_calls'] or [] -%}"
+    "{%- set fn = call['function'] -%}"
+    "{%- if not loop.first or message['content'] -%}{{- '\n' -}}{%- endif -%}"
+    "{{- '<tool_call>\n{\"name\": \"' ~ fn['name'] ~ '\", \"arguments\": ' -}}"
+    "{%- if fn['arguments'] is string -%}{{- fn['arguments'] -}}{%- else -%}{{- fn['arguments'] | tojson -}}{%- endif -%}"
+    "{{- '}\n</tool_call>' -}}"
+    "{%- endfor -%}"
+    "{{- '<|end|>' -}}"
+    "{%- elif role == 'tool' -%}"
+    "{%- if loop.first or messages[loop.index0 - 1]['role'] != 'tool' -%}{{- '<|user|>' -}}"
+    "{%- else -%}{{- '\n' -}}{%- endif -%}"
+    "{{- '<tool_response>\n' ~ message['content'] ~ '\n</tool_response>' -}}"
+    "{%- if loop.last or messages[loop.index0 + 1]['role'] != 'tool' -%}{{- '<|end|>' -}}{%- endif -%}"
+    "{%- else -%}"
+    "{{- raise_exception('unknown chat role ' ~ role ~ ': use system, user, assistant or tool') -}}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|assistant|>' -}}{%- endif -%}"
+)
+
 # Pre-tokenization (BPE merges never cross these pieces): GPT-style, but an identifier with
 # underscores and digits (`read_file`, `test_add2`) is one piece, optionally led by one
 # punctuation mark or space (`<tool`, ` name`, `.append`), so snake_case names and the harness's

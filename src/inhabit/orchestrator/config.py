@@ -51,10 +51,12 @@ class ModelConfig(Config):
     path: str | None = Field(None, description="A Hugging Face model folder; None: build a tiny model.")
     preset: str | None = Field(None, description="Tiny-model preset (inhabit.models.tiny.PRESETS).")
     spec: TinyModelSpec | None = Field(None, description="Tiny-model shape (when no preset/path).")
-    tokenizer: Literal["default", "quickstart"] = Field(
+    tokenizer: Literal["default", "quickstart", "quickstart-native"] = Field(
         "default",
         description="Tokenizer of a built model: the default BPE, or the quickstart's (the default plus "
-        "the harness system prompt as one added token).",
+        "the harness system prompt as one added token), or the native quickstart's (the default with a "
+        "chat template that renders `tools` in the style of Qwen3's, plus its system turn, tools "
+        'included, as one added token; for harness.tool_format = "native").',
     )
     chat_template: str | None = Field(
         None,

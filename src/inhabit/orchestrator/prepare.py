@@ -71,8 +71,10 @@ def _quickstart_tasks(cfg: RunConfig, cache: Path) -> tuple[list[Any], list[Task
 
 def _tokenizer(cfg: RunConfig) -> Any:
     from inhabit.models.tokenizer import default_tokenizer
-    from inhabit.orchestrator.quickstart.bootstrap import quickstart_tokenizer
+    from inhabit.orchestrator.quickstart.bootstrap import quickstart_native_tokenizer, quickstart_tokenizer
 
+    if cfg.model.tokenizer == "quickstart-native":
+        return quickstart_native_tokenizer()
     return quickstart_tokenizer() if cfg.model.tokenizer == "quickstart" else default_tokenizer()
 
 

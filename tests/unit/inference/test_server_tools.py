@@ -184,6 +184,16 @@ def test_tool_choice_none_and_parallel_off(client):
     assert [c.function.name for c in named.message.tool_calls] == ["read_file", "run"]  # not constrained
 
 
+def test_tool_choice_required_does_not_force_a_call(client):
+    """`required` constrains nothing (docs/engine.md): 8 tokens are too few for any complete call,
+    so the answer holds none, and its text comes back as `content` with the engine's finish reason."""
+    resp = _ask(client, tool_choice="required", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
+    choice = resp.choices[0]
+    assert choice.message.tool_calls is None and choice.finish_reason == "length"
+    assert isinstance(choice.message.content, str)
+    assert len(choice.model_extra["token_ids"]) == 8
+
+
 def test_tool_results_render_through_the_template(client, server):
     first = _ask(client).choices[0].message
     history = [

@@ -11,6 +11,14 @@ The quickstart tokenizer is the project's default BPE plus one added (non-specia
 the harness's system prompt, which never changes: the model sees exactly the same text, but it
 costs one position instead of ~1,200, which is what makes CPU training of the quickstart fit in
 minutes. Decoding is unchanged (the token decodes to the prompt's text).
+
+The native quickstart (`tokenizer = "quickstart-native"`, `harness.tool_format = "native"`) uses the
+same BPE with `NATIVE_CHAT_TEMPLATE` (a Qwen3-style tools block, `<tool_call>` JSON,
+`<tool_response>` turns), and the one added token holds its whole system turn: the native
+instructions plus the tools block the template renders from `prompts.tool_schemas()` (~2,100
+tokens otherwise, more than the quickstart model's context). The expert's transcripts then run
+through the harness in the native format and are rendered by that template (`trainer.samples.
+chat_sample`, as SFT renders native transcripts), so the bootstrap teaches the `<tool_call>` format.
 """
 
 from __future__ import annotations
@@ -37,9 +45,40 @@ def quickstart_tokenizer(vocab_size: int = 4096, seed: int = 0) -> Any:
     return tok
 
 
+def native_system_text(tokenizer: Any) -> str:
+    """The native system turn's text (instructions + tools block), as the template renders it."""
+    from inhabit.harness.prompts import NATIVE_SYSTEM, tool_schemas
+    from inhabit.models.tokenizer import render_chat
+
+    text = render_chat(
+        tokenizer, [{"role": "system", "content": NATIVE_SYSTEM}], add_generation_prompt=False,
+        tools=tool_schemas(),
+    )  # fmt: skip
+    start, end = text.index("<|system|>") + len("<|system|>"), text.rindex("<|end|>")
+    return text[start:end]
+
+
+def quickstart_native_tokenizer(vocab_size: int = 4096, seed: int = 0) -> Any:
+    """The default tokenizer with the native chat template, plus its system turn as one added token."""
+    from tokenizers import AddedToken
+
+    from inhabit.models.tokenizer import NATIVE_CHAT_TEMPLATE, default_tokenizer
+
+    tok = default_tokenizer(vocab_size=vocab_size, seed=seed)
+    tok.chat_template = NATIVE_CHAT_TEMPLATE
+    tok.add_tokens([AddedToken(native_system_text(tok), special=False, normalized=False)])
+    return tok
+
+
 def transcript_example(tokenizer: Any, traj: Trajectory) -> tuple[list[int], list[bool]]:
     """(ids, loss_mask) of the trajectory's last context, loss on assistant tokens only."""
     from inhabit.models.tokenizer import encode_chat
+
+    if traj.tool_format == "native":  # rendered by the model's template with the harness's tools
+        from inhabit.trainer.samples import sft_samples
+
+        sample = sft_samples(traj, tokenizer)[-1]
+        return sample.input_ids.tolist(), sample.loss_mask.tolist()
 
     messages = traj.segments[-1].messages
     ids: list[int] = []
