@@ -42,11 +42,13 @@ def cases(only: str = "*") -> list[tuple[str, str, str, Path]]:
     return out
 
 
-def replay(task: str, actions: Path, backend: str, src: Path, timeout_s: float = 600) -> dict:
+def replay(
+    task: str, actions: Path, backend: str, src: Path, timeout_s: float = 600, tool_format: str = "xml"
+) -> dict:
     """One `inhabit replay --json` run: {"reward", "flags", "status", "error", "events"}."""
     env = {**os.environ, "PYTHONPATH": str(src)}
     cmd = [sys.executable, "-m", "inhabit", "replay", "--task", str(task_dir(task)), "--actions", str(actions),
-           "--sandbox", backend, "--json"]  # fmt: skip
+           "--sandbox", backend, "--json", f"tool_format={tool_format}"]  # fmt: skip
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -85,13 +87,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backend", default="bwrap", help="sandbox backend (bwrap isolates; process does not)")
     ap.add_argument("--only", default="*", help="glob over '<family>--<name>' or '<task>/<family>--<name>'")
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument(
+        "--tool-format", choices=("xml", "native"), default="xml",
+        help="how the replayed calls reach the harness (actions files are format-free)",
+    )  # fmt: skip
     ap.add_argument("--src", type=Path, default=ROOT / "src", help="inhabit source tree to measure")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "hacks.json")
     args = ap.parse_args(argv)
 
     todo = cases(args.only)
     with ThreadPoolExecutor(max(1, args.jobs)) as pool:
-        results = list(pool.map(lambda c: replay(c[0], c[3], args.backend, args.src), todo))
+        results = list(
+            pool.map(lambda c: replay(c[0], c[3], args.backend, args.src, tool_format=args.tool_format), todo)
+        )
     rows: dict[str, dict] = {}
     misses = []
     records = []
