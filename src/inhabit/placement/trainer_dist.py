@@ -95,6 +95,21 @@ def follow(threads: int | None = None) -> None:
         distributed.reset()
 
 
+def follow_torchrun(cfg: Any) -> bool:
+    """Under torchrun on a rank other than 0: join the group, follow rank 0 until it closes, and
+    return True (the caller does nothing else). False anywhere else."""
+    if not under_torchrun() or int(os.environ.get("RANK", "0")) == 0:
+        return False
+    n = int(os.environ["WORLD_SIZE"])
+    if cfg.trainer.data_parallel != n:
+        raise OrchestratorError(
+            f"torchrun started {n} ranks but trainer.data_parallel = {cfg.trainer.data_parallel}: make them equal"
+        )
+    _init(int(os.environ["RANK"]), n, cfg.trainer.device, "env://")
+    follow(cfg.trainer.num_threads or cfg.threads)
+    return True
+
+
 def _spawned(rank: int, world_size: int, port: int, device: str, threads: int | None) -> None:
     _init(rank, world_size, device, f"tcp://127.0.0.1:{port}")
     follow(threads)

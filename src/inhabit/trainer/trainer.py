@@ -64,7 +64,7 @@ class Trainer:
         self.model = model.to(device=self.config.device, dtype=torch.float32)
         self.model.train()
         if self.config.activation_checkpointing:
-            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            self.model.activation_checkpointing_enable({"use_reentrant": False})
         self.scorer = Scorer(self.model)
         """The forward the steps run (FSDP2's root when data-parallel)."""
         self.dp = _data_parallel(self.scorer)
