@@ -128,15 +128,18 @@ class Scorer(torch.nn.Module):
 
 def shard(scorer: Scorer) -> None:
     """FSDP2 over `scorer`: each decoder layer its own unit, then the root; gradients summed."""
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import FSDPModule, fully_shard
 
     model = scorer.model
     layers = getattr(getattr(model, model.base_model_prefix), "layers", None)
     if layers is None:
         raise TypeError(f"{type(model).__name__} has no decoder `layers` to shard")
+    # The mesh on the model's device type (FSDP's default picks CUDA whenever there is one).
+    mesh = init_device_mesh(next(model.parameters()).device.type, (dist.get_world_size(),))
     for layer in layers:
-        fully_shard(layer)
-    fully_shard(scorer)
+        fully_shard(layer, mesh=mesh)
+    fully_shard(scorer, mesh=mesh)
     for m in scorer.modules():
         if isinstance(m, FSDPModule):
             m.set_gradient_divide_factor(1.0)

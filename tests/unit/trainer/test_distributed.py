@@ -44,7 +44,9 @@ def batches(moe: bool, n: int = 3) -> list[list]:
 
 
 def two_ranks(folder, cfg: TrainerConfig, checkpoint=None) -> DistributedTrainer:
-    return DistributedTrainer(folder, cfg.model_copy(update={"data_parallel": 2}), checkpoint=checkpoint, threads=1)
+    return DistributedTrainer(
+        folder, cfg.model_copy(update={"data_parallel": 2}), checkpoint=checkpoint, threads=1
+    )
 
 
 def test_balance_splits_samples_by_token_count() -> None:
@@ -92,7 +94,9 @@ def test_two_ranks_match_one_process(folders, preset) -> None:
 
 @pytest.mark.slow
 def test_resume_with_two_ranks_is_exact(folders, tmp_path) -> None:
-    cfg = TrainerConfig(lr=1e-3, schedule="cosine", warmup_steps=1, total_steps=4, micro_batch_tokens=64, seed=3)
+    cfg = TrainerConfig(
+        lr=1e-3, schedule="cosine", warmup_steps=1, total_steps=4, micro_batch_tokens=64, seed=3
+    )
     data = batches(moe=False, n=3)
     straight = two_ranks(folders["dense-1m"], cfg)
     try:
@@ -145,3 +149,33 @@ def test_activation_checkpointing_gives_the_same_step(folders) -> None:
         assert b.loss == pytest.approx(a.loss, abs=1e-6) and b.routing_disagreement == 0.0
     for name, w in out[False][1].items():
         assert torch.allclose(out[True][1][name], w, atol=1e-6), name
+
+
+@pytest.mark.gpu
+def test_two_ranks_on_cuda_match_one_process(folders) -> None:
+    """The NCCL path: two GPUs, one rank each (NCCL cannot put two ranks on one GPU)."""
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two CUDA GPUs")
+    cfg = TrainerConfig(lr=1e-4, micro_batch_tokens=64, device="cuda")
+    one = Trainer.from_pretrained(folders["moe-2m"], cfg)
+    expected = [one.train_step(b).loss for b in batches(moe=True)]
+    reference = one.state_dict_for_engine()
+    handle = two_ranks(folders["moe-2m"], cfg)
+    try:
+        got = [asyncio.run(handle.step(b))["loss"] for b in batches(moe=True)]
+        weights = handle.state_dict_for_engine()
+    finally:
+        handle.close_sync()
+    assert got == pytest.approx(expected, abs=1e-4)
+    for name, w in weights.items():
+        assert torch.allclose(w, reference[name], atol=1e-4), name
+
+
+@pytest.mark.gpu
+def test_bf16_mixed_on_cuda_stays_close_to_fp32(folders) -> None:
+    losses = {}
+    for precision in ("fp32", "bf16-mixed"):
+        cfg = TrainerConfig(lr=1e-3, precision=precision, device="cuda")
+        t = Trainer.from_pretrained(folders["dense-1m"], cfg)
+        losses[precision] = [t.train_step(b).loss for b in batches(moe=False)]
+    assert losses["bf16-mixed"] == pytest.approx(losses["fp32"], abs=2e-2)
