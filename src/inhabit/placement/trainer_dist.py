@@ -82,14 +82,17 @@ def follow(threads: int | None = None) -> None:
     try:
         while True:
             cmd, arg = dp.broadcast()
-            if cmd == "step":
-                trainer.train_step(arg[0], max_staleness=arg[1])
-            elif cmd == "state":
-                trainer.state_dict_for_engine()
-            elif cmd == "save":
-                trainer.save(arg)
-            elif cmd == "close":
+            if cmd == "close":
                 return
+            try:
+                if cmd == "step":
+                    trainer.train_step(arg[0], max_staleness=arg[1])
+                elif cmd == "state":
+                    trainer.state_dict_for_engine()
+                elif cmd == "save":
+                    trainer.save(arg)
+            except Exception as e:  # rank 0 meets the same error (the same inputs) and reports it
+                log.warning("rank %d: %s failed: %s: %s", dp.rank, cmd, type(e).__name__, e)
     finally:
         dist.destroy_process_group()
         distributed.reset()
