@@ -128,14 +128,14 @@ def test_resume_with_two_ranks_is_exact(folders, tmp_path) -> None:
 
 
 def test_bf16_mixed_stays_close_to_fp32(folders) -> None:
-    """bf16 autocast over fp32 weights: losses within 2e-2 of fp32 over 3 steps (measured: a few 1e-3)."""
+    """bf16 autocast over fp32 weights: losses within 1e-3 of fp32 over 3 steps (measured: 4e-5)."""
     losses = {}
     for precision in ("fp32", "bf16-mixed"):
         t = Trainer.from_pretrained(folders["dense-1m"], TrainerConfig(lr=1e-3, precision=precision))
         losses[precision] = [t.train_step(b).loss for b in batches(moe=False)]
         assert all(p.dtype == torch.float32 for p in t.model.parameters()), "master weights stay fp32"
     for a, b in zip(losses["fp32"], losses["bf16-mixed"], strict=True):
-        assert b == pytest.approx(a, abs=2e-2)
+        assert b == pytest.approx(a, abs=1e-3)
     assert losses["fp32"] != losses["bf16-mixed"], "bf16 compute really ran"
 
 
@@ -178,4 +178,4 @@ def test_bf16_mixed_on_cuda_stays_close_to_fp32(folders) -> None:
         cfg = TrainerConfig(lr=1e-3, precision=precision, device="cuda")
         t = Trainer.from_pretrained(folders["dense-1m"], cfg)
         losses[precision] = [t.train_step(b).loss for b in batches(moe=False)]
-    assert losses["bf16-mixed"] == pytest.approx(losses["fp32"], abs=2e-2)
+    assert losses["bf16-mixed"] == pytest.approx(losses["fp32"], abs=1e-3)
