@@ -21,6 +21,7 @@ timeout (`TIMEOUT`); the run's process reports the error.
 from __future__ import annotations
 
 import datetime
+import logging
 import os
 import socket
 from pathlib import Path
@@ -74,6 +75,8 @@ def follow(threads: int | None = None) -> None:
 
     if threads:
         torch.set_num_threads(threads)
+    # Every rank computes the whole batch's metrics; rank 0 logs them (no copy per rank).
+    logging.getLogger("inhabit.trainer.trainer").setLevel(logging.WARNING)
     dp = distributed.current()
     assert dp is not None and dp.rank != 0, "follow() runs on ranks 1..N-1 of a process group"
     cmd, arg = dp.broadcast()
