@@ -68,6 +68,10 @@ def register(app: typer.Typer) -> None:
         from inhabit.orchestrator.config import RunConfig
 
         cfg = load_config(RunConfig, config, overrides or [])
+        from inhabit.placement.trainer_dist import follow_torchrun
+
+        if follow_torchrun(cfg):  # a torchrun rank other than 0: it trains, rank 0 runs the run
+            return
         if ray_address:
             cfg.placement.backend = "ray"
             cfg.placement.ray.address = ray_address

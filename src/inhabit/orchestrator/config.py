@@ -176,4 +176,9 @@ class RunConfig(Config):
                 f"trainer.temperature ({self.trainer.temperature}) must equal rollout.temperature "
                 f"({self.rollout.temperature}): the trainer scores tokens under the sampling distribution"
             )
+        if self.trainer.data_parallel > 1 and self.placement.backend != "local":
+            raise ValueError(
+                'trainer.data_parallel > 1 runs on placement.backend = "local" (ranks on this machine, '
+                "or torchrun's); the Ray placement trains in one actor"
+            )
         return self

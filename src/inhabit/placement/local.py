@@ -4,8 +4,10 @@
                `[engine] backend`/`replicas`, several engines or `vllm serve` subprocesses or remote
                servers behind a `ReplicaSet` (inhabit.placement.engine_backends)
     sandboxes  the run's sandbox provider (`[sandbox]`: bwrap or process)
-    trainer    `InProcessTrainer` (a worker thread, `placement.trainer = "thread"`) or
-               `ProcessTrainer` (a child process on its own cores, `placement.trainer = "process"`)
+    trainer    `InProcessTrainer` (a worker thread, `placement.trainer = "thread"`),
+               `ProcessTrainer` (a child process on its own cores, `placement.trainer = "process"`) or,
+               with `trainer.data_parallel = N > 1`, `DistributedTrainer` (this process is rank 0 of
+               N trainer ranks; trainer_dist.py)
     weights    `InProcessWeightSync`: the new state dict handed to the engine(s) in memory (also
                published to `[weights] store` when set: `PublishingWeightSync`)
     rollouts   `EngineRunner` (inhabit.rollouts): G episodes per group against the one engine
@@ -69,6 +71,18 @@ class LocalPlacement:
         from inhabit.placement.trainer_local import InProcessTrainer, ProcessTrainer, pin
 
         cfg, pl = self.cfg, self.cfg.placement
+        if cfg.trainer.data_parallel > 1:  # this process is rank 0 (placement.trainer does not apply)
+            from inhabit.placement.trainer_dist import DistributedTrainer
+
+            threads = cfg.trainer.num_threads or cfg.threads
+            handle = DistributedTrainer(
+                model_dir,
+                cfg.trainer,
+                checkpoint=checkpoint,
+                threads=threads,
+                max_staleness=cfg.max_staleness,
+            )
+            return handle, handle.trainer.data_state
         if pl.trainer == "process":
             handle = ProcessTrainer(
                 model_dir,

@@ -17,6 +17,11 @@ renamed over the target; an existing checkpoint at the target is moved aside fir
 after. A crash leaves either the old checkpoint or the new one, never a mix, plus at worst a
 `.name.tmp-*` / `.name.old-*` leftover that `latest_checkpoint` ignores.
 
+Data-parallel trainers (distributed.py) write the same folder: every rank takes part in gathering
+the full weights and optimizer state, rank 0 writes; on load every rank reads the folder and keeps
+its own shard, so the checkpoint does not depend on the number of ranks. The RNG state saved is
+rank 0's (every rank restores it; ranks draw the same numbers, as they are seeded alike).
+
 Exactness: weights round-trip through safetensors in fp32 (MoE experts are written in the
 per-expert layout and fused again on load, a lossless copy), optimizer state through torch.save,
 and the schedule is a function of the update count stored in the scheduler state.
@@ -74,15 +79,22 @@ def latest_checkpoint(root: str | Path) -> Path | None:
 def save_checkpoint(trainer: Trainer, path: str | Path) -> Path:
     """Write `trainer`'s full state to the folder `path` atomically (module docstring)."""
     path = Path(path)
+    weights, opt_state = None, trainer.optimizer.state_dict()
+    if trainer.dp is not None:  # collectives: every rank gathers, rank 0 writes
+        from inhabit.trainer.distributed import full_optimizer_state, full_state_dict
+
+        weights, opt_state = full_state_dict(trainer.model), full_optimizer_state(trainer.optimizer)
+        if trainer.dp.rank != 0:
+            return path
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
     try:
-        trainer.export_model(tmp)
+        trainer.export_model(tmp, weights)
         torch.save(
-            {"optimizer": trainer.optimizer.state_dict(), "scheduler": trainer.scheduler.state_dict()},
+            {"optimizer": opt_state, "scheduler": trainer.scheduler.state_dict()},
             tmp / "optimizer.pt",
         )
         torch.save(
@@ -143,9 +155,15 @@ def load_checkpoint(trainer: Trainer, path: str | Path) -> dict[str, Any]:
         raise CheckpointError(
             f"{path}: the checkpoint lacks {len(missing)} weights, e.g. {sorted(missing)[:3]}"
         )
-    copy_into(trainer.model, weights)
     opt = torch.load(path / "optimizer.pt", map_location=trainer.config.device, weights_only=False)
-    trainer.optimizer.load_state_dict(opt["optimizer"])
+    if trainer.dp is None:
+        copy_into(trainer.model, weights)
+        trainer.optimizer.load_state_dict(opt["optimizer"])
+    else:  # each rank keeps its shard of the full tensors
+        from inhabit.trainer.distributed import load_full_state_dict, shard_optimizer_state
+
+        load_full_state_dict(trainer.model, weights)
+        trainer.optimizer.load_state_dict(shard_optimizer_state(trainer.optimizer, opt["optimizer"]))
     trainer.scheduler.load_state_dict(opt["scheduler"])
     rng = torch.load(path / "rng.pt", weights_only=False)
     torch.set_rng_state(rng["torch"])
@@ -167,7 +185,7 @@ def _tied_names(model: Any) -> set[str]:
     seen: dict[int, str] = {}
     tied = set()
     for name, t in model.state_dict(keep_vars=True).items():
-        key = t.data_ptr()
+        key = id(t) if hasattr(t, "full_tensor") else t.data_ptr()  # a DTensor shard: the same object
         if key in seen:
             tied.add(name)
         else:

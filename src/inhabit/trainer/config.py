@@ -74,9 +74,28 @@ class TrainerConfig(Config):
         "(the fp32 weights are rounded to it exactly as the engine rounds the weights it is sent).",
     )
     seed: int = Field(0, ge=0, description="Seeds torch, python and numpy RNGs when the Trainer is built.")
-    device: str = Field("cpu", description="torch device of the trained model (fp32).")
+    device: str = Field(
+        "cpu",
+        description="torch device of the trained model; with data_parallel on CUDA each rank takes cuda:LOCAL_RANK.",
+    )
     num_threads: int | None = Field(
         None, ge=1, le=512, description="torch intra-op threads (default: torch's)."
+    )
+    data_parallel: int = Field(
+        1,
+        ge=1,
+        le=1024,
+        description="Trainer processes (torch.distributed, FSDP2-sharded model; gloo on CPU, NCCL on "
+        "CUDA). inhabit starts them itself, or takes the ranks of `torchrun` (docs/trainer.md).",
+    )
+    precision: Literal["fp32", "bf16-mixed"] = Field(
+        "fp32",
+        description="fp32: everything fp32. bf16-mixed: fp32 weights and optimizer, the forward and "
+        "backward under bf16 autocast (fast on GPUs; slow on most CPUs).",
+    )
+    activation_checkpointing: bool = Field(
+        False,
+        description="Recompute each decoder layer's activations in backward (less memory, ~1/3 more compute).",
     )
 
     @model_validator(mode="after")

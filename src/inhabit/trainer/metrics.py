@@ -119,6 +119,14 @@ class MismatchAccumulator:
         self.routed += int(known.sum())
         self.disagree += int((differs & known).sum())
 
+    def merge(self, other: MismatchAccumulator) -> None:
+        """Add `other`'s sums (another rank's share of the same step) to these."""
+        for name, value in vars(other).items():
+            if name == "version":
+                continue
+            mine = getattr(self, name)
+            setattr(self, name, max(mine, value) if name in ("abs_max", "stale_max") else mine + value)
+
     def summary(self) -> dict[str, Any]:
         n = max(self.tokens, 1)
         return {

@@ -16,6 +16,11 @@ logprobs of a no-grad pass over the whole batch before the first update (the pro
 
 Only the positions that predict a generated token go through the LM head (on tiny models the
 vocabulary projection is most of the compute), and the forward never builds a KV cache.
+
+Built inside a torch.distributed group of N > 1 ranks, the trainer is data-parallel (FSDP2-sharded,
+each rank a share of every batch, the same normalizers and so the same step as one process; see
+distributed.py). `precision = "bf16-mixed"` runs forward and backward under bf16 autocast over
+fp32 weights and optimizer; `activation_checkpointing` recomputes decoder layers in backward.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from inhabit.errors import TrainerError
 from inhabit.log import get_logger
 from inhabit.trainer.batching import MicroBatch, collate, pack_microbatches
 from inhabit.trainer.config import TrainerConfig
+from inhabit.trainer.distributed import Scorer, balance, empty_sample
 from inhabit.trainer.losses import LossStats, policy_loss, sft_loss
 from inhabit.trainer.metrics import MismatchAccumulator, StepMetrics
 from inhabit.trainer.optim import build_optimizer
@@ -57,6 +63,12 @@ class Trainer:
         seed_everything(self.config.seed)
         self.model = model.to(device=self.config.device, dtype=torch.float32)
         self.model.train()
+        if self.config.activation_checkpointing:
+            self.model.activation_checkpointing_enable({"use_reentrant": False})
+        self.scorer = Scorer(self.model)
+        """The forward the steps run (FSDP2's root when data-parallel)."""
+        self.dp = _data_parallel(self.scorer)
+        """This rank's data-parallel group, or None in one process."""
         self.tokenizer = tokenizer
         self.is_moe = is_moe(self.model)
         self.optimizer, self.scheduler = build_optimizer(self.model, self.config)
@@ -152,7 +164,12 @@ class Trainer:
         return self._run(samples, update=False)
 
     def state_dict_for_engine(self) -> dict[str, torch.Tensor]:
-        """A detached CPU copy of the weights, in the model's own names (`engine.load_weights` takes it)."""
+        """A detached CPU copy of the weights, in the model's own names (`engine.load_weights` takes it).
+        Data-parallel: a collective (every rank calls it), the full weights on every rank."""
+        if self.dp is not None:
+            from inhabit.trainer.distributed import full_state_dict
+
+            return full_state_dict(self.model)
         return {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
 
     def save(self, path: str | Path) -> Path:
@@ -168,10 +185,13 @@ class Trainer:
         load_checkpoint(self, path)
         return self
 
-    def export_model(self, path: str | Path) -> Path:
-        """Write an ordinary Hugging Face folder (plus the tokenizer when the trainer has one)."""
+    def export_model(self, path: str | Path, state_dict: dict[str, torch.Tensor] | None = None) -> Path:
+        """Write an ordinary Hugging Face folder (plus the tokenizer when the trainer has one).
+        Data-parallel: pass `state_dict_for_engine()` (gathered by every rank); one rank writes."""
         path = Path(path)
-        self.model.save_pretrained(path, safe_serialization=True)
+        if self.dp is not None and state_dict is None:
+            raise TrainerError("a data-parallel trainer exports the gathered weights: pass state_dict")
+        self.model.save_pretrained(path, safe_serialization=True, state_dict=state_dict)
         if self.tokenizer is not None:
             from inhabit.models.tokenizer import save_tokenizer
 
@@ -204,7 +224,7 @@ class Trainer:
         stats = LossStats()
         proximal: list[list[torch.Tensor]] | None = None
         if k > 1:  # the proximal policy: everyone's logprobs before the first update
-            proximal = [[self._score(mb, acc) for mb in self._micro(m)] for m in minibatches]
+            proximal = [[self._score(mb, acc) for mb in self._micro(self._share(m))] for m in minibatches]
         losses, grad_norms = [], []
         n_micro = 0
         for j, mini in enumerate(minibatches):
@@ -212,7 +232,7 @@ class Trainer:
             if update:
                 self.optimizer.zero_grad(set_to_none=True)
             total = 0.0
-            for i, mb in enumerate(self._micro(mini)):
+            for i, mb in enumerate(self._micro(self._share(mini))):
                 n_micro += 1
                 measure = acc if proximal is None and not sft else None
                 with self._routing(mb, measure), torch.enable_grad() if update else torch.no_grad():
@@ -237,11 +257,12 @@ class Trainer:
                         loss.backward()
                 total += float(loss.detach())
                 stats = stats.merge(st)
-            losses.append(total)
+            losses.append(total if self.dp is None else self.dp.all_sum(total))
             if update:
                 limit = cfg.grad_clip if cfg.grad_clip is not None else float("inf")
                 params = [p for p in self.model.parameters() if p.grad is not None]
-                grad_norms.append(float(torch.nn.utils.clip_grad_norm_(params, limit)))
+                norm = torch.nn.utils.clip_grad_norm_(params, limit)
+                grad_norms.append(float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm))
                 self.optimizer.step()
                 self.scheduler.step()
                 if self._inv is not None:
@@ -250,6 +271,13 @@ class Trainer:
             self.optimizer.zero_grad(set_to_none=True)
             self.version += 1
             self.steps += 1
+        if self.dp is not None:  # every rank's sums, so each reports the whole batch
+            parts = self.dp.gather((stats, acc))
+            stats = LossStats()
+            acc = MismatchAccumulator(self.version - (1 if update else 0))
+            for st, a in parts:
+                stats = stats.merge(st)
+                acc.merge(a)
         metrics = self._metrics(samples, acc, stats, losses, grad_norms, n_micro, k if update else 0, t0)
         return dataclasses.replace(metrics, stale_dropped=stale_dropped)
 
@@ -260,7 +288,22 @@ class Trainer:
 
     def _micro(self, samples: Sequence[Sample]) -> list[MicroBatch]:
         groups = pack_microbatches(samples, self.config.micro_batch_tokens)
-        return [collate([samples[i] for i in g], self.pad_token_id).to(self.config.device) for g in groups]
+        batches = [collate([samples[i] for i in g], self.pad_token_id).to(self.config.device) for g in groups]
+        if self.dp is not None:  # FSDP: every rank runs as many forwards as the busiest one
+            pad = collate([empty_sample(self.pad_token_id)], self.pad_token_id).to(self.config.device)
+            batches += [pad] * (self.dp.all_max(len(batches)) - len(batches))
+        return batches
+
+    def _share(self, samples: Sequence[Sample]) -> list[Sample]:
+        """This rank's part of `samples` (all of them in one process)."""
+        if self.dp is None:
+            return list(samples)
+        return [samples[i] for i in balance(samples, self.dp.world_size)[self.dp.rank]]
+
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        if self.config.precision != "bf16-mixed":
+            return contextlib.nullcontext()
+        return torch.autocast(torch.device(self.config.device).type, dtype=torch.bfloat16)
 
     @contextlib.contextmanager
     def _routing(self, mb: MicroBatch, acc: MismatchAccumulator | None) -> Iterator[None]:
@@ -341,14 +384,12 @@ class Trainer:
 
     def _standard_logprobs(self, mb: MicroBatch, temp: float) -> tuple[torch.Tensor, torch.Tensor]:
         """([B, T] token logprobs, [loss tokens, V] log-distribution) of the model's own forward."""
-        base = getattr(self.model, self.model.base_model_prefix)
-        hidden = base(
-            input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False
-        ).last_hidden_state
-        # Only positions that predict a generated token go through the LM head.
+        # Only positions that predict a generated token go through the LM head. `scorer` is the
+        # model's root (FSDP's hooks run there when the trainer is data-parallel).
         sel = mb.loss_mask[:, 1:]
-        logits = self.model.get_output_embeddings()(hidden[:, :-1][sel]).float() / temp
-        logp = torch.log_softmax(logits, dim=-1)
+        with self._autocast():
+            logits = self.scorer(mb.input_ids, mb.attention_mask, sel)
+        logp = torch.log_softmax(logits.float() / temp, dim=-1)
         return self._scatter(mb, logp), logp
 
     def _invariant_logprobs(self, mb: MicroBatch, temp: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -403,6 +444,16 @@ class Trainer:
             step_s=elapsed,
             tokens_per_s=tokens / elapsed if elapsed > 0 else 0.0,
         )
+
+
+def _data_parallel(scorer: Scorer) -> Any:
+    """Shard `scorer` with FSDP2 when this process is one rank of several (distributed.py)."""
+    from inhabit.trainer.distributed import current, shard
+
+    dp = current()
+    if dp is not None:
+        shard(scorer)
+    return dp
 
 
 def seed_everything(seed: int) -> None:

@@ -58,3 +58,18 @@ def test_quickstart_overrides_and_errors():
         load_config(RunConfig, q, ["rollout.min_group_size=99"])
     with pytest.raises(ConfigError, match="stalenes"):
         load_config(RunConfig, q, ["max_stalenes=1"])
+
+
+def test_data_parallel_override_and_its_placement():
+    q = CONFIGS / "quickstart.toml"
+    cfg = load_config(RunConfig, q, ["trainer.data_parallel=2", 'trainer.precision="bf16-mixed"'])
+    assert (cfg.trainer.data_parallel, cfg.trainer.precision) == (2, "bf16-mixed")
+    with pytest.raises(ConfigError, match="data_parallel"):
+        load_config(RunConfig, q, ["trainer.data_parallel=2", 'placement.backend="ray"'])
+    with pytest.raises(ConfigError, match="precision"):
+        load_config(RunConfig, q, ['trainer.precision="fp8"'])
+
+
+def test_moe_quickstart_replays_routes():
+    cfg = load_config(RunConfig, CONFIGS / "quickstart-moe.toml")
+    assert cfg.model.spec is not None and cfg.model.spec.arch == "moe" and cfg.trainer.router_replay
