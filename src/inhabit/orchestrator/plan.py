@@ -49,6 +49,8 @@ def _placement(cfg: RunConfig) -> str:
         where = r.address or "RAY_ADDRESS, else a fresh single-machine Ray"
         return f"ray ({where}): {r.engines} engine actor(s), {r.env_servers} env server(s), one trainer actor"
     trainer = "a thread of this process" if p.trainer == "thread" else "a child process"
+    if cfg.trainer.data_parallel > 1:
+        trainer = f"{cfg.trainer.data_parallel} data-parallel ranks ({cfg.trainer.precision}, this process is rank 0)"
     return f"local: engines and sandboxes on this machine, trainer in {trainer}"
 
 
