@@ -6,8 +6,8 @@ mount, pid, network, ipc, uts and (where possible) cgroup namespaces, `--die-wit
 (`inhabit.sandbox.machine`) with no capabilities, sees the read-only system view of
 `inhabit.sandbox.sysview`, its home, the workspace at /home/dev/project (`WORKSPACE_MOUNT`,
 read-write, the working directory), a private /tmp that persists across the sandbox's execs, a
-fresh /proc and a minimal /dev. There is no network interface but loopback, and no host path with a unix
-socket is bound in. When the command's main process exits, its pid namespace ends and the kernel
+fresh /proc and a minimal /dev. There is no network interface but loopback, and no host path
+with a unix socket is bound in. When the command's main process exits, its pid namespace ends and the kernel
 kills everything it left running; on timeout, close or cancellation bwrap is SIGKILLed (which
 collapses the namespace) and the sandbox's cgroup is swept as well.
 
