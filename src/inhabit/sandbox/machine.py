@@ -5,7 +5,8 @@ A model notices when its environment differs from a developer's machine (a host 
 `[sandbox.machine]` table) describes an ordinary machine instead; the bwrap backend builds all
 of it (hostname, /etc/passwd and group entries, /etc/os-release, hosts, CA certificates, a home
 directory at /home/<user>, a 1777 /dev/shm; as root also the interpreter and venv at neutral
-paths, `inhabit.sandbox.pyview`). The process backend runs on the host as the host
+paths, `inhabit.sandbox.pyview`). The repository is at /home/dev/project (`WORKSPACE_MOUNT`): a
+fixed path, inside the home of the default user `dev`; a profile with another user keeps it there. The process backend runs on the host as the host
 user, so it can only set the login environment (HOME stays its private directory).
 """
 

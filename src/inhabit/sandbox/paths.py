@@ -1,9 +1,9 @@
 """Workspace path handling shared by every backend: user path -> safe host path, or a refusal.
 
-A path the agent gives (`calc.py`, `./src/../calc.py`, `/workspace/calc.py`) is normalised to a
+A path the agent gives (`calc.py`, `./src/../calc.py`, `/home/dev/project/calc.py`) is normalised to a
 workspace-relative POSIX path and then resolved on the host, component by component, following
 symlinks the way the sandbox would see them: a relative link resolves inside its directory, an
-absolute link resolves against the sandbox root, so `/workspace/x` means the workspace and any
+absolute link resolves against the sandbox root, so `/home/dev/project/x` (`WORKSPACE_MOUNT`) means the workspace and any
 other absolute target (`/etc/passwd`, `/root`) lies outside it. Whatever escapes the workspace
 raises `PathOutsideWorkspace`; nothing here ever touches a path outside `root`.
 
@@ -29,7 +29,7 @@ def normalize(user_path: str) -> str:
     """Return `user_path` as a normalised workspace-relative path ('.' for the root).
 
     Purely lexical: `..` may not climb above the workspace, absolute paths must lie under
-    `/workspace`.
+    `WORKSPACE_MOUNT` (`/home/dev/project`).
     """
     if not isinstance(user_path, str) or "\x00" in user_path:
         raise PathOutsideWorkspace(f"invalid path {user_path!r}: give a workspace-relative path")

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from inhabit.harness.config import HarnessConfig
 from inhabit.harness.tools import TOOLS, ToolContext, ToolError, bind_args
+from inhabit.sandbox import SandboxConfig, create_provider
+from inhabit.sandbox.base import WORKSPACE_MOUNT
 
 
 async def call(ctx: ToolContext, name: str, **raw: str):
@@ -53,6 +56,34 @@ async def test_read_file_numbers_lines_and_pages(ctx: ToolContext) -> None:
         await call(ctx, "read_file", path="calc.py", start_line="99")
     with pytest.raises(ToolError, match="outside the workspace"):
         await call(ctx, "read_file", path="../../etc/passwd")
+
+
+@pytest.mark.parametrize("backend", ["process", "bwrap"])
+async def test_the_repository_path_inside_names_the_workspace(
+    backend: str, repo, hconfig: HarnessConfig
+) -> None:
+    """The absolute path `run` shows (`pwd`) is one the file tools accept for the same files;
+    the old `/workspace` is just another path outside the workspace."""
+    if backend == "bwrap":
+        pytest.importorskip("inhabit.sandbox.bwrap")
+    prov = create_provider(SandboxConfig(backend=backend))
+    try:
+        async with await prov.create(repo) as sb:
+            ctx = ToolContext(sandbox=sb, config=hconfig, test_command=hconfig.test_command)
+            obs = await call(ctx, "run", command="pwd")
+            if sb.info.isolated:
+                assert WORKSPACE_MOUNT in obs.text.splitlines()
+            await call(ctx, "write_file", path=f"{WORKSPACE_MOUNT}/pkg/new.py", content="x = 1\n")
+            assert await sb.read_file("pkg/new.py") == b"x = 1\n"
+            obs = await call(ctx, "read_file", path=f"{WORKSPACE_MOUNT}/calc.py")
+            assert obs.text.splitlines()[0] == "1\tdef add(a, b):"
+            obs = await call(ctx, "list_dir", path=WORKSPACE_MOUNT)
+            assert "calc.py" in obs.text
+            for bad in ("/workspace/calc.py", "/home/dev", f"{WORKSPACE_MOUNT}/../x"):
+                with pytest.raises(ToolError, match="outside the workspace"):
+                    await call(ctx, "read_file", path=bad)
+    finally:
+        await prov.close()
 
 
 async def test_write_and_edit_file(ctx: ToolContext) -> None:

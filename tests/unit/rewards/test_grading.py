@@ -398,7 +398,7 @@ async def test_hidden_dir_is_unreachable_from_an_isolating_sandbox(calc_task):
                 [
                     "sh",
                     "-c",
-                    f"ls {calc_task.root} 2>&1; grep -rl test_add_negative /workspace /tmp 2>/dev/null",
+                    f"ls {calc_task.root} 2>&1; grep -rl test_add_negative /home /tmp 2>/dev/null",
                 ]
             )
             assert "test_add_negative" not in res.stdout and "hidden" not in res.stdout.split()

@@ -2,7 +2,8 @@
 
 The tells probe searches what a curious process reads first (every process's command line and
 environment, the mount table, the cgroup file, every file under /etc, its own environment and
-host name) for words that would say "this is a sandbox built by inhabit".
+host name) for words that would say "this is a sandbox built by inhabit", and checks that the
+repository (its working directory) lies under its home.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from inhabit.sandbox.base import WORKSPACE_MOUNT
 from inhabit.sandbox.machine import MachineProfile
 
 # Runs inside the sandbox; the words to look for arrive on stdin, so that they are in no
@@ -55,6 +57,10 @@ for root, dirs, files in os.walk("/etc"):
 for k, v in os.environ.items():
     scan("environment", f"{k}={v}")
 scan("hostname", os.uname().nodename)
+# A repository outside the user's home (/workspace, /app) is a tell of its own.
+home = os.environ.get("HOME", "")
+if not os.getcwd().startswith(home.rstrip("/") + "/"):
+    found.append(["cwd", f"{os.getcwd()} is not under HOME={home}"])
 print(json.dumps(found))
 """
 
@@ -146,7 +152,9 @@ async def test_machine_profile_inside(kind: str, workspace: Path, provider_facto
     lines = r.stdout.splitlines()
     assert lines[:3] == [m.hostname, m.user, str(m.uid)]
     assert lines[3] == lines[5] == m.home == f"/home/{m.user}"
-    assert lines[4] == "/workspace"
+    # The repository lies in the user's home, where a developer keeps one (the grader uses it too).
+    assert lines[4] == WORKSPACE_MOUNT == f"{m.home}/project"
+    assert lines[4].startswith(lines[3] + "/")
     assert lines[6] == f"{m.login_shell()} {m.user} xterm-256color C.UTF-8"
     assert lines[7] == f"{m.home}:{m.login_shell()}"
     assert lines[8:11] == ["1777", "755", "1777"]
@@ -259,7 +267,7 @@ async def test_sys_topology_readable_root_read_only(kind: str, workspace: Path, 
     script = (
         "cat /sys/devices/system/cpu/online; nproc --all; "
         "for p in /x /sys/x /sys/devices/system/cpu/x /usr/x /etc/x; do touch $p 2>/dev/null && echo $p; done; "
-        "touch /workspace/w ~/h /tmp/t /dev/shm/s && echo writable"
+        "touch /home/dev/project/w ~/h /tmp/t /dev/shm/s && echo writable"
     )
     async with await prov.create(workspace) as sb:
         r = await sb.exec(script)

@@ -18,8 +18,8 @@ from inhabit.sandbox import paths
     [
         ("calc.py", "calc.py"),
         ("./pkg/../calc.py", "calc.py"),
-        ("/workspace/pkg/x", "pkg/x"),
-        ("/workspace", "."),
+        ("/home/dev/project/pkg/x", "pkg/x"),
+        ("/home/dev/project", "."),
         ("", "."),
         (".", "."),
     ],
@@ -29,7 +29,18 @@ def test_normalize_accepts_workspace_paths(given_path, expected):
 
 
 @pytest.mark.parametrize(
-    "bad", ["..", "../x", "pkg/../../x", "/etc/passwd", "/workspacefoo/x", "/", "a\x00b"]
+    "bad",
+    [
+        "..",
+        "../x",
+        "pkg/../../x",
+        "/etc/passwd",
+        "/home/dev/projectfoo/x",
+        "/workspace/x",
+        "/home/dev",
+        "/",
+        "a\x00b",
+    ],
 )
 def test_normalize_rejects_escapes(bad):
     with pytest.raises(PathOutsideWorkspace):
@@ -41,7 +52,7 @@ def test_resolve_follows_inside_links_and_rejects_outside_links(tmp_path: Path):
     (root / "d").mkdir(parents=True)
     (root / "d" / "f").write_text("x")
     (root / "rel").symlink_to("d")
-    (root / "abs_in").symlink_to("/workspace/d")
+    (root / "abs_in").symlink_to("/home/dev/project/d")
     (root / "abs_out").symlink_to(str(tmp_path))
     (root / "rel_out").symlink_to("../..")
     (root / "loop").symlink_to("loop")
@@ -54,7 +65,7 @@ def test_resolve_follows_inside_links_and_rejects_outside_links(tmp_path: Path):
     assert paths.resolve(root, "abs_out", follow_last=False) == root / "abs_out"
 
 
-@given(st.lists(st.sampled_from(["a", "..", ".", "b", "", "/workspace", "c/d"]), max_size=8))
+@given(st.lists(st.sampled_from(["a", "..", ".", "b", "", "/home/dev/project", "c/d"]), max_size=8))
 def test_resolve_never_leaves_root(parts):
     root = Path("/nonexistent-root-for-test")
     user = "/".join(parts)

@@ -208,7 +208,7 @@ async def test_unknown_snapshot_is_404(client, raw, workspace):
     await assert_healthy(raw, sb)
 
 
-@pytest.mark.parametrize("bad", ["../outside", "/etc/passwd", "a/../../x", "/workspace/../etc"])
+@pytest.mark.parametrize("bad", ["../outside", "/etc/passwd", "a/../../x", "/home/dev/project/../etc"])
 async def test_path_outside_workspace_is_400(client, raw, workspace, bad):
     sb = await client.create(workspace)
     for method in ("GET", "PUT", "DELETE"):
@@ -367,7 +367,7 @@ async def test_exec_stdin_env_and_timeouts_over_the_wire(client, workspace):
     assert r.timed_out
     data = bytes(range(256)) * 3
     await sb.write_file("bin/blob", data)
-    assert await sb.read_file("/workspace/bin/blob") == data
+    assert await sb.read_file("/home/dev/project/bin/blob") == data
 
 
 async def test_pool_over_the_remote_provider(client, workspace):

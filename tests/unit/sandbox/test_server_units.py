@@ -20,13 +20,25 @@ def test_public_hosts(host):
     assert not is_loopback(host)
 
 
-@pytest.mark.parametrize("path", ["a.txt", "./a/b", "a/../b", "/workspace", "/workspace/x/y", ".", ""])
+@pytest.mark.parametrize(
+    "path", ["a.txt", "./a/b", "a/../b", "/home/dev/project", "/home/dev/project/x/y", ".", ""]
+)
 def test_paths_inside(path):
     assert check_workspace_path(path) == path
 
 
 @pytest.mark.parametrize(
-    "path", ["..", "../a", "a/../../b", "/etc", "/workspacefoo", "/workspace/../x", "a\x00b"]
+    "path",
+    [
+        "..",
+        "../a",
+        "a/../../b",
+        "/etc",
+        "/home/dev/projectfoo",
+        "/workspace/x",
+        "/home/dev/project/../x",
+        "a\x00b",
+    ],
 )
 def test_paths_outside(path):
     with pytest.raises(PathOutsideWorkspace):
