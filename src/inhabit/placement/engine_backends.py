@@ -26,7 +26,6 @@ the user's install.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -237,10 +236,9 @@ class ReplicaSet(InferenceEngine):
 def _max_model_len(cfg: RunEngineConfig, model_dir: Path) -> int:
     if cfg.max_model_len is not None:
         return cfg.max_model_len
-    try:
-        config = json.loads((model_dir / "config.json").read_text())
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"{model_dir}: cannot read config.json ({e})") from None
+    from inhabit.models.loading import check_model_folder
+
+    config = check_model_folder(model_dir)  # ModelLoadError naming what is wrong with the folder
     text = config.get("text_config") or config
     return int(text.get("max_position_embeddings", 2048))
 

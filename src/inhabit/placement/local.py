@@ -43,11 +43,10 @@ class LocalPlacement:
         self, model_dir: Path, checkpoint: Path | None, provider: SandboxProvider, log_file: TrajectoryLog
     ) -> RunParts:
         from inhabit.models.loading import load_tokenizer
-        from inhabit.placement.engine_backends import check_backend, start_engines
+        from inhabit.placement.engine_backends import start_engines
         from inhabit.placement.weight_sync import InProcessWeightSync, PublishingWeightSync
 
         cfg = self.cfg
-        check_backend(cfg.engine)  # before the trainer loads: a missing vLLM is one line, at once
         trainer, data_state = self._trainer(model_dir, checkpoint)
         try:
             engine = await start_engines(
