@@ -12,8 +12,9 @@ Goals: >= 90% engine utilization at 1,000 engines, heavy tails, max_staleness 2;
 CPU per rollout grows at most 2x from 8 to 1,000 engines.
 
 Validation: `inhabit scale calibrate` fits a scenario to examples/recorded-run (a quickstart-sized
-run recorded here earlier) and predicts a fresh real run of the same configuration (`--real-run
-DIR`, or without it the bench runs one, ~6 min; `--quick` skips it unless given), and the
+run recorded here earlier, one engine) and predicts a fresh real run of the same configuration
+with `--replicas` embedded engines (default 2; `--real-run DIR`, or without it the bench runs
+one, ~6 min; `--quick` skips it unless given), and the
 scenario fitted to the real run itself predicts it too. Both are reported against the measured
 rollouts/min and trainer idle share (goal: within 15%).
 
@@ -112,25 +113,28 @@ def grid(quick: bool) -> list[ScaleConfig]:
     ]
 
 
-def real_run(out: Path) -> Path:
-    """A fresh real run of the recorded run's configuration (the validation's measurement)."""
+def real_run(out: Path, replicas: int) -> Path:
+    """A fresh real run of the recorded run's configuration with `replicas` embedded engines (the
+    validation's measurement)."""
     cmd = [sys.executable, "-m", "inhabit", "train", str(ROOT / "configs" / "quickstart.toml"),
-           *REAL_OVERRIDES, f"run_dir={out}"]  # fmt: skip
+           *REAL_OVERRIDES, f"engine.replicas={replicas}", f"run_dir={out}"]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     subprocess.run(cmd, check=True, env=env, cwd=ROOT)
     return out
 
 
 def validate(run: Path, seeds: int) -> list[dict[str, Any]]:
-    _, measured = calibrate(run)
-    real_shape, _ = calibrate(run)
+    real_shape, measured = calibrate(run)
     rows = []
     for label, source in (
         ("fitted to examples/recorded-run", RECORDED),
         ("fitted to the real run itself", run),
     ):
         cfg, _ = calibrate(source)
-        cfg = cfg.model_copy(update={"measure_steps": real_shape.measure_steps})
+        # The recorded run had one engine: its fitted parts predict the real run's engine count.
+        cfg = cfg.model_copy(
+            update={"measure_steps": real_shape.measure_steps, "engines": real_shape.engines}
+        )
         sims = [simulate(cfg.model_copy(update={"seed": s})) for s in range(seeds)]
         row: dict[str, Any] = {"prediction": label}
         for key in ("rollouts_per_min", "trainer_idle"):
@@ -147,6 +151,9 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="A subset without 64 engines and 100k sandboxes.")
     ap.add_argument("--real-run", type=Path, help="Folder of the real run to validate against.")
     ap.add_argument("--seeds", type=int, default=3, help="Simulations averaged per validation prediction.")
+    ap.add_argument(
+        "--replicas", type=int, default=2, help="Embedded engines of the real run the bench makes."
+    )
     ap.add_argument("--rows", nargs="*", help="Only the scenarios whose name starts with one of these.")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "scale.json"))
     args = ap.parse_args()
@@ -210,7 +217,7 @@ def main() -> None:
 
     run = args.real_run
     if run is None and not args.quick:
-        run = real_run(ROOT / "bench" / "results" / "scale-real-run")
+        run = real_run(ROOT / "bench" / "results" / "scale-real-run", args.replicas)
     if run is not None:
         vrows = validate(run, args.seeds)
         results["validation"] = {"real_run": str(run), "rows": vrows}

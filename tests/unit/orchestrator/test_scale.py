@@ -4,6 +4,7 @@ dispatch and weight sync; and the O(n)-per-event fixes the simulator found in th
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from pathlib import Path
 
@@ -166,6 +167,23 @@ def test_calibrate_from_the_recorded_run_predicts_it():
     # the recorded run's own figures, loosely: a gross modelling error would be far off
     assert r["rollouts_per_min"] == pytest.approx(measured["rollouts_per_min"], rel=0.5)
     assert r["trainer_idle"] == pytest.approx(measured["trainer_idle"], abs=0.1)
+
+
+def test_calibrate_takes_the_runs_engine_replicas(tmp_path):
+    # A run with two embedded engines is simulated with two; a remote backend's servers are not
+    # the run's to count, so it stays at one.
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(ROOT / "examples" / "recorded-run", run)
+    cfg_json = json.loads((run / "config.json").read_text())
+    assert calibrate(run)[0].engines == 1
+    cfg_json["engine"].update(backend="embedded", replicas=2)
+    (run / "config.json").write_text(json.dumps(cfg_json))
+    assert calibrate(run)[0].engines == 2
+    cfg_json["engine"].update(backend="remote", replicas=1, urls=["http://127.0.0.1:9/v1"])
+    (run / "config.json").write_text(json.dumps(cfg_json))
+    assert calibrate(run)[0].engines == 1
 
 
 def test_cli_simulate_prints_the_figures(tmp_path):

@@ -13,7 +13,8 @@ From trajectories.jsonl (train rollouts only):
                                                       bench/inference.py measured (23 ms + 2 ms/row)
 From metrics.jsonl: trainer.step_s, per_token_s (least squares of train_s on the step's tokens),
 and the run's own figures (`measured`: trajectories/min and trainer idle share at its last step).
-From config.json: the run's shape (G, tasks per step, concurrency, staleness, steps).
+From config.json: the run's shape (G, tasks per step, concurrency, staleness, steps, and the
+number of engines: `engine.replicas` of a local embedded or vLLM backend, else one).
 """
 
 from __future__ import annotations
@@ -111,6 +112,10 @@ def calibrate(run_dir: str | Path) -> tuple[ScaleConfig, dict[str, Any]]:
             "timeout_s": ro["timeout_s"],
             "tasks": max(2, rc["tasks"]["count"] - rc["tasks"]["held_out"]) if rc["tasks"]["source"] == "quickstart" else 1000,
         }  # fmt: skip
+        # Runs written before engine backends existed have no `replicas`: one embedded engine.
+        eng = rc.get("engine", {})
+        if eng.get("backend", "embedded") in ("embedded", "vllm"):
+            shape["engines"] = int(eng.get("replicas", 1))
     last = steps[-1]
     measured = {
         "rollouts_per_min": last["trajectories_per_min"],
@@ -122,7 +127,7 @@ def calibrate(run_dir: str | Path) -> tuple[ScaleConfig, dict[str, Any]]:
     cfg = ScaleConfig.model_validate(
         {
             "name": f"calibrated:{run.name}",
-            "engines": 1,
+            "engines": 1,  # shape["engines"] overrides this where config.json names the replicas
             "measure": "whole",
             "measure_steps": len({m["elapsed_s"] for m in steps}),
             **shape,
