@@ -39,7 +39,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -71,13 +71,13 @@ class SimulateConfig(Config):
     lr: float = Field(3e-4, gt=0.0, le=1.0, description="Online learning rate (the quickstart RL's).")
     updates: int = Field(4, ge=1, le=64, description="Optimizer updates per cycle (over its batch).")
     watch_min_sessions: int = Field(16, ge=1, description="Trials of a new version before it can roll back.")
-    sandbox: str = Field("auto", description="Sandbox backend of users' sessions and the gate.")
+    sandbox: Literal["auto", "bwrap", "process"] = Field(
+        "auto", description="Sandbox backend of users' sessions and the gate."
+    )
     timeout_s: float = Field(1800.0, gt=0, description="Longest a cycle or a server start may take.")
 
     @model_validator(mode="after")
     def _check(self) -> SimulateConfig:
-        if self.sandbox not in ("auto", "bwrap", "process"):
-            raise ValueError("sandbox must be auto, bwrap or process")
         if round(self.silent * self.users) >= self.users:
             raise ValueError("every user would be silent: lower silent or raise users")
         return self
@@ -178,9 +178,12 @@ def online_toml(cfg: SimulateConfig, work: Path, gate: Path, qs: Any) -> Path:
 
 
 def _toml(data: dict[str, Any], prefix: str = "") -> str:
-    """A small TOML writer for the nested dict above (scalars and tables only)."""
+    """A small TOML writer for the nested dict above (scalars and tables only; TOML has no null, so
+    a None field is left out and takes its default)."""
     lines, tables = [], []
     for k, v in data.items():
+        if v is None:
+            continue
         if isinstance(v, dict):
             tables.append((k, v))
         else:
@@ -263,7 +266,7 @@ async def _round(
     from inhabit.online.sim_users import run_session
     from inhabit.sandbox import SandboxConfig, create_provider
 
-    provider = create_provider(SandboxConfig(backend=cfg.sandbox))  # type: ignore[arg-type]
+    provider = create_provider(SandboxConfig(backend=cfg.sandbox))
     gate = asyncio.Semaphore(cfg.concurrency)
     store = work / "sessions.db"
 
