@@ -6,6 +6,7 @@
     inhabit online init --config online.toml --model MODEL_DIR    # version 0 of the weights
     inhabit online run --config online.toml                # the cycle, forever
     inhabit online log --store sessions.db                 # one line per version
+    inhabit online simulate --seeds 3 --versions 3         # simulated users (orchestrator/online_sim_cli.py)
 
 Heavy imports (torch, the trainer) stay inside the command bodies.
 """

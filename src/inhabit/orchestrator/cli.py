@@ -5,6 +5,7 @@
     inhabit train configs/quickstart.toml --resume             # continue from the newest checkpoint
     inhabit train configs/quickstart.toml --dry-run            # resolved config and plan; no work
     inhabit quickstart                                         # = inhabit train configs/quickstart.toml
+    inhabit online simulate --seeds 3                          # simulated users (online_sim_cli.py)
 
 Heavy imports (torch, transformers) stay inside command bodies.
 """
@@ -46,6 +47,10 @@ def _print_result(summary: dict) -> None:
 
 def register(app: typer.Typer) -> None:
     """Add this part's commands to the root app."""
+    from inhabit.online.cli import online_app
+    from inhabit.orchestrator.online_sim_cli import simulate
+
+    online_app.command("simulate")(simulate)  # beside the other `inhabit online` commands
 
     @app.command(context_settings={"allow_extra_args": False})
     def train(
