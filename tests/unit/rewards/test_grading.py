@@ -514,3 +514,25 @@ async def test_symlinked_test_files_in_the_task_are_kept_or_restored(
         await sandbox.write_file("calc.py", CALC_BUGGY)
         result = await grade(task, sandbox, sandbox_provider)
         assert result.reward == 0.0 and "test_file_modified" in result.flags
+
+
+UNITTEST_CALC = "import unittest\n\nfrom calc import add, sub\n\n\nclass TestCalc(unittest.TestCase):\n    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n\n    def test_sub(self):\n        self.assertEqual(sub(5, 3), 2)\n"  # fmt: skip
+UNITTEST_HIDDEN = "import unittest\n\nfrom calc import add\n\n\nclass TestHidden(unittest.TestCase):\n    def test_add_neg(self):\n        self.assertEqual(add(-2, -3), -5)\n"  # fmt: skip
+
+
+async def test_patched_unittest_assertions_earn_nothing(make_task, sandbox_provider):
+    # unittest's own assertions are runner code as much as pytest's: a TestCase-style suite whose
+    # assertEqual the code under test replaced with a no-op must not pay. (A relaxation of the
+    # item check that let TestCase items through once made exactly this earn 1.)
+    task = make_task(
+        workspace={"calc.py": CALC_BUGGY, "tests/test_calc.py": UNITTEST_CALC},
+        hidden={"tests/test_hidden.py": UNITTEST_HIDDEN},
+        fail_to_pass=[
+            "tests/test_calc.py::TestCalc::test_add",
+            "tests/test_hidden.py::TestHidden::test_add_neg",
+        ],
+        pass_to_pass=["tests/test_calc.py::TestCalc::test_sub"],
+    )
+    cheat = "import unittest\n\nunittest.TestCase.assertEqual = lambda self, first, second, msg=None: None\n"
+    result = await _grade_after(task, sandbox_provider, {"calc.py": CALC_BUGGY + "\n\n" + cheat})
+    assert result.reward == 0.0, (result.flags, result.outcomes)
