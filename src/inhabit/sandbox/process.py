@@ -28,6 +28,7 @@ import resource
 import secrets
 import shutil
 import signal
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -77,6 +78,11 @@ def _rlimit_preexec(limits: SandboxLimits):  # type: ignore[no-untyped-def]
     return apply
 
 
+def _own_bin() -> str:
+    """The bin directory of the interpreter running inhabit (its venv's, where it runs in one)."""
+    return str(Path(sys.prefix).resolve() / "bin")
+
+
 def kill_marked(sandbox_id: str) -> None:
     """SIGKILL every process whose environment carries this sandbox's marker (best effort)."""
     needle = f"{_MARKER}={sandbox_id}".encode()
@@ -108,6 +114,9 @@ class ProcessSandbox(Sandbox):
         self._closed = False
         self._gate = Gate()  # snapshot/restore copy the tree alone
         self._cleanup_handle = cleanup.register(self._cleanup_sync)
+        # `python` must mean what it means in a bwrap sandbox (inhabit's interpreter, not whatever
+        # the caller's PATH finds first): a portable task's command says just `python`.
+        self._path = ":".join([_own_bin(), os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")])
 
     @property
     def info(self) -> SandboxInfo:
@@ -136,9 +145,7 @@ class ProcessSandbox(Sandbox):
         timeout = min(timeout_s or self._limits.default_timeout_s, self._limits.max_timeout_s)
         # Of the machine profile only the login environment applies here (the process runs on
         # the host, as the host user, with the host's name and /etc); HOME is its private dir.
-        login = self._provider.machine.environment(
-            os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"), home=str(self.tmp)
-        )
+        login = self._provider.machine.environment(self._path, home=str(self.tmp))
         full_env = {
             **login,
             "TMPDIR": str(self.tmp),
