@@ -46,6 +46,7 @@ from inhabit.sandbox.pool import SandboxPool
 from inhabit.tasks.build import write_task
 from inhabit.tasks.check import check_task
 from inhabit.tasks.covmap import CoverageMap, build_coverage_map
+from inhabit.tasks.diagnose import cannot_run
 from inhabit.tasks.mutate import OPERATORS, Mutation, MutationSites
 from inhabit.tasks.source import BuildError, code_files, default_command, prepare_source, tree_hash
 from inhabit.tasks.testrun import TestRunResult, run_tests
@@ -299,7 +300,7 @@ async def _write(run: _Run, m: Mutation, text: str, key: str, index: int, failin
         report = await check_task(root, run.provider)
         run.report.check_s.append(round(time.monotonic() - t0, 3))
         if not report.valid:
-            log.info("task %s dropped: %s", task_id, "; ".join(report.problems)[:300])
+            log.info("task %s dropped: %s", task_id, "; ".join(report.problem_lines())[:300])
             shutil.rmtree(root)
             return "invalid", None
     return "kept", task_id
@@ -348,6 +349,17 @@ async def build_tasks(
         if header is None:
             baseline = await run_tests(base, command, timeout_s=3600, extra_args=["--tb=no"])
             if baseline.integrity != "ok" or not baseline.passed:
+                # One cause, named once (a missing module: which requirement, which [environment]).
+                cause = cannot_run(
+                    baseline.outcomes,
+                    list(baseline.outcomes) or ["(any)"],
+                    baseline.collection_errors,
+                    integrity=baseline.integrity,
+                    output_tail=baseline.output_tail,
+                    workspace=source,
+                )
+                if cause is not None:
+                    raise BuildError(cause.message().replace("untouched workspace", "untouched project", 1))
                 raise BuildError(
                     f"the test suite does not run on the untouched project ({baseline.summary}); "
                     f"pass --command with a working pytest command. Output:\n{baseline.output_tail[-1500:]}"

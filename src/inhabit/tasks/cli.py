@@ -93,7 +93,7 @@ def _print_report(report) -> None:  # type: ignore[no-untyped-def]
     for note in report.notes:
         console.print(f"[yellow]note:[/] {escape(note)}")
     for problem in report.problems:
-        console.print(f"[red]problem:[/] {escape(problem)}")
+        console.print(f"[red]problem:[/] {escape(str(problem))}")
     console.print("[bold green]VALID[/]" if report.valid else "[bold red]INVALID[/]")
 
 
