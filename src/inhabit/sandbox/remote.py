@@ -389,7 +389,14 @@ class RemoteSandboxProvider(SandboxProvider):
         resp = await self._http.request("GET", "/sandboxes", idempotent=True)
         return [SandboxOut.model_validate(x) for x in resp.json()]
 
-    async def create(self, source: str | Path, *, limits: SandboxLimits | None = None) -> RemoteSandbox:
+    async def create(
+        self, source: str | Path, *, limits: SandboxLimits | None = None, env: str | Path | None = None
+    ) -> RemoteSandbox:
+        if env is not None:
+            raise SandboxError(
+                "a remote sandbox cannot mount a task environment from this machine: grade tasks with "
+                "an [environment] on a local backend (bwrap or process)"
+            )
         limits = limits or self.limits
         text = str(source)
         if text.startswith(SERVER_DIR_PREFIX):

@@ -21,9 +21,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from inhabit.errors import TaskFormatError
+from inhabit.envs.task_env import task_environment
+from inhabit.errors import EnvError, TaskFormatError
 from inhabit.rewards.grading import GradeResult, GradingConfig, grade
-from inhabit.sandbox.base import Sandbox, SandboxProvider
+from inhabit.sandbox.base import Sandbox, SandboxProvider, create_sandbox
 from inhabit.tasks.diagnose import cannot_run
 from inhabit.tasks.task import Task, load_task
 
@@ -108,8 +109,10 @@ def _summarize(result: GradeResult) -> dict[str, Any]:
     }
 
 
-async def _grade_workspace(task: Task, provider: SandboxProvider, config: GradingConfig, patch: bytes | None):
-    sandbox = await provider.create(task.workspace_dir, limits=task.limits(provider))
+async def _grade_workspace(
+    task: Task, provider: SandboxProvider, config: GradingConfig, patch: bytes | None, env: Path | None
+):
+    sandbox = await create_sandbox(provider, task.workspace_dir, limits=task.limits(provider), env=env)
     try:
         if patch is not None:
             error = await apply_patch(sandbox, patch)
@@ -139,7 +142,15 @@ async def check_task(
     if not spec.fail_to_pass:
         report.notes.append("no fail_to_pass tests: the task does not show that anything needs fixing")
 
-    before, _ = await _grade_workspace(task, provider, config, None)
+    try:
+        built = await task_environment(task)
+    except EnvError as e:
+        report.add("environment", f"the task's [environment] cannot be built: {e}", error=str(e))
+        return report
+    env = built.path if built is not None else None
+    if built is not None:
+        report.notes.append(f"environment {built.env_id[:19]} ({'reused' if built.reused else 'built'})")
+    before, _ = await _grade_workspace(task, provider, config, None, env)
     assert before is not None
     report.before = _summarize(before)
     if before.status != "graded":
@@ -153,6 +164,7 @@ async def check_task(
         integrity=before.details.get("integrity", "ok"),
         output_tail=before.details.get("output_tail", ""),
         workspace=task.workspace_dir,
+        has_environment=task.environment is not None,
     )
     if cause is not None:
         report.add("cannot_run", cause.message(), **cause.to_dict())
@@ -171,7 +183,7 @@ async def check_task(
 
     after: GradeResult | None = None
     if task.reference_patch is not None:
-        after, error = await _grade_workspace(task, provider, config, task.reference_patch.read_bytes())
+        after, error = await _grade_workspace(task, provider, config, task.reference_patch.read_bytes(), env)
         if error is not None:
             report.add("patch", f"reference.patch does not apply to workspace/: {error}", error=error)
         elif after is not None:

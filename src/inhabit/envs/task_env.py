@@ -1,0 +1,64 @@
+"""A task directory's environment: write its `[environment]` table, and build what it names.
+
+    write_environment(task_root, lock_text)           # environment/requirements.lock + [environment]
+    built = await task_environment(task)              # None without [environment]; else BuiltEnv
+
+`task_environment` is what every caller that makes a task's sandboxes uses (task check, grading,
+rollouts, tasks build): the store builds the environment on first use (from the registry, or the
+wheelhouse of $INHABIT_WHEELHOUSE on an offline machine) and reuses it afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+from pathlib import Path
+
+from inhabit.envs.lock import env_id, own_python
+from inhabit.envs.store import BuiltEnv, EnvStore
+from inhabit.tasks.task import Task
+
+__all__ = ["LOCK_PATH", "task_environment", "write_environment"]
+
+LOCK_PATH = "environment/requirements.lock"
+_TABLE = re.compile(r"(?ms)^\[environment\]\n.*?(?=^\[|\Z)")
+
+
+def write_environment(task_root: str | Path, lock_text: str, python: str | None = None) -> str:
+    """Store `lock_text` as the task's lock and point `[environment]` at it; returns the id."""
+    root = Path(task_root)
+    python = python or own_python()
+    (root / "environment").mkdir(exist_ok=True)
+    (root / LOCK_PATH).write_text(lock_text)
+    eid = env_id(python, lock_text.encode())
+    table = f'[environment]\npython = "{python}"\nlock = "{LOCK_PATH}"\nid = "{eid}"\n'
+    toml = (root / "task.toml").read_text()
+    toml = _TABLE.sub("", toml).rstrip("\n") + "\n\n" + table
+    (root / "task.toml").write_text(toml)
+    return eid
+
+
+def wheelhouse_from_env() -> str | None:
+    """$INHABIT_WHEELHOUSE: the wheelhouse environments are built from on an offline machine."""
+    return os.environ.get("INHABIT_WHEELHOUSE") or None
+
+
+async def task_environment(
+    task: Task, *, store: EnvStore | None = None, wheelhouse: str | Path | None = None
+) -> BuiltEnv | None:
+    """The built environment of `task` (None when it has no `[environment]`), built if missing."""
+    spec = task.environment
+    if spec is None or task.environment_lock is None:
+        return None
+    store = store or EnvStore()
+    found = store.get(spec.id)
+    if found is not None:  # the common case, without a thread hop
+        return BuiltEnv(spec.id, found, spec.python, 0.0, True)
+    return await asyncio.to_thread(
+        store.ensure,
+        spec.id,
+        task.environment_lock,
+        spec.python,
+        wheelhouse=wheelhouse or wheelhouse_from_env(),
+    )
