@@ -193,6 +193,16 @@ def _build_env() -> Path:
 
 async def _with_env(provider, snap: str, n: int) -> dict:  # type: ignore[no-untyped-def]
     env = await asyncio.to_thread(_build_env)
+    try:
+        return await _env_rows(provider, snap, n, env)
+    finally:
+        from inhabit.envs.store import EnvStore
+
+        EnvStore(env.parent).prune()
+        shutil.rmtree(env.parent.parent, ignore_errors=True)
+
+
+async def _env_rows(provider, snap: str, n: int, env: Path) -> dict:  # type: ignore[no-untyped-def]
     creates, execs = [], []
     sb = await provider.create(snap, env=env)  # first use binds the environment once
     await sb.close()
