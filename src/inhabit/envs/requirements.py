@@ -2,9 +2,10 @@
 
 In order, each adding to the list (`Requirement(text, source)` keeps where each line came from,
 so an error can name it):
-  * `[project] dependencies` of pyproject.toml;
+  * `[project] dependencies` of pyproject.toml (or `[options] install_requires` of setup.cfg);
   * its optional-dependency extras named test, tests or testing (dev only when none of those is
-    declared), or the extras the user names (`--extra`);
+    declared), or the extras the user names (`--extra`); setup.cfg's `[options.extras_require]`
+    the same way (setup.py is never executed, so extras only it declares are not seen);
   * PEP 735 `[dependency-groups]` test, tests, testing (dev as the fallback), or `--group`;
   * requirements files for tests (requirements-test.txt, requirements/test.txt, test-requirements.txt,
     ... or `--requirements FILE`), following `-r` includes inside the project;
@@ -108,6 +109,30 @@ def _tox_deps(root: Path) -> list[Requirement]:
     return out
 
 
+def _setup_cfg(root: Path) -> tuple[list[str], dict[str, list[str]], str]:
+    """setup.cfg's install_requires, extras_require and project name (empty when absent)."""
+    path = root / "setup.cfg"
+    if not path.is_file():
+        return [], {}, ""
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read(path)
+    except configparser.Error as e:
+        raise EnvError(f"setup.cfg cannot be read: {e}") from e
+
+    def lines(text: str) -> list[str]:
+        return [ln.split("#", 1)[0].strip() for ln in text.splitlines() if ln.split("#", 1)[0].strip()]
+
+    deps = lines(parser.get("options", "install_requires", fallback=""))
+    extras = (
+        {k: lines(v) for k, v in parser.items("options.extras_require")}
+        if parser.has_section("options.extras_require")
+        else {}
+    )
+    name = re.sub(r"[-_.]+", "-", parser.get("metadata", "name", fallback="")).lower()
+    return deps, extras, name
+
+
 def project_requirements(
     root: str | Path,
     *,
@@ -130,19 +155,26 @@ def project_requirements(
     out: list[Requirement] = []
     project = data.get("project", {})
     out += [Requirement(r, "pyproject.toml [project] dependencies") for r in project.get("dependencies", [])]
+    declared = dict(project.get("optional-dependencies", {}))
+    cfg_deps, cfg_extras, cfg_name = _setup_cfg(root)
+    own = own or cfg_name
+    out += [Requirement(r, "setup.cfg install_requires") for r in cfg_deps]
+    origin = dict.fromkeys(declared, "pyproject.toml")
+    for name, reqs in cfg_extras.items():
+        if name not in declared:
+            declared[name], origin[name] = reqs, "setup.cfg"
 
-    declared = project.get("optional-dependencies", {})
     if extras is None:
         chosen = [n for n in _TEST_NAMES if n in declared] or (["dev"] if "dev" in declared else [])
     else:
         missing = [e for e in extras if e not in declared]
         if missing:
             raise EnvError(
-                f"pyproject.toml declares no extra {missing[0]!r} (it has: {', '.join(declared) or 'none'})"
+                f"the project declares no extra {missing[0]!r} (it has: {', '.join(declared) or 'none'})"
             )
         chosen = list(extras)
     for name in chosen:
-        out += [Requirement(r, f"pyproject.toml extra {name!r}") for r in declared[name]]
+        out += [Requirement(r, f"{origin[name]} extra {name!r}") for r in declared[name]]
 
     dep_groups = data.get("dependency-groups", {})
     if groups is None:

@@ -14,8 +14,9 @@ def _run(capsys, *args: str) -> tuple[int, str, str]:
     return int(e.value.code or 0), out.out, out.err
 
 
-def test_lock_build_reuse_list_prune(dep_task, wheelhouse, capsys):
+def test_lock_build_reuse_list_prune(dep_task, wheelhouse, capsys, tmp_path, monkeypatch):
     root = dep_task(with_env=False)
+    monkeypatch.setenv("INHABIT_CACHE_DIR", str(tmp_path / "own-cache"))  # an empty store
     code, out, err = _run(capsys, "env", "lock", str(root), "--wheelhouse", str(wheelhouse))
     assert code == 0, err
     assert "locked 1 requirement(s)" in out and "[environment]" in (root / "task.toml").read_text()

@@ -57,3 +57,14 @@ def test_a_name_the_project_does_not_declare_is_one_clear_error(tmp_path):
         project_requirements(tmp_path, extras=["testing"])
     with pytest.raises(EnvError, match=r"requirements file nope\.txt does not exist"):
         project_requirements(tmp_path, requirement_files=["nope.txt"])
+
+
+def test_setup_cfg_install_requires_and_test_extra(tmp_path):
+    (tmp_path / "setup.cfg").write_text(
+        "[metadata]\nname = old_lib\n[options]\ninstall_requires =\n    six>=1.10\n"
+        "[options.extras_require]\ntesting =\n    mock  # old style\n    old-lib[speedups]\n"
+    )
+    assert _texts(project_requirements(tmp_path)) == [
+        ("six>=1.10", "setup.cfg install_requires"),
+        ("mock", "setup.cfg extra 'testing'"),
+    ]

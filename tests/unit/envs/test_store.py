@@ -27,7 +27,7 @@ def _py():
     return own_python()
 
 
-def test_lock_pins_every_package_with_hashes_and_adds_pytest(tmp_path, cache, wheelhouse):
+def test_lock_pins_every_package_with_hashes_and_adds_pytest(tmp_path, env_cache, wheelhouse):
     path, _ = _lock(tmp_path, wheelhouse)
     lines = path.read_text().splitlines()
     pins = [ln.split(" ")[0] for ln in lines if "==" in ln]
@@ -36,7 +36,7 @@ def test_lock_pins_every_package_with_hashes_and_adds_pytest(tmp_path, cache, wh
     assert sum("--hash=sha256:" in ln for ln in lines) >= len(pins)
 
 
-def test_build_once_then_reuse_and_the_env_has_the_locked_packages(tmp_path, cache, wheelhouse):
+def test_build_once_then_reuse_and_the_env_has_the_locked_packages(tmp_path, env_cache, wheelhouse):
     import subprocess
 
     path, eid = _lock(tmp_path, wheelhouse)
@@ -54,7 +54,7 @@ def test_build_once_then_reuse_and_the_env_has_the_locked_packages(tmp_path, cac
     assert not (first.path / "bin" / "python").parent.stat().st_mode & 0o222  # read-only on the host
 
 
-def test_two_concurrent_builds_give_one_environment(tmp_path, cache, wheelhouse):
+def test_two_concurrent_builds_give_one_environment(tmp_path, env_cache, wheelhouse):
     path, eid = _lock(tmp_path, wheelhouse)
     store = EnvStore(tmp_path / "store")
     results, errors = [], []
@@ -77,7 +77,7 @@ def test_two_concurrent_builds_give_one_environment(tmp_path, cache, wheelhouse)
     assert not list(store.root.glob(".building-*"))
 
 
-def test_a_failed_install_leaves_no_environment(tmp_path, cache, wheelhouse):
+def test_a_failed_install_leaves_no_environment(tmp_path, env_cache, wheelhouse):
     text = "tinydep==1.0 \\\n    --hash=sha256:" + "0" * 64 + "\n"
     path = tmp_path / "bad.lock"
     path.write_text(text)
@@ -89,7 +89,7 @@ def test_a_failed_install_leaves_no_environment(tmp_path, cache, wheelhouse):
     assert not list(store.root.glob(".building-*")) and store.list() == []
 
 
-def test_bad_input_is_one_clear_error(tmp_path, cache, wheelhouse):
+def test_bad_input_is_one_clear_error(tmp_path, env_cache, wheelhouse):
     with pytest.raises(EnvError) as e:
         lock_requirements(
             [Requirement("nosuchpkg-zz>=2", "pyproject.toml extra 'tests'")], wheelhouse=wheelhouse
