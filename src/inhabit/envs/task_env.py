@@ -3,7 +3,8 @@
     write_environment(task_root, lock_text)           # environment/requirements.lock + [environment]
     built = await task_environment(task)              # None without [environment]; else BuiltEnv
 
-`task_environment` is what every caller that makes a task's sandboxes uses (task check, grading,
+`repo_environment` is `inhabit agent --env`'s: a repository's own virtualenv, or one resolved
+from what it declares. `task_environment` is what every caller that makes a task's sandboxes uses (task check, grading,
 rollouts, tasks build): the store builds the environment on first use (from the registry, or the
 wheelhouse of $INHABIT_WHEELHOUSE on an offline machine) and reuses it afterwards.
 """
@@ -19,7 +20,7 @@ from inhabit.envs.lock import env_id, own_python
 from inhabit.envs.store import BuiltEnv, EnvStore
 from inhabit.tasks.task import Task
 
-__all__ = ["LOCK_PATH", "task_environment", "write_environment"]
+__all__ = ["LOCK_PATH", "repo_environment", "task_environment", "write_environment"]
 
 LOCK_PATH = "environment/requirements.lock"
 _TABLE = re.compile(r"(?ms)^\[environment\]\n.*?(?=^\[|\Z)")
@@ -62,3 +63,49 @@ async def task_environment(
         spec.python,
         wheelhouse=wheelhouse or wheelhouse_from_env(),
     )
+
+
+def repo_environment(
+    repo: str | Path,
+    mode: str = "repo",
+    *,
+    wheelhouse: str | Path | None = None,
+    store: EnvStore | None = None,
+) -> tuple[Path | None, str]:
+    """The environment `inhabit agent` mounts for a user's repository, and a line saying which.
+
+    mode "repo": the repository's own virtualenv (`.venv` or `venv` with a pyvenv.cfg), else none;
+    "auto": the repository's virtualenv if it has one, else one resolved from what it declares
+    (`inhabit.envs.requirements`), locked and built in the store; "none": inhabit's own Python."""
+    from inhabit.envs.lock import lock_requirements
+    from inhabit.envs.requirements import project_requirements
+    from inhabit.errors import EnvError
+
+    if mode not in ("repo", "auto", "none"):
+        raise EnvError(f"--env {mode!r}: choose repo, auto or none")
+    repo = Path(repo)
+    if mode != "none":
+        for name in (".venv", "venv"):
+            venv = repo / name
+            if (venv / "pyvenv.cfg").is_file() and (venv / "bin" / "python").exists():
+                return venv.resolve(), f"environment: the repository's {name} (read-only)"
+    if mode != "auto":
+        return None, "environment: inhabit's own Python (no .venv in the repository; --env auto resolves one)"
+    reqs = project_requirements(repo)
+    if not reqs:
+        return None, "environment: inhabit's own Python (the repository declares no requirements)"
+    text = lock_requirements(reqs, wheelhouse=wheelhouse or wheelhouse_from_env())
+    lock = (
+        (store or EnvStore()).root.parent
+        / "agent-locks"
+        / (env_id(own_python(), text.encode())[7:] + ".lock")
+    )
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    lock.write_text(text)
+    built = (store or EnvStore()).ensure(
+        env_id(own_python(), text.encode()), lock, wheelhouse=wheelhouse or wheelhouse_from_env()
+    )
+    how = "reused" if built.reused else f"built in {built.install_s:.1f}s"
+    if not built.path.is_dir():
+        raise EnvError(f"environment {built.env_id} vanished from the store")
+    return built.path, f"environment: {built.env_id[:19]} from the repository's declarations ({how})"
