@@ -88,6 +88,12 @@ def repo_environment(
         for name in (".venv", "venv"):
             venv = repo / name
             if (venv / "pyvenv.cfg").is_file() and (venv / "bin" / "python").exists():
+                version = _venv_python(venv)
+                if version != own_python():  # its interpreter is not one the sandbox shows
+                    return None, (
+                        f"environment: inhabit's own Python (the repository's {name} is Python "
+                        f"{version or '?'}; sandboxes run {own_python()})"
+                    )
                 return venv.resolve(), f"environment: the repository's {name} (read-only)"
     if mode != "auto":
         return None, "environment: inhabit's own Python (no .venv in the repository; --env auto resolves one)"
@@ -109,3 +115,12 @@ def repo_environment(
     if not built.path.is_dir():
         raise EnvError(f"environment {built.env_id} vanished from the store")
     return built.path, f"environment: {built.env_id[:19]} from the repository's declarations ({how})"
+
+
+def _venv_python(venv: Path) -> str:
+    """`major.minor` of a virtualenv's interpreter, from its pyvenv.cfg ('' when it says none)."""
+    for line in (venv / "pyvenv.cfg").read_text().splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() in ("version", "version_info"):
+            return ".".join(value.strip().split(".")[:2])
+    return ""

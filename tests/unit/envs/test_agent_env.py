@@ -55,3 +55,12 @@ async def test_the_repositorys_own_venv_is_used(tmp_path, wheelhouse, sandbox_pr
     async with await create_sandbox(sandbox_provider, repo, env=path) as sb:
         res = await sb.exec("python -c 'import tinydep; print(tinydep.double(21))'")
         assert res.stdout.strip() == "42", res
+
+
+def test_a_venv_of_another_python_is_not_mounted_and_the_line_says_why(tmp_path):
+    repo = _repo(tmp_path)
+    (repo / ".venv" / "bin").mkdir(parents=True)
+    (repo / ".venv" / "bin" / "python").write_text("")
+    (repo / ".venv" / "pyvenv.cfg").write_text("home = /usr/bin\nversion = 3.8.18\n")
+    path, line = repo_environment(repo, "repo")
+    assert path is None and "the repository's .venv is Python 3.8; sandboxes run 3." in line
