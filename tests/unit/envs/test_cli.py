@@ -43,3 +43,25 @@ def test_bad_input_is_one_error_line(dep_task, wheelhouse, tmp_path, capsys):
     code, _, err = _run(capsys, "env", "lock", str(root), "--wheelhouse", str(wheelhouse))
     assert code == 2 and "'nosuch-zz' (from pyproject.toml [project] dependencies) does not resolve" in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_task_check_builds_a_missing_environment_from_a_wheelhouse(
+    dep_task, wheelhouse, tmp_path, monkeypatch
+):
+    import json
+
+    from typer.testing import CliRunner
+
+    from inhabit.cli import app
+
+    root = dep_task()
+    monkeypatch.setenv("INHABIT_CACHE_DIR", str(tmp_path / "empty-cache"))  # another machine's store
+    monkeypatch.delenv("INHABIT_WHEELHOUSE")
+    result = CliRunner().invoke(
+        app, ["task", "check", str(root), "--json", "--backend", "process", "--wheelhouse", str(wheelhouse)]
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["valid"] and any(
+        n.startswith("environment sha256:") and "(built)" in n for n in report["notes"]
+    )
