@@ -206,6 +206,7 @@ class BwrapSandboxProvider(SandboxProvider):
             fs = self.root / "fs"
             fs.mkdir()
             mounts.mount_tmpfs(fs, FS_BYTES, mode=0o755)
+        self._fs = fs  # the provider's tmpfs (as root): Python views and task environments live here
         self.pyview = pyview.relocate(sysview.python_roots(), fs, self.machine) if mountable else None
         binary, sources = bwrap_binary(), {}
         if self.launch_as_root:
@@ -356,17 +357,24 @@ class BwrapSandboxProvider(SandboxProvider):
     def _env_argv(self, env: Path) -> list[str]:
         """bwrap arguments that show the environment `env` read-only at the profile's `env_dir`.
 
-        As root, the environment is bound once per provider (read-only, nosuid, nodev) under the
-        scratch dir, where the sandbox's host uid can reach it (the store lives in a home that
-        uid may not enter) and the mount table shows a scratch path, not the store's."""
+        As root, once per provider and environment: a read-only bind (nosuid, nodev) of the store's
+        copy on the provider's tmpfs, under an empty top layer in a read-only overlay whose options
+        name both layers relative to that tmpfs (as `pyview` does for the venv). So the sandbox's
+        host uid reaches it (the store may live in a home that uid cannot enter) and the mount
+        table inside shows no host path. Without root: bound at its own path."""
         view = self._env_views.get(env)
         if view is None:
             view = env
             if self.tmpfs_volumes:
-                view = self.root / "envs" / str(len(self._env_views))
-                view.mkdir(parents=True)
-                os.chmod(view.parent, 0o711)
-                mounts.bind_ro(env, view)
+                n = len(self._env_views)
+                src, top, view = self._fs / f"envsrc{n}", self._fs / f"envtop{n}", self._fs / f"env{n}"
+                try:
+                    for d in (src, top, view):
+                        d.mkdir(mode=0o755)
+                    mounts.bind_ro(env, src)
+                    mounts.mount_overlay([top, src], None, None, view, relative_to=self._fs)
+                except OSError as e:
+                    raise SandboxError(f"could not mount the task environment {env}: {e}") from e
             self._env_views[env] = view
         return ["--ro-bind", str(view), self.machine.env_dir]
 

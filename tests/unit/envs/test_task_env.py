@@ -76,6 +76,8 @@ async def test_bwrap_check_and_the_agents_write_into_the_environment_fails(dep_t
         async with await provider.create(task.workspace_dir, env=built.path) as sb:
             res = await sb.exec("command -v python; python -c 'import tinydep, sys; print(sys.prefix)'")
             assert res.stdout.split() == ["/opt/env/bin/python", "/opt/env"], res
+            mountinfo = (await sb.exec("cat /proc/self/mountinfo")).stdout
+            assert " /opt/env ro," in mountinfo and str(built.path.parent) not in mountinfo  # no host path
             site = "$(python -c 'import sysconfig; print(sysconfig.get_path(\"purelib\"))')"
             for cmd in (
                 f"echo 'import os' > {site}/sitecustomize.py",
