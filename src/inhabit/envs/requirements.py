@@ -103,8 +103,14 @@ def _tox_deps(root: Path) -> list[Requirement]:
     out: list[Requirement] = []
     for line in parser.get("testenv", "deps").splitlines():
         line = line.split("#", 1)[0].strip()
+        include = re.match(r"^-r\s*(\S+)$", line)
+        if include and "{" not in line:  # -rrequirements.txt: that file's requirements
+            path = (root / include.group(1)).resolve()
+            if root.resolve() in path.parents and path.is_file():
+                out += _requirements_file(path, root)
+            continue
         if not line or line.startswith("-") or "{" in line or re.match(r"^[\w,!-]+:\s", line):
-            continue  # -r files, -c constraints and factor-conditional lines (py38: x) are skipped
+            continue  # -c constraints and factor-conditional lines (py38: x) are skipped
         out.append(Requirement(line, "tox.ini [testenv] deps"))
     return out
 
@@ -202,7 +208,8 @@ def project_requirements(
     for f in files:
         out += _requirements_file(f, root)
 
-    test_named = any(r.source != "pyproject.toml [project] dependencies" for r in out)
+    runtime = ("pyproject.toml [project] dependencies", "setup.cfg install_requires")
+    test_named = any(r.source not in runtime for r in out)
     if not test_named and requirement_files is None:
         out += _tox_deps(root)
     seen: set[str] = set()

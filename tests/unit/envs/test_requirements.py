@@ -46,7 +46,8 @@ def test_dev_extra_is_the_fallback_and_tox_deps_the_last_resort(tmp_path):
     (tmp_path / "tox.ini").write_text(
         "[tox]\nenvlist = py3\n[testenv]\ndeps =\n    pytest\n    py38: old\n    -rreq.txt\n    toml\n"
     )
-    assert [r.text for r in project_requirements(tmp_path)] == ["pytest", "toml"]
+    (tmp_path / "req.txt").write_text("freezegun\n")
+    assert [r.text for r in project_requirements(tmp_path)] == ["pytest", "freezegun", "toml"]
 
 
 def test_a_name_the_project_does_not_declare_is_one_clear_error(tmp_path):
