@@ -67,8 +67,9 @@ def write_project(root: Path) -> Path:
 
 
 async def test_build_locks_once_every_task_carries_the_environment_and_a_rebuild_reuses_it(
-    tmp_path, env_cache, wheelhouse, sandbox_provider
+    tmp_path, wheelhouse, sandbox_provider, monkeypatch
 ):
+    monkeypatch.setenv("INHABIT_CACHE_DIR", str(tmp_path / "cache"))  # an empty store: built here
     project = write_project(tmp_path / "quadlib")  # a src layout: tests import the workspace's code
     cfg = BuildConfig(max_candidates=4, operators=("flip_comparison", "return_none"))
     report = await build_tasks(
