@@ -101,7 +101,8 @@ def list_envs() -> None:
 
     store = EnvStore()
     table = Table(title=f"environments in {store.root}")
-    for col in ("id", "python", "size", "install"):
+    table.add_column("id", overflow="fold")  # whole, never cut: it is what `prune --keep` matches
+    for col in ("python", "size", "install"):
         table.add_column(col)
     envs = store.list()
     for env in envs:
