@@ -36,6 +36,7 @@ COMMAND_MODULES = (
     "inhabit.sandbox.server_cli",
     "inhabit.harness.cli",
     "inhabit.tasks.cli",
+    "inhabit.envs.cli",
     "inhabit.models.cli",
     "inhabit.inference.cli",
     "inhabit.weights.cli",

@@ -89,3 +89,13 @@ class RolloutsFailing(OrchestratorError):
 
 class OnlineError(InhabitError):
     """The session store or the online loop was misused (an unknown session, a store not set up)."""
+
+
+class EnvError(InhabitError):
+    """A task's test environment cannot be resolved, locked, built or found (`inhabit.envs`)."""
+
+
+class EnvBuildError(EnvError):
+    """Installing an environment failed (a package's hash, a broken wheel): the work failed, not the input."""
+
+    exit_code = 1

@@ -12,7 +12,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from inhabit.rewards.compose import Changes, workspace_changes
-from inhabit.sandbox.base import ExecResult, FileEntry, Sandbox, SandboxInfo, SandboxLimits, SandboxProvider
+from inhabit.sandbox.base import (
+    ExecResult,
+    FileEntry,
+    Sandbox,
+    SandboxInfo,
+    SandboxLimits,
+    SandboxProvider,
+    create_sandbox,
+)
 
 __all__ = ["CapturingProvider"]
 
@@ -75,8 +83,10 @@ class CapturingProvider(SandboxProvider):
         self.changes: Changes | None = None
         self.error: str | None = None
 
-    async def create(self, source: str | Path, *, limits: SandboxLimits | None = None) -> Sandbox:
-        sandbox = await self.inner.create(source, limits=limits)
+    async def create(
+        self, source: str | Path, *, limits: SandboxLimits | None = None, env: str | Path | None = None
+    ) -> Sandbox:
+        sandbox = await create_sandbox(self.inner, source, limits=limits, env=env)
         if isinstance(source, Path) and source.resolve() == self.workspace:
             return _CapturingSandbox(sandbox, self.workspace, self)
         return sandbox

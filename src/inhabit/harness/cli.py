@@ -111,6 +111,7 @@ async def _agent(
     backend: str,
     cfg: Any,
     context_window: int,
+    env: Path | None = None,
 ) -> Path:
     from rich.console import Console
     from rich.markup import escape
@@ -138,7 +139,9 @@ async def _agent(
     )
     provider = _provider(backend)
     try:
-        sandbox = await provider.create(repo)
+        from inhabit.sandbox.base import create_sandbox
+
+        sandbox = await create_sandbox(provider, repo, env=env)
         try:
             traj = await run_episode(
                 policy,
@@ -246,6 +249,15 @@ def register(app: typer.Typer) -> None:
         ),
         config: Path | None = typer.Option(None, "--config", help="TOML file of HarnessConfig fields."),
         overrides: list[str] = typer.Argument(None, help="HarnessConfig overrides, e.g. max_turns=10."),
+        env: str = typer.Option(
+            "repo",
+            "--env",
+            help="repo: the repository's .venv, read-only, when it has one; auto: else one resolved from "
+            "what it declares (pyproject, requirements files); none: inhabit's Python.",
+        ),
+        wheelhouse: Path | None = typer.Option(
+            None, "--wheelhouse", help="With --env auto: install offline from these wheels."
+        ),
     ) -> None:
         """Run the agent on a sandboxed copy of a repository; apply its diff only if you accept it."""
         from inhabit.errors import HarnessError
@@ -262,6 +274,10 @@ def register(app: typer.Typer) -> None:
                 raise HarnessError("--yes needs --task TEXT (there is nobody to ask for the task)")
             task = typer.prompt("Task")
         cfg = _harness_config(config, overrides or [])
+        from inhabit.envs.task_env import repo_environment
+
+        env_dir, env_line = repo_environment(repo, env, wheelhouse=wheelhouse)
+        typer.echo(env_line)
         asyncio.run(
             _agent(
                 repo,
@@ -273,5 +289,6 @@ def register(app: typer.Typer) -> None:
                 backend=sandbox,
                 cfg=cfg,
                 context_window=context_window,
+                env=env_dir,
             )
         )

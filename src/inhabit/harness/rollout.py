@@ -39,7 +39,14 @@ async def run_rollout(
     t0 = time.monotonic()
     test_command = task.grading.command if task.grading is not None else None
     try:
-        sandbox = await provider.create(task.workspace_dir, limits=task.limits(provider))
+        from inhabit.envs.task_env import task_environment
+        from inhabit.sandbox.base import create_sandbox
+
+        # The task's environment (built on first use) is the agent's `python` as it is grading's.
+        env = await task_environment(task)
+        sandbox = await create_sandbox(
+            provider, task.workspace_dir, limits=task.limits(provider), env=env.path if env else None
+        )
     except Exception as e:
         log.warning("task %s: no sandbox: %s", task.id, e)
         return Trajectory(

@@ -41,12 +41,13 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from inhabit.config import Config
+from inhabit.envs.task_env import task_environment
 from inhabit.errors import GradingError, InhabitError
 from inhabit.log import get_logger
 from inhabit.rewards import canaries as canary_mod
 from inhabit.rewards import hacks
 from inhabit.rewards.infra import PYTEST_CONFIG_NAMES, is_test_path, pytest_section, root_pytest_config
-from inhabit.sandbox.base import Sandbox, SandboxLimits, SandboxProvider
+from inhabit.sandbox.base import Sandbox, SandboxLimits, SandboxProvider, create_sandbox
 from inhabit.tasks.task import Task, node_id_file, provider_limits
 from inhabit.tasks.testrun import TestRunResult, run_tests
 
@@ -148,13 +149,17 @@ class _HostFiles(Mapping[str, bytes]):
 
 
 async def _fresh_copy(
-    final: Sandbox, provider: SandboxProvider, limits: SandboxLimits | None, scratch: list[str]
+    final: Sandbox,
+    provider: SandboxProvider,
+    limits: SandboxLimits | None,
+    scratch: list[str],
+    env: Path | None = None,
 ) -> Sandbox:
     """A new sandbox holding `final`'s workspace. A host copy made for the fallback is appended to
     `scratch`; it must outlive the sandbox (a copy-on-write backend layers over it, not copies it)."""
     try:
         snapshot_id = await final.snapshot()
-        return await provider.create(snapshot_id, limits=limits)
+        return await create_sandbox(provider, snapshot_id, limits=limits, env=env)
     except InhabitError as e:
         log.info("grading: snapshot route failed (%s); copying files instead", e)
     tmp = tempfile.mkdtemp(prefix="inhabit-grade-")
@@ -165,7 +170,7 @@ async def _fresh_copy(
         dst = Path(tmp) / entry.path
         dst.parent.mkdir(parents=True, exist_ok=True)
         dst.write_bytes(await final.read_file(entry.path))
-    return await provider.create(tmp, limits=limits)
+    return await create_sandbox(provider, tmp, limits=limits, env=env)
 
 
 def _config_args(original: Mapping[str, bytes], hidden: Mapping[str, bytes]) -> tuple[list[str], bool]:
@@ -242,7 +247,10 @@ async def grade(
         limits = config.limits
         if task.sandbox is not None:
             limits = task.sandbox.over(config.limits or provider_limits(provider))
-        fresh = await _fresh_copy(final_sandbox, provider, limits, scratch)
+        # The task's environment, mounted read-only (never the one the agent's sandbox could reach
+        # into: a fresh bind of the store's finished, read-only copy).
+        built = await task_environment(task)
+        fresh = await _fresh_copy(final_sandbox, provider, limits, scratch, built.path if built else None)
         neut = await hacks.neutralize(
             fresh,
             original,

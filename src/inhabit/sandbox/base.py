@@ -156,12 +156,42 @@ class SandboxProvider(abc.ABC):
     """Creates sandboxes: from a host directory (copied/layered, never modified) or a snapshot id."""
 
     @abc.abstractmethod
-    async def create(self, source: str | Path, *, limits: SandboxLimits | None = None) -> Sandbox:
-        """`source` is a host directory path or a snapshot id returned by `Sandbox.snapshot()`."""
+    async def create(
+        self, source: str | Path, *, limits: SandboxLimits | None = None, env: str | Path | None = None
+    ) -> Sandbox:
+        """`source` is a host directory path or a snapshot id returned by `Sandbox.snapshot()`.
+
+        `env`: a built task environment (a host directory from `inhabit.envs`), shown read-only at
+        the machine profile's `env_dir` with its bin first on PATH, so `python` is its interpreter;
+        None: inhabit's own Python, as without environments."""
 
     @abc.abstractmethod
     async def close(self) -> None:
         """Close every sandbox this provider created and drop its snapshots."""
+
+
+async def create_sandbox(
+    provider: SandboxProvider,
+    source: str | Path,
+    *,
+    limits: SandboxLimits | None = None,
+    env: str | Path | None = None,
+) -> Sandbox:
+    """`provider.create`, naming `env` only when there is one: a provider written before task
+    environments (a test's fake, a wrapper) serves every task without one exactly as before."""
+    if env is None:
+        return await provider.create(source, limits=limits)
+    return await provider.create(source, limits=limits, env=env)
+
+
+def check_env_dir(env: str | Path | None) -> Path | None:
+    """`env` as an absolute path after checking it is a built environment (a venv with bin/python)."""
+    if env is None:
+        return None
+    path = Path(env).resolve()
+    if not (path / "bin" / "python").exists() or not (path / "pyvenv.cfg").is_file():
+        raise SandboxError(f"{env} is not a built environment (no bin/python and pyvenv.cfg): build it first")
+    return path
 
 
 _Source = TypeVar("_Source")

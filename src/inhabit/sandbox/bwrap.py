@@ -64,6 +64,7 @@ from inhabit.sandbox import cgroups, cleanup, hostfs, idmap, layers, mounts, pyv
 from inhabit.sandbox.base import (
     SandboxLimits,
     SandboxProvider,
+    check_env_dir,
     resolve_source,
 )
 from inhabit.sandbox.bwrap_sandbox import USERNS_FD, BwrapSandbox
@@ -191,6 +192,7 @@ class BwrapSandboxProvider(SandboxProvider):
         self._snapshots: dict[str, Snapshot] = {}
         self._idmapped: collections.OrderedDict[Path, Path] = collections.OrderedDict()
         self._view_n = 0
+        self._env_views: dict[Path, Path] = {}  # environment -> its read-only bind (see _env_argv)
         self._closed = False
         self._cleanup_handle = cleanup.register(self._cleanup_sync)
         # As root: run sandboxes as a dedicated non-root host uid (see `idmap` for why).
@@ -204,6 +206,7 @@ class BwrapSandboxProvider(SandboxProvider):
             fs = self.root / "fs"
             fs.mkdir()
             mounts.mount_tmpfs(fs, FS_BYTES, mode=0o755)
+        self._fs = fs  # the provider's tmpfs (as root): Python views and task environments live here
         self.pyview = pyview.relocate(sysview.python_roots(), fs, self.machine) if mountable else None
         binary, sources = bwrap_binary(), {}
         if self.launch_as_root:
@@ -351,7 +354,33 @@ class BwrapSandboxProvider(SandboxProvider):
         uid = f"host uid {self.owner[0]}" if self.owner else f"host uid {os.geteuid()}"
         return f"workspace={mode}, limits={lim} + rlimits (CPU, FSIZE), runs as {uid}, scratch={self.root}"
 
-    async def create(self, source: str | Path, *, limits: SandboxLimits | None = None) -> BwrapSandbox:
+    def _env_argv(self, env: Path) -> list[str]:
+        """bwrap arguments that show the environment `env` read-only at the profile's `env_dir`.
+
+        As root, once per provider and environment: a read-only bind (nosuid, nodev) of the store's
+        copy on the provider's tmpfs, under an empty top layer in a read-only overlay whose options
+        name both layers relative to that tmpfs (as `pyview` does for the venv). So the sandbox's
+        host uid reaches it (the store may live in a home that uid cannot enter) and the mount
+        table inside shows no host path. Without root: bound at its own path."""
+        view = self._env_views.get(env)
+        if view is None:
+            view = env
+            if self.tmpfs_volumes:
+                n = len(self._env_views)
+                src, top, view = self._fs / f"envsrc{n}", self._fs / f"envtop{n}", self._fs / f"env{n}"
+                try:
+                    for d in (src, top, view):
+                        d.mkdir(mode=0o755)
+                    mounts.bind_ro(env, src)
+                    mounts.mount_overlay([top, src], None, None, view, relative_to=self._fs)
+                except OSError as e:
+                    raise SandboxError(f"could not mount the task environment {env}: {e}") from e
+            self._env_views[env] = view
+        return ["--ro-bind", str(view), self.machine.env_dir]
+
+    async def create(
+        self, source: str | Path, *, limits: SandboxLimits | None = None, env: str | Path | None = None
+    ) -> BwrapSandbox:
         """A sandbox over a host directory or a snapshot id of this provider.
 
         In overlay mode a directory is used in place as the bottom read-only layer (no copy, so
@@ -368,10 +397,12 @@ class BwrapSandboxProvider(SandboxProvider):
                 base = await asyncio.to_thread(self._owned_copy, snap.base)
             snap = Snapshot("", base)
         limits = limits or self.limits
+        env_dir = check_env_dir(env)
+        env_argv = self._env_argv(env_dir) if env_dir is not None else []
         sandbox_id = "sb-" + secrets.token_hex(6)
         size = limits.disk_mb * 1024 * 1024 if self.tmpfs_volumes else None
         volume = Volume(self.root / "sb" / sandbox_id, size, owner=self.owner)
-        sandbox = BwrapSandbox(self, sandbox_id, volume, limits)
+        sandbox = BwrapSandbox(self, sandbox_id, volume, limits, env_argv)
         try:
             if self.overlay:
                 sandbox._setup(snap)

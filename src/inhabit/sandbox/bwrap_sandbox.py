@@ -88,9 +88,19 @@ class BwrapSandbox(Sandbox):
     """One bwrap sandbox: a workspace (overlay or copy), a private /tmp, a cgroup, its limits."""
 
     def __init__(
-        self, provider: BwrapSandboxProvider, sandbox_id: str, volume: Volume, limits: SandboxLimits
+        self,
+        provider: BwrapSandboxProvider,
+        sandbox_id: str,
+        volume: Volume,
+        limits: SandboxLimits,
+        env_argv: Sequence[str] = (),
     ):
         self.sandbox_id = sandbox_id
+        # A task environment: its read-only bind, and its bin ahead of everything on PATH.
+        self._env_argv = list(env_argv)
+        self._path_env = provider.path_env
+        if self._env_argv:
+            self._path_env = f"{provider.machine.env_dir}/bin:{provider.path_env}"
         self._p = provider
         self._volume = volume
         self._limits = limits
@@ -304,6 +314,7 @@ class BwrapSandbox(Sandbox):
             str(self.workspace),
             WORKSPACE_MOUNT,
             *self._p.python_argv,
+            *self._env_argv,
             *self._p.sys_argv,
             # Last: the root tmpfs bwrap builds all this on is read-only from here on.
             "--remount-ro",
@@ -316,7 +327,7 @@ class BwrapSandbox(Sandbox):
             *cmd,
         ]
         full_env = {
-            **machine.environment(self._p.path_env),
+            **machine.environment(self._path_env),
             # As in the process backend: no .pyc in the workspace (stale bytecode after a
             # same-size edit within the pyc's one-second mtime resolution).
             "PYTHONDONTWRITEBYTECODE": "1",

@@ -47,6 +47,11 @@ class MachineProfile(Config):
     venv_dir: str = Field(
         "/opt/venv", pattern=_PLACE, description="Where the virtual environment appears (bwrap, as root)."
     )
+    env_dir: str = Field(
+        "/opt/env",
+        pattern=_PLACE,
+        description="Where a task's test environment appears, read-only, first on PATH (bwrap).",
+    )
     host_python_links: bool = Field(
         True,
         description="Symlink the interpreter's and venv's host paths to those places, so commands "

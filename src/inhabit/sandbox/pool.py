@@ -31,7 +31,7 @@ from pathlib import Path
 
 from inhabit.errors import SandboxError
 from inhabit.log import get_logger
-from inhabit.sandbox.base import Sandbox, SandboxLimits, SandboxProvider
+from inhabit.sandbox.base import Sandbox, SandboxLimits, SandboxProvider, create_sandbox
 
 log = get_logger(__name__)
 
@@ -86,6 +86,7 @@ class SandboxPool:
         max_concurrent_creates: int = 4,
         limits: SandboxLimits | None = None,
         recycle: bool = False,
+        env: str | Path | None = None,
     ) -> None:
         if size < 0:
             raise SandboxError(f"pool size must be >= 0, got {size}")
@@ -95,6 +96,7 @@ class SandboxPool:
         self.source = source
         self.size = size
         self.limits = limits
+        self.env = env  # the task environment every sandbox of the pool mounts (None: none)
         self.recycle = recycle
         self.stats = PoolStats()
         self._create_slots = asyncio.Semaphore(max_concurrent_creates)
@@ -284,7 +286,7 @@ class SandboxPool:
             self._check_open()
             t0 = time.perf_counter()
             try:
-                sb = await self.provider.create(self.source, limits=self.limits)
+                sb = await create_sandbox(self.provider, self.source, limits=self.limits, env=self.env)
             except Exception:
                 self.stats.create_failures += 1
                 raise

@@ -28,6 +28,7 @@ import resource
 import secrets
 import shutil
 import signal
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -41,6 +42,7 @@ from inhabit.sandbox.base import (
     SandboxInfo,
     SandboxLimits,
     SandboxProvider,
+    check_env_dir,
     limit_message,
     resolve_source,
 )
@@ -77,6 +79,11 @@ def _rlimit_preexec(limits: SandboxLimits):  # type: ignore[no-untyped-def]
     return apply
 
 
+def _own_bin() -> str:
+    """The bin directory of the interpreter running inhabit (its venv's, where it runs in one)."""
+    return str(Path(sys.prefix).resolve() / "bin")
+
+
 def kill_marked(sandbox_id: str) -> None:
     """SIGKILL every process whose environment carries this sandbox's marker (best effort)."""
     needle = f"{_MARKER}={sandbox_id}".encode()
@@ -97,7 +104,14 @@ def kill_marked(sandbox_id: str) -> None:
 class ProcessSandbox(Sandbox):
     """One copy of a workspace plus a private temp dir; commands run as plain subprocesses."""
 
-    def __init__(self, provider: ProcessSandboxProvider, sandbox_id: str, home: Path, limits: SandboxLimits):
+    def __init__(
+        self,
+        provider: ProcessSandboxProvider,
+        sandbox_id: str,
+        home: Path,
+        limits: SandboxLimits,
+        env: Path | None = None,
+    ):
         self.sandbox_id = sandbox_id
         self._provider = provider
         self._home = home
@@ -108,6 +122,11 @@ class ProcessSandbox(Sandbox):
         self._closed = False
         self._gate = Gate()  # snapshot/restore copy the tree alone
         self._cleanup_handle = cleanup.register(self._cleanup_sync)
+        # `python` must mean what it means in a bwrap sandbox (inhabit's interpreter, not whatever
+        # the caller's PATH finds first): a portable task's command says just `python`.
+        # A task environment goes first (its interpreter has the project's test requirements).
+        first = [str(env / "bin")] if env is not None else []
+        self._path = ":".join([*first, _own_bin(), os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")])
 
     @property
     def info(self) -> SandboxInfo:
@@ -136,9 +155,7 @@ class ProcessSandbox(Sandbox):
         timeout = min(timeout_s or self._limits.default_timeout_s, self._limits.max_timeout_s)
         # Of the machine profile only the login environment applies here (the process runs on
         # the host, as the host user, with the host's name and /etc); HOME is its private dir.
-        login = self._provider.machine.environment(
-            os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"), home=str(self.tmp)
-        )
+        login = self._provider.machine.environment(self._path, home=str(self.tmp))
         full_env = {
             **login,
             "TMPDIR": str(self.tmp),
@@ -260,9 +277,12 @@ class ProcessSandboxProvider(SandboxProvider):
             os.environ.get("USER", f"uid {os.getuid()}"),
         )
 
-    async def create(self, source: str | Path, *, limits: SandboxLimits | None = None) -> ProcessSandbox:
+    async def create(
+        self, source: str | Path, *, limits: SandboxLimits | None = None, env: str | Path | None = None
+    ) -> ProcessSandbox:
         if self._closed:
             raise SandboxError("this sandbox provider is closed: create a new one")
+        env_dir = check_env_dir(env)
         src = resolve_source(source, self._snapshots, lambda p: p)
         sandbox_id = "sb-" + secrets.token_hex(6)
         home = self.root / "sandboxes" / sandbox_id
@@ -272,7 +292,7 @@ class ProcessSandboxProvider(SandboxProvider):
         except BaseException:
             hostfs.remove_tree(home)
             raise
-        sandbox = ProcessSandbox(self, sandbox_id, home, limits or self.limits)
+        sandbox = ProcessSandbox(self, sandbox_id, home, limits or self.limits, env_dir)
         self._sandboxes[sandbox_id] = sandbox
         return sandbox
 

@@ -9,7 +9,9 @@ the harness or the grader use remote sandboxes without knowing it:
 
 `create(source)` reads `source` as: `"server:<dir>"` (a directory under the server's `--root`),
 a local directory (any `Path`, or a string with a '/': packed and uploaded, bounded by the
-server's upload cap, which is checked before sending), or else a snapshot id this server returned. Every call has a timeout
+server's upload cap, which is checked before sending), or else a snapshot id this server returned.
+`create(source, env=BUILT_ENV)` sends the environment's id and lock (never its files) to
+`POST /environments` once; the server builds or finds it in its own store and mounts it. Every call has a timeout
 (exec's is its own `timeout_s` plus a margin); HTTP errors come back as the typed errors of
 `inhabit.errors` and the OS errors a local sandbox raises (404 -> SandboxNotFound or
 FileNotFoundError, 400 -> PathOutsideWorkspace, IsADirectoryError or
@@ -34,6 +36,7 @@ import base64
 import contextlib
 import functools
 import io
+import json
 import os
 import secrets
 import tarfile
@@ -368,6 +371,7 @@ class RemoteSandboxProvider(SandboxProvider):
         self._http = _Http(url, token, timeout_s=timeout_s, retries=retries)
         self._exec_margin_s = exec_margin_s
         self._live: dict[str, RemoteSandbox] = {}
+        self._envs: set[str] = set()  # environments the server confirmed it holds
         self._health: HealthOut | None = None
         self._heartbeat: asyncio.Task[None] | None = None
         self._lease_s: float | None = None
@@ -389,21 +393,47 @@ class RemoteSandboxProvider(SandboxProvider):
         resp = await self._http.request("GET", "/sandboxes", idempotent=True)
         return [SandboxOut.model_validate(x) for x in resp.json()]
 
-    async def create(self, source: str | Path, *, limits: SandboxLimits | None = None) -> RemoteSandbox:
+    async def create(
+        self, source: str | Path, *, limits: SandboxLimits | None = None, env: str | Path | None = None
+    ) -> RemoteSandbox:
         limits = limits or self.limits
+        env_id = await self._environment(Path(env)) if env is not None else None
         text = str(source)
         if text.startswith(SERVER_DIR_PREFIX):
-            return await self._create_json({"directory": text[len(SERVER_DIR_PREFIX) :]}, limits)
+            return await self._create_json({"directory": text[len(SERVER_DIR_PREFIX) :]}, limits, env_id)
         if isinstance(source, Path) or Path(text).is_dir() or "/" in text:
-            return await self._upload(Path(source), limits)  # a path (snapshot ids have no '/')
-        return await self._create_json({"snapshot_id": text}, limits)
+            return await self._upload(Path(source), limits, env_id)  # a path (snapshot ids have no '/')
+        return await self._create_json({"snapshot_id": text}, limits, env_id)
 
-    async def _create_json(self, body: dict[str, Any], limits: SandboxLimits | None) -> RemoteSandbox:
+    async def _environment(self, env: Path) -> str:
+        """Have the server build (or find) the environment `env` (a built one here: its id and lock
+        travel, never its files); returns its id."""
+        try:
+            meta = json.loads((env / "inhabit-env.json").read_text())
+            lock = (env / "requirements.lock").read_text()
+        except (OSError, ValueError) as e:
+            raise SandboxError(
+                f"{env} is not a built task environment (inhabit-env.json, requirements.lock): {e}"
+            ) from e
+        env_id = str(meta["id"])
+        if env_id not in self._envs:
+            body = {"id": env_id, "python": meta["python"], "lock": lock}
+            await self._http.request("POST", "/environments", idempotent=True, json=body)
+            self._envs.add(env_id)
+        return env_id
+
+    async def _create_json(
+        self, body: dict[str, Any], limits: SandboxLimits | None, env_id: str | None = None
+    ) -> RemoteSandbox:
         body["limits"] = limits.model_dump() if limits is not None else None
+        if env_id is not None:
+            body["environment"] = env_id
         resp = await self._http.request("POST", "/sandboxes", idempotent=False, json=body)
         return self._adopt(resp)
 
-    async def _upload(self, directory: Path, limits: SandboxLimits | None) -> RemoteSandbox:
+    async def _upload(
+        self, directory: Path, limits: SandboxLimits | None, env_id: str | None = None
+    ) -> RemoteSandbox:
         if not directory.is_dir():
             raise SandboxError(
                 f"{directory} is not a local directory; give a workspace directory, "
@@ -416,7 +446,9 @@ class RemoteSandboxProvider(SandboxProvider):
                 f"{directory} packs to more than the server's upload cap of {cap} bytes; "
                 "put it under the server's --root and use 'server:<dir>', or raise --max-upload-mb"
             )
-        params = {"limits": limits.model_dump_json()} if limits is not None else None
+        params = {"limits": limits.model_dump_json()} if limits is not None else {}
+        if env_id is not None:
+            params["environment"] = env_id
         resp = await self._http.request(
             "POST",
             "/sandboxes/upload",

@@ -60,7 +60,7 @@ from pydantic import Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from inhabit.config import Config
-from inhabit.errors import PathOutsideWorkspace, SandboxError, SandboxLimitExceeded, SandboxNotFound
+from inhabit.errors import EnvError, PathOutsideWorkspace, SandboxError, SandboxLimitExceeded, SandboxNotFound
 from inhabit.log import get_logger
 from inhabit.sandbox import hostfs
 from inhabit.sandbox.base import WORKSPACE_MOUNT, SandboxLimits, SandboxProvider
@@ -111,6 +111,9 @@ class EnvServerConfig(Config):
     reap_interval_s: float = Field(10, gt=0, description="How often the idle reaper looks.")
     spool_dir: Path | None = Field(
         None, description="Where uploads are unpacked; default a tmpfs (/dev/shm) when present."
+    )
+    env_store: Path | None = Field(
+        None, description="The store task environments are built into; default <cache dir>/envs."
     )
 
 
@@ -294,6 +297,8 @@ def _map_error(exc: Exception) -> JSONResponse:
         return _error(403, "permission_denied", f"permission denied in the workspace: {exc.strerror or msg}")
     if isinstance(exc, SandboxError):
         return _error(400, "sandbox_error", msg)
+    if isinstance(exc, EnvError):  # a lock that does not build here (hash, registry, wheelhouse)
+        return _error(400, "environment_error", msg)
     if isinstance(exc, ValueError):
         return _error(400, "bad_request", msg)
     log.exception("env-server: unexpected error", exc_info=exc)

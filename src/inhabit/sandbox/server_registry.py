@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from inhabit.errors import SandboxError, SandboxLimitExceeded, SandboxNotFound
 from inhabit.log import get_logger
-from inhabit.sandbox.base import Sandbox, SandboxLimits, SandboxProvider
+from inhabit.sandbox.base import Sandbox, SandboxLimits, SandboxProvider, create_sandbox
 
 if TYPE_CHECKING:
     from inhabit.sandbox.server import EnvServerConfig
@@ -104,6 +104,7 @@ class SandboxRegistry:
         limits: SandboxLimits | None,
         upload_dir: Path | None,
         client: str | None = None,
+        env: Path | None = None,
     ) -> str:
         if len(self.entries) + self._reserved >= self.config.max_sandboxes:
             raise TooManySandboxes(
@@ -111,7 +112,7 @@ class SandboxRegistry:
             )
         self._reserved += 1
         try:
-            sandbox = await self.provider.create(source, limits=limits)
+            sandbox = await create_sandbox(self.provider, source, limits=limits, env=env)
         finally:
             self._reserved -= 1
         sandbox_id = "sb_" + secrets.token_hex(8)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from fastapi import APIRouter, FastAPI, Query, Request, Response
 
-from inhabit.errors import PathOutsideWorkspace, SandboxLimitExceeded
+from inhabit.errors import PathOutsideWorkspace, SandboxLimitExceeded, SandboxNotFound
 from inhabit.sandbox.base import SandboxLimits
 from inhabit.sandbox.server import EnvServerConfig, Lifecycle, check_workspace_path, parse_limits
 from inhabit.sandbox.server_registry import DirectoryNotFound, SandboxRegistry
@@ -28,6 +28,8 @@ from inhabit.sandbox.server_wire import (
     API_PREFIX,
     CLIENT_HEADER,
     CreateRequest,
+    EnvironmentIn,
+    EnvironmentOut,
     ExecOut,
     ExecRequest,
     FileEntryOut,
@@ -71,6 +73,26 @@ def _resolve_directory(config: EnvServerConfig, directory: str) -> Path:
     return target
 
 
+def _env_store(config: EnvServerConfig):  # type: ignore[no-untyped-def]
+    from inhabit.envs.store import EnvStore  # the store (and uv) only where environments are used
+
+    return EnvStore(config.env_store)
+
+
+def _env_path(config: EnvServerConfig, env_id: str | None) -> Path | None:
+    """The built environment `env_id` in this server's store (None for none); 404 when missing."""
+    if env_id is None:
+        return None
+    path = _env_store(config).get(env_id)
+    if path is None:
+        raise EnvironmentNotFound(f"this server has no environment {env_id}: POST it to /environments first")
+    return path
+
+
+class EnvironmentNotFound(SandboxNotFound):
+    """A create named an environment the server's store does not hold."""
+
+
 def _client(request: Request) -> str | None:
     return (request.headers.get(CLIENT_HEADER) or "")[:64] or None
 
@@ -104,6 +126,21 @@ def add_routes(
         reg = registry_of()
         return [_out(reg, sid) for sid in list(reg.entries)]
 
+    @r.post("/environments")
+    async def environment(req: EnvironmentIn) -> EnvironmentOut:
+        """Build (or find) a task environment from its lock in this server's store: a remote
+        sandbox mounts it as a local one does. Registry or $INHABIT_WHEELHOUSE of the server."""
+        from inhabit.envs.task_env import wheelhouse_from_env
+
+        def build():  # type: ignore[no-untyped-def]
+            with tempfile.TemporaryDirectory(prefix="env-lock-", dir=registry_of().spool) as tmp:
+                lock = Path(tmp) / "requirements.lock"
+                lock.write_text(req.lock)
+                return _env_store(config).ensure(req.id, lock, req.python, wheelhouse=wheelhouse_from_env())
+
+        built = await asyncio.to_thread(build)
+        return EnvironmentOut(id=built.env_id, reused=built.reused, install_s=round(built.install_s, 3))
+
     @r.post("/sandboxes", status_code=201)
     async def create(req: CreateRequest, request: Request) -> SandboxOut:
         reg = registry_of()
@@ -112,18 +149,22 @@ def add_routes(
         else:
             assert req.directory is not None  # the model's validator guarantees one of them
             source = _resolve_directory(config, req.directory)
-        sid = await reg.create(source, req.limits, upload_dir=None, client=_client(request))
+        env = _env_path(config, req.environment)
+        sid = await reg.create(source, req.limits, upload_dir=None, client=_client(request), env=env)
         return _out(reg, sid)
 
     @r.post("/sandboxes/upload", status_code=201)
-    async def create_from_upload(request: Request, limits: str | None = Query(None)) -> SandboxOut:
+    async def create_from_upload(
+        request: Request, limits: str | None = Query(None), environment: str | None = Query(None)
+    ) -> SandboxOut:
         reg = registry_of()
         parsed = parse_limits(limits)
+        env = _env_path(config, environment)
         async with upload_slots:
-            return await _receive_upload(request, reg, parsed)
+            return await _receive_upload(request, reg, parsed, env)
 
     async def _receive_upload(
-        request: Request, reg: SandboxRegistry, parsed: SandboxLimits | None
+        request: Request, reg: SandboxRegistry, parsed: SandboxLimits | None, env: Path | None = None
     ) -> SandboxOut:
         workdir = Path(tempfile.mkdtemp(prefix="upload-", dir=reg.spool))
         try:
@@ -141,7 +182,7 @@ def add_routes(
                 max_files=config.max_upload_files,
             )
             archive.unlink()
-            sid = await reg.create(tree, parsed, upload_dir=workdir, client=_client(request))
+            sid = await reg.create(tree, parsed, upload_dir=workdir, client=_client(request), env=env)
         except BaseException:
             shutil.rmtree(workdir, ignore_errors=True)
             raise

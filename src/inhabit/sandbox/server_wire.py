@@ -47,12 +47,32 @@ class _Wire(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+_ENV_ID = r"^sha256:[0-9a-f]{64}$"
+
+
+class EnvironmentIn(_Wire):
+    """A task environment for the server to build (or find) in its own store, from its lock."""
+
+    id: str = Field(pattern=_ENV_ID, description="The environment id: digest of python + lock.")
+    python: str = Field(pattern=r"^3\.\d{1,2}$", description="Python version the lock was made for.")
+    lock: str = Field(max_length=4_000_000, description="The lock file's text (pins with hashes).")
+
+
+class EnvironmentOut(_Wire):
+    id: str
+    reused: bool
+    install_s: float
+
+
 class CreateRequest(_Wire):
     """Create a sandbox from exactly one of: a directory under the server's root, or a snapshot."""
 
     directory: str | None = Field(None, description="Path relative to the server's --root.")
     snapshot_id: str | None = Field(None, description="An id returned by this server's snapshot route.")
     limits: SandboxLimits | None = None
+    environment: str | None = Field(
+        None, pattern=_ENV_ID, description="A task environment this server has (POST /environments first)."
+    )
 
     @model_validator(mode="after")
     def _exactly_one_source(self) -> CreateRequest:

@@ -22,6 +22,13 @@ Pipeline (`build_tasks`):
      reverse diff) sits at the task root, outside the agent's view; `check_task` must accept it.
 Every finished candidate is appended to `<out>/.build/state.jsonl`; a rerun with the same input and
 settings skips them (resume). `<out>/build-report.json` sums the build up.
+
+Environment (`env="auto"`, the default): the project's declared test requirements
+(`inhabit.envs.requirements`) are locked once (`<out>/.build/environment.lock`, kept for a resume),
+the environment is built or reused from the store, every sandbox of the build mounts it, and every
+written task gets the lock and its `[environment]` table. A project that declares nothing builds
+without one, as before. The report gives the environment's id, its install time and whether it was
+reused.
 """
 
 from __future__ import annotations
@@ -35,17 +42,22 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
 from inhabit.config import Config
+from inhabit.envs.lock import env_id, lock_requirements, own_python
+from inhabit.envs.requirements import project_requirements
+from inhabit.envs.store import BuiltEnv, EnvStore
+from inhabit.envs.task_env import write_environment
 from inhabit.log import get_logger
-from inhabit.sandbox.base import SandboxProvider
+from inhabit.sandbox.base import SandboxProvider, create_sandbox
 from inhabit.sandbox.pool import SandboxPool
 from inhabit.tasks.build import write_task
 from inhabit.tasks.check import check_task
 from inhabit.tasks.covmap import CoverageMap, build_coverage_map
+from inhabit.tasks.diagnose import cannot_run
 from inhabit.tasks.mutate import OPERATORS, Mutation, MutationSites
 from inhabit.tasks.source import BuildError, code_files, default_command, prepare_source, tree_hash
 from inhabit.tasks.testrun import TestRunResult, run_tests
@@ -79,6 +91,13 @@ class BuildConfig(Config):
         True, description="Run the baseline a second time and drop tests whose id or outcome differs."
     )
     prefix: str | None = Field(None, description="Task id prefix; None: the project folder's name.")
+    env: Literal["auto", "none"] = Field(
+        "auto",
+        description="auto: an environment from the project's declared test requirements; none: inhabit's Python.",
+    )
+    extras: tuple[str, ...] | None = Field(None, description="Extras to read instead of test/tests/testing.")
+    groups: tuple[str, ...] | None = Field(None, description="Dependency groups to read instead of test/dev.")
+    requirement_files: tuple[str, ...] | None = Field(None, description="Requirements files to read instead.")
 
 
 @dataclass
@@ -102,6 +121,9 @@ class BuildReport:
     elapsed_s: float = 0.0
     mutant_s: list[float] = field(default_factory=list)
     check_s: list[float] = field(default_factory=list)
+    env_id: str | None = None
+    env_install_s: float = 0.0
+    env_reused: bool = False
 
     @property
     def kept(self) -> int:
@@ -128,6 +150,8 @@ class _Run:
     state_path: Path
     report: BuildReport
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    env_lock: str | None = None  # the lock text every written task gets (None: no environment)
+    env_path: Path | None = None
 
 
 def _candidates(source: Path, config: BuildConfig) -> tuple[list[Mutation], dict[str, str]]:
@@ -293,13 +317,15 @@ async def _write(run: _Run, m: Mutation, text: str, key: str, index: int, failin
         timeout_s=min(3600.0, max(120.0, 20 * run.baseline_s + 60)),
         reference_patch=patch,
     )
+    if run.env_lock is not None:
+        write_environment(root, run.env_lock)
     (root / "mutation.json").write_text(json.dumps(asdict(m) | {"key": key}, indent=1))
     if cfg.check:
         t0 = time.monotonic()
         report = await check_task(root, run.provider)
         run.report.check_s.append(round(time.monotonic() - t0, 3))
         if not report.valid:
-            log.info("task %s dropped: %s", task_id, "; ".join(report.problems)[:300])
+            log.info("task %s dropped: %s", task_id, "; ".join(report.problem_lines())[:300])
             shutil.rmtree(root)
             return "invalid", None
     return "kept", task_id
@@ -313,6 +339,7 @@ async def build_tasks(
     *,
     concurrency: int = 2,
     progress: bool = True,
+    wheelhouse: str | Path | None = None,
 ) -> BuildReport:
     """Build tasks from the project at `src` into `out` (see the module docstring). Resumes when
     `out` holds the state of an earlier build of the same input with the same settings."""
@@ -339,15 +366,34 @@ async def build_tasks(
         )
     command = config.command or default_command(source, plugins=config.plugins)
     report = BuildReport(out=str(out), project=prefix)
+    env_lock, built = await _environment(config, source, work, wheelhouse)
+    if built is not None:
+        report.env_id, report.env_install_s, report.env_reused = (
+            built.env_id,
+            round(built.install_s, 3),
+            built.reused,
+        )
+    env_path = built.path if built is not None else None
 
     candidates, texts = _candidates(source, config)
     if not candidates:
         raise BuildError(f"no mutable code found in {src} (looked for functions in .py files outside tests)")
-    base = await provider.create(source)
+    base = await create_sandbox(provider, source, env=env_path)
     try:
         if header is None:
             baseline = await run_tests(base, command, timeout_s=3600, extra_args=["--tb=no"])
             if baseline.integrity != "ok" or not baseline.passed:
+                # One cause, named once (a missing module: which requirement, which [environment]).
+                cause = cannot_run(
+                    baseline.outcomes,
+                    list(baseline.outcomes) or ["(any)"],
+                    baseline.collection_errors,
+                    integrity=baseline.integrity,
+                    output_tail=baseline.output_tail,
+                    workspace=source,
+                )
+                if cause is not None:
+                    raise BuildError(cause.message().replace("untouched workspace", "untouched project", 1))
                 raise BuildError(
                     f"the test suite does not run on the untouched project ({baseline.summary}); "
                     f"pass --command with a working pytest command. Output:\n{baseline.output_tail[-1500:]}"
@@ -395,6 +441,8 @@ async def build_tasks(
             provider=provider,
             state_path=state_path,
             report=report,
+            env_lock=env_lock,
+            env_path=env_path,
         )
         report.candidates = len(candidates)
         todo = []
@@ -420,6 +468,26 @@ async def build_tasks(
     return report
 
 
+async def _environment(
+    config: BuildConfig, source: Path, work: Path, wheelhouse: str | Path | None
+) -> tuple[str | None, BuiltEnv | None]:
+    """The build's lock text and built environment (None, None: the project declares nothing)."""
+    if config.env == "none":
+        return None, None
+    path = work / "environment.lock"
+    if not path.is_file():  # locked once per build; a resume keeps the first lock
+        reqs = project_requirements(
+            source, extras=config.extras, groups=config.groups, requirement_files=config.requirement_files
+        )
+        if not reqs:
+            return None, None
+        path.write_text(await asyncio.to_thread(lock_requirements, reqs, wheelhouse=wheelhouse))
+    text = path.read_text()
+    eid = env_id(own_python(), text.encode())
+    built = await asyncio.to_thread(EnvStore().ensure, eid, path, wheelhouse=wheelhouse)
+    return text, built
+
+
 async def _work(run: _Run, todo, texts, concurrency: int, progress: bool) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -433,7 +501,7 @@ async def _work(run: _Run, todo, texts, concurrency: int, progress: bool) -> Non
     bar_id = bar.add_task("", total=len(todo))
 
     workers = max(1, min(concurrency, len(todo)))
-    pool = SandboxPool(run.provider, run.source, size=workers, recycle=True)
+    pool = SandboxPool(run.provider, run.source, size=workers, recycle=True, env=run.env_path)
 
     async def worker() -> None:
         while not queue.empty():

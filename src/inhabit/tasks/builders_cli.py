@@ -39,6 +39,21 @@ def build(
         10.0, "--coverage-above-s", help="Suites slower than this run only the tests covering the mutant."
     ),
     backend: str = typer.Option("auto", "--backend", help=_BACKEND_HELP),
+    env: str = typer.Option(
+        "auto",
+        "--env",
+        help="auto: an environment from the project's test requirements; none: inhabit's Python.",
+    ),
+    extra: list[str] | None = typer.Option(
+        None, "--extra", help="Extras to read instead of test/tests/testing."
+    ),
+    group: list[str] | None = typer.Option(
+        None, "--group", help="Dependency groups to read instead of test/dev."
+    ),
+    requirements: list[str] | None = typer.Option(None, "--requirements", help="Requirements files to read."),
+    wheelhouse: Path | None = typer.Option(
+        None, "--wheelhouse", help="Resolve and install offline from these wheels."
+    ),
 ) -> None:
     """Synthesize bug-fix tasks by mutating a project's code; resumes an interrupted build in --out."""
     import asyncio
@@ -47,25 +62,32 @@ def build(
     from rich.markup import escape
     from rich.table import Table
 
-    from inhabit.tasks.builder import BuildConfig, BuildError, build_tasks
+    from inhabit.errors import InhabitError
+    from inhabit.tasks.builder import BuildConfig, build_tasks
 
+    if env not in ("auto", "none"):
+        raise typer.BadParameter("choose auto or none", param_hint="--env")
     config = BuildConfig(
         command=command, plugins=plugins, per_function=per_function, max_candidates=max_candidates,
-        seed=seed, check=not no_check, coverage_above_s=coverage_above_s,
+        seed=seed, check=not no_check, coverage_above_s=coverage_above_s, env=env,
+        extras=tuple(extra) if extra else None, groups=tuple(group) if group else None,
+        requirement_files=tuple(requirements) if requirements else None,
     )  # fmt: skip
 
     async def run():
         provider = _provider(backend)
         try:
-            return await build_tasks(source, out, provider, config, concurrency=concurrency)
+            return await build_tasks(
+                source, out, provider, config, concurrency=concurrency, wheelhouse=wheelhouse
+            )
         finally:
             await provider.close()
 
     try:
         report = asyncio.run(run())
-    except BuildError as e:
+    except InhabitError as e:  # a build that cannot start, an environment that cannot be made
         typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2) from e
+        raise typer.Exit(e.exit_code) from e
     table = Table(title=escape(f"tasks build: {report.project} -> {report.out}"))
     table.add_column("what")
     table.add_column("value", justify="right")
@@ -75,6 +97,15 @@ def build(
         ("baseline tests failing (dropped)", report.baseline_failing_dropped),
         ("unstable test ids (dropped)", report.unstable_ids_dropped),
         ("flaky tests (dropped)", report.flaky_dropped),
+        ("environment", report.env_id or "none (inhabit's Python)"),
+        *(
+            (
+                ("environment install (s)", f"{report.env_install_s:.2f}"),
+                ("environment reused", "yes" if report.env_reused else "no"),
+            )
+            if report.env_id
+            else ()
+        ),
         ("baseline run (s)", f"{report.baseline_s:.1f}"),
         ("coverage selection", "yes" if report.coverage_selection else "no"),
         ("candidates (resumed)", f"{report.candidates} ({report.resumed})"),
@@ -116,12 +147,19 @@ def import_swebench_cmd(
     ),
     out: Path = typer.Option(..., "--out", help="Folder for the task directories."),
     command: str = typer.Option(None, "--command", help="Test command (default: pytest of this Python)."),
+    env: bool = typer.Option(
+        True, "--env/--no-env", help="Lock each repository's declared test requirements."
+    ),
+    python: str = typer.Option(None, "--python", help="Python version to lock for (default: inhabit's)."),
+    wheelhouse: Path = typer.Option(None, "--wheelhouse", help="Resolve offline from this folder of wheels."),
 ) -> None:
     """SWE-bench-format instances with local clones as task directories (test patch in hidden/)."""
     from inhabit.tasks.swebench import import_swebench
 
-    report = import_swebench(file, repos, out, command=command)
+    report = import_swebench(file, repos, out, command=command, env=env, python=python, wheelhouse=wheelhouse)
     typer.echo(f"wrote {len(report.tasks)} tasks to {out}; skipped {len(report.skipped)}")
+    for key, what in report.environments.items():
+        typer.echo(f"  {key}: environment {what}")
     for key, why in report.skipped.items():
         typer.echo(f"  skipped {key}: {why}")
     raise typer.Exit(0 if report.tasks or not report.skipped else 1)

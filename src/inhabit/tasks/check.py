@@ -7,6 +7,12 @@ A task is valid when
   * when reference.patch is present, it applies (`patch -p1`, else `git apply`) inside a sandbox,
     and grading that workspace passes every required test with no flag (reward 1).
 Without reference.patch nothing shows the fail_to_pass tests can pass; the report says so.
+
+When the untouched workspace cannot run its tests at all (a module that is not installed, a syntax
+error: `inhabit.tasks.diagnose`), the report says that once, with the first error line and the fix,
+and stops: every per-test line and every flag after that would repeat the same cause.
+Problems are `Problem` objects (kind, message, node id, structured detail), so `--json` carries
+data, never a Python repr inside a string.
 """
 
 from __future__ import annotations
@@ -15,12 +21,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from inhabit.errors import TaskFormatError
+from inhabit.envs.task_env import task_environment
+from inhabit.errors import EnvError, TaskFormatError
 from inhabit.rewards.grading import GradeResult, GradingConfig, grade
-from inhabit.sandbox.base import Sandbox, SandboxProvider
+from inhabit.sandbox.base import Sandbox, SandboxProvider, create_sandbox
+from inhabit.tasks.diagnose import cannot_run
 from inhabit.tasks.task import Task, load_task
 
-__all__ = ["CheckReport", "apply_patch", "check_task"]
+__all__ = ["CheckReport", "Problem", "apply_patch", "check_task"]
 
 _PER_TEST_FLAGS = {"collection_error", "tests_missing", "tests_skipped"}
 
@@ -38,6 +46,19 @@ class TestCheck:
     ok: bool
 
 
+@dataclass(frozen=True)
+class Problem:
+    """One reason a task is invalid. `kind`: format, grading, cannot_run, flag, patch, test."""
+
+    kind: str
+    message: str
+    node_id: str | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return self.message
+
+
 @dataclass
 class CheckReport:
     """Everything `inhabit task check` found; `valid` is False when any problem was found."""
@@ -45,7 +66,7 @@ class CheckReport:
     path: str
     task_id: str | None = None
     valid: bool = False
-    problems: list[str] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     tests: list[TestCheck] = field(default_factory=list)
     before: dict[str, Any] | None = None
@@ -53,6 +74,13 @@ class CheckReport:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def problem_lines(self) -> list[str]:
+        """Each problem's message."""
+        return [p.message for p in self.problems]
+
+    def add(self, kind: str, message: str, node_id: str | None = None, /, **detail: Any) -> None:
+        self.problems.append(Problem(kind, message, node_id, detail))
 
 
 async def apply_patch(sandbox: Sandbox, patch: bytes) -> str | None:
@@ -81,8 +109,10 @@ def _summarize(result: GradeResult) -> dict[str, Any]:
     }
 
 
-async def _grade_workspace(task: Task, provider: SandboxProvider, config: GradingConfig, patch: bytes | None):
-    sandbox = await provider.create(task.workspace_dir, limits=task.limits(provider))
+async def _grade_workspace(
+    task: Task, provider: SandboxProvider, config: GradingConfig, patch: bytes | None, env: Path | None
+):
+    sandbox = await create_sandbox(provider, task.workspace_dir, limits=task.limits(provider), env=env)
     try:
         if patch is not None:
             error = await apply_patch(sandbox, patch)
@@ -101,41 +131,73 @@ async def check_task(
     try:
         task = load_task(path)
     except TaskFormatError as e:
-        report.problems.append(str(e))
+        report.add("format", str(e))
         return report
     report.task_id = task.id
     if task.grading is None:
-        report.problems.append("task.toml has no [grading] table: add command, fail_to_pass and pass_to_pass")
+        report.add("format", "task.toml has no [grading] table: add command, fail_to_pass and pass_to_pass")
         return report
     spec = task.grading
     config = config or GradingConfig()
     if not spec.fail_to_pass:
         report.notes.append("no fail_to_pass tests: the task does not show that anything needs fixing")
 
-    before, _ = await _grade_workspace(task, provider, config, None)
+    try:
+        built = await task_environment(task)
+    except EnvError as e:
+        report.add("environment", f"the task's [environment] cannot be built: {e}", error=str(e))
+        return report
+    env = built.path if built is not None else None
+    if built is not None:
+        report.notes.append(f"environment {built.env_id[:19]} ({'reused' if built.reused else 'built'})")
+    before, _ = await _grade_workspace(task, provider, config, None, env)
     assert before is not None
     report.before = _summarize(before)
     if before.status != "graded":
-        report.problems.append(f"grading the original workspace failed: {before.details.get('error')}")
+        error = before.details.get("error")
+        report.add("grading", f"grading the original workspace failed: {error}", error=error)
+        return report
+    cause = cannot_run(
+        before.outcomes,
+        spec.required_tests,
+        before.details.get("collection_errors") or {},
+        integrity=before.details.get("integrity", "ok"),
+        output_tail=before.details.get("output_tail", ""),
+        workspace=task.workspace_dir,
+        has_environment=task.environment is not None,
+    )
+    if cause is not None:
+        report.add("cannot_run", cause.message(), **cause.to_dict())
+        for kind, ids in (("fail_to_pass", spec.fail_to_pass), ("pass_to_pass", spec.pass_to_pass)):
+            report.tests += [TestCheck(n, kind, before.outcomes.get(n, "missing"), None, False) for n in ids]
         return report
     for flag in before.flags:
         if flag not in _PER_TEST_FLAGS:
-            report.problems.append(f"grading the untouched workspace raises flag {flag!r}: {before.details}")
+            report.add(
+                "flag",
+                f"grading the untouched workspace raises flag {flag!r} (see before.flags and the notes)",
+                flag=flag,
+                notes=list(before.details.get("notes") or []),
+                problems=list(before.details.get("problems") or []),
+            )
 
     after: GradeResult | None = None
     if task.reference_patch is not None:
-        after, error = await _grade_workspace(task, provider, config, task.reference_patch.read_bytes())
+        after, error = await _grade_workspace(task, provider, config, task.reference_patch.read_bytes(), env)
         if error is not None:
-            report.problems.append(f"reference.patch does not apply to workspace/: {error}")
+            report.add("patch", f"reference.patch does not apply to workspace/: {error}", error=error)
         elif after is not None:
             report.after = _summarize(after)
             if after.status != "graded":
-                report.problems.append(f"grading the reference fix failed: {after.details.get('error')}")
+                error = after.details.get("error")
+                report.add("grading", f"grading the reference fix failed: {error}", error=error)
             for flag in after.flags:
                 if flag not in _PER_TEST_FLAGS:
-                    report.problems.append(
+                    report.add(
+                        "flag",
                         f"the reference fix raises flag {flag!r} (does reference.patch touch tests or "
-                        "test configuration? put test changes in hidden/)"
+                        "test configuration? put test changes in hidden/)",
+                        flag=flag,
                     )
     else:
         report.notes.append("no reference.patch: nothing shows that the fail_to_pass tests can pass")
@@ -157,7 +219,8 @@ async def check_task(
                 problems.append(f"should pass before the fix but is {b}")
             if a is not None and a != "passed":
                 problems.append(f"should pass with reference.patch but is {a}")
-            report.problems += [f"{kind} {node_id} {p}" for p in problems]
+            for p in problems:
+                report.add("test", f"{kind} {node_id} {p}", node_id, kind=kind, before=b, after=a)
             report.tests.append(TestCheck(node_id, kind, b, a, not problems))
     report.valid = not report.problems
     return report

@@ -20,6 +20,11 @@ def check(
     task_dir: Path = typer.Argument(..., help="Task directory (holding task.toml, workspace/, hidden/)."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object instead of a report."),
     backend: str = typer.Option("auto", "--backend", help="Sandbox backend: auto, bwrap or process."),
+    wheelhouse: Path | None = typer.Option(
+        None,
+        "--wheelhouse",
+        help="Build a missing task environment offline from these wheels ($INHABIT_WHEELHOUSE).",
+    ),
 ) -> None:
     """Validate a task directory; exit code 1 when it is invalid.
 
@@ -35,8 +40,12 @@ def check(
         )
     import asyncio
     import json
+    import os
 
     from inhabit.sandbox import SandboxConfig, create_provider
+
+    if wheelhouse is not None:  # read where the task's environment is built (inhabit.envs.task_env)
+        os.environ["INHABIT_WHEELHOUSE"] = str(wheelhouse.resolve())
     from inhabit.tasks.check import check_task
 
     async def run():
@@ -93,7 +102,7 @@ def _print_report(report) -> None:  # type: ignore[no-untyped-def]
     for note in report.notes:
         console.print(f"[yellow]note:[/] {escape(note)}")
     for problem in report.problems:
-        console.print(f"[red]problem:[/] {escape(problem)}")
+        console.print(f"[red]problem:[/] {escape(str(problem))}")
     console.print("[bold green]VALID[/]" if report.valid else "[bold red]INVALID[/]")
 
 

@@ -111,7 +111,11 @@ def parse_junit(xml_bytes: bytes, known_files: Iterable[str] = ()) -> JUnitRepor
             files = [f for f in known if _dotted(f) == name]
             key = files[0] if files else name
             if outcome == "error":
-                report.collection_errors[key] = message or "collection failure"
+                # pytest's message is only "collection failure"; the cause (the exception line a
+                # user and `inhabit.tasks.diagnose` need) is in the element's text, so keep its tail.
+                text = "".join(child.text or "" for child in case if child.tag == "error").strip()
+                message = message or "collection failure"
+                report.collection_errors[key] = f"{message}\n{text[-2000:]}" if text else message
             continue
         if node_id is None and not name:
             report.interrupted = True

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-import sys
 import tarfile
 import tempfile
 import zipfile
@@ -81,12 +80,15 @@ def code_files(root: Path) -> list[str]:
     return out
 
 
-def default_command(root: Path, python: str | None = None, *, plugins: bool = False) -> str:
-    """The test command for the project at `root`: pytest from this interpreter (or `python`), with
-    `src/` on PYTHONPATH for a src layout and plugin autoload off unless `plugins` (about 3x faster
-    start-up; turn plugins on for suites that need pytest-asyncio and friends)."""
-    # The venv's real path: the bwrap backend binds the venv there, not at a symlinked prefix.
-    py = python or str(Path(sys.prefix).resolve() / "bin" / "python")
+def default_command(root: Path, python: str = "python", *, plugins: bool = False) -> str:
+    """The test command for the project at `root`: pytest from the sandbox's `python`, with `src/`
+    on PYTHONPATH for a src layout and plugin autoload off unless `plugins` (about 3x faster
+    start-up; turn plugins on for suites that need pytest-asyncio and friends).
+
+    A bare `python` keeps the task directory portable: inside every sandbox it is the task's
+    environment (first on PATH) or inhabit's own interpreter, wherever either lives on the host
+    that grades it. A path of the building machine here would break the task anywhere else."""
+    py = python
     parts = []
     if not plugins:
         parts.append("PYTEST_DISABLE_PLUGIN_AUTOLOAD=1")

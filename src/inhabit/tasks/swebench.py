@@ -10,8 +10,13 @@ with local git clones become task directories:
 The clone of `owner/name` is looked up in --repos as `owner__name`, `name` or `owner/name`.
 Instances that cannot be imported (no clone, unknown commit, a test patch that does not apply,
 test ids that are not pytest node ids as in Django's runner) are skipped with a reason, never
-a crash of the import. Setting up each repository's dependencies is not part of this: give
---command a test command that works for the repositories in the file.
+a crash of the import.
+
+Each task gets an `[environment]` (unless `env=False`): the test requirements the repository
+declares at the instance's `environment_setup_commit` (else `base_commit`), read as
+`inhabit.envs.requirements` reads them (pyproject.toml, setup.cfg, requirements files, tox.ini;
+setup.py metadata is not executed), locked once per repository and commit. The report lists, per
+instance, the environment it got or why it got none.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ __all__ = ["ImportReport", "import_swebench"]
 class ImportReport:
     tasks: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
+    environments: dict[str, str] = field(default_factory=dict)
+    """Instance id -> the environment id its task got, or "none: <why>"."""
 
 
 def _ids(value: object) -> list[str]:
@@ -113,11 +120,52 @@ def _import_one(inst: dict, repos: Path, out: Path, command: str | None) -> str:
     return task_id
 
 
+def _environment(
+    inst: dict, repos: Path, root: Path, python: str | None, wheelhouse: str | Path | None, locks: dict
+) -> str:
+    """Lock the requirements declared at the instance's setup commit into the task; returns the
+    id, or "none: <why>"."""
+    from inhabit.envs.lock import lock_requirements
+    from inhabit.envs.requirements import project_requirements
+    from inhabit.envs.task_env import write_environment
+    from inhabit.errors import EnvError
+
+    commit = inst.get("environment_setup_commit") or inst["base_commit"]
+    key = (inst["repo"], commit, python)
+    if key not in locks:
+        try:
+            with tempfile.TemporaryDirectory(prefix="inhabit-swe-env-") as tmp:
+                clone = _clone(repos, inst["repo"])
+                assert clone is not None  # _import_one found it
+                archive = _git(["archive", "--format=tar", commit], clone)
+                if archive.returncode != 0:
+                    raise EnvError(f"git archive {commit} failed: {archive.stderr.decode()[-200:]}")
+                subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True, timeout=300)
+                reqs = project_requirements(tmp)
+            if not reqs:
+                raise EnvError(f"the repository declares no test requirements at {commit[:12]}")
+            locks[key] = ("ok", lock_requirements(reqs, python=python, wheelhouse=wheelhouse))
+        except EnvError as e:
+            locks[key] = ("none", str(e))
+    kind, text = locks[key]
+    if kind == "none":
+        return f"none: {text}"
+    return write_environment(root, text, python)
+
+
 def import_swebench(
-    file: str | Path, repos: str | Path, out: str | Path, *, command: str | None = None
+    file: str | Path,
+    repos: str | Path,
+    out: str | Path,
+    *,
+    command: str | None = None,
+    env: bool = True,
+    python: str | None = None,
+    wheelhouse: str | Path | None = None,
 ) -> ImportReport:
     """Import every instance of the JSONL `file`; see the module docstring."""
     report = ImportReport()
+    locks: dict = {}
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     for n, line in enumerate(Path(file).read_text().splitlines(), 1):
@@ -132,7 +180,12 @@ def import_swebench(
             ]
             if missing:
                 raise BuildError(f"missing field(s) {missing}")
-            report.tasks.append(_import_one(inst, Path(repos), out, command))
+            task_id = _import_one(inst, Path(repos), out, command)
+            report.tasks.append(task_id)
+            if env:
+                report.environments[key] = _environment(
+                    inst, Path(repos), out / task_id, python, wheelhouse, locks
+                )
         except (BuildError, TaskFormatError, ValueError, OSError, subprocess.SubprocessError) as e:
             report.skipped[key] = f"{type(e).__name__}: {e}"[:600]
     return report

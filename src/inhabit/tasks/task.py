@@ -4,6 +4,7 @@
     <task>/workspace/       the repository as the agent first sees it
     <task>/hidden/          laid over the final workspace at grading only (never shown to the agent)
     <task>/reference.patch  optional: a fix (unified diff, -p1) that `inhabit task check` applies
+    <task>/environment/     optional: the lock of the task's test environment (`[environment]`)
 
 `load_task` returns a frozen `Task`; every problem raises `TaskFormatError` with a message that
 says what to fix. Structural guarantees checked here (and relied on by grading): `hidden/` is a
@@ -25,7 +26,7 @@ from inhabit.config import Config, read_toml
 from inhabit.errors import ConfigError, TaskFormatError
 from inhabit.sandbox.base import SandboxLimits
 
-__all__ = ["GradingSpec", "Task", "TaskFormatError", "load_task", "node_id_file"]
+__all__ = ["EnvironmentSpec", "GradingSpec", "Task", "TaskFormatError", "load_task", "node_id_file"]
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -114,6 +115,30 @@ def provider_limits(provider: object) -> SandboxLimits | None:
     return None
 
 
+class EnvironmentSpec(Config):
+    """The optional `[environment]` table: the task's own test environment (docs/environments.md).
+    Absent: the tests run with inhabit's own Python."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    python: str = Field(pattern=r"^3\.\d{1,2}$", description="Python version the lock was made for (3.11).")
+    lock: str = Field(
+        "environment/requirements.lock",
+        description="The lock file (exact pins, hashes), relative to the task.",
+    )
+    id: str = Field(pattern=r"^sha256:[0-9a-f]{64}$", description="Digest of python + lock: the store's key.")
+
+    @field_validator("lock")
+    @classmethod
+    def _relative(cls, value: str) -> str:
+        path = PurePosixPath(value)
+        if path.is_absolute() or ".." in path.parts or "\\" in value or not value:
+            raise ValueError("must be a relative '/'-separated path inside the task directory")
+        if path.parts[0] in ("workspace", "hidden"):
+            raise ValueError("must not lie in workspace/ or hidden/ (the agent or the tests would see it)")
+        return value
+
+
 class TaskToml(Config):
     """The whole task.toml."""
 
@@ -121,6 +146,7 @@ class TaskToml(Config):
     instruction: str = Field(min_length=1, description="What the agent is asked to do.")
     grading: GradingSpec | None = Field(None, description="How the final workspace is graded.")
     sandbox: TaskSandbox | None = Field(None, description="Limits this task needs (see TaskSandbox).")
+    environment: EnvironmentSpec | None = Field(None, description="The task's test environment (optional).")
 
     @field_validator("id")
     @classmethod
@@ -149,6 +175,12 @@ class Task:
     reference_patch: Path | None
     grading: GradingSpec | None
     sandbox: TaskSandbox | None = None
+    environment: EnvironmentSpec | None = None
+
+    @property
+    def environment_lock(self) -> Path | None:
+        """The host path of the `[environment]` lock file (None without one)."""
+        return self.root / self.environment.lock if self.environment is not None else None
 
     def limits(self, provider: object) -> SandboxLimits | None:
         """The limits for this task's sandboxes from `provider` (None: the provider's own)."""
@@ -242,7 +274,15 @@ def load_task(path: str | Path) -> Task:
         reference_patch=patch if patch.is_file() else None,
         grading=spec.grading,
         sandbox=spec.sandbox,
+        environment=spec.environment,
     )
+    if spec.environment is not None:
+        lock = root / spec.environment.lock
+        if not lock.is_file():
+            raise TaskFormatError(
+                f"{toml_path}: [environment] names the lock file {spec.environment.lock}, which is missing; "
+                "restore it or lock again (inhabit env lock)"
+            )
     if spec.grading is not None:
         present = set(task.workspace_files()) | set(task.hidden_files())
         for file in spec.grading.test_files:

@@ -53,3 +53,20 @@ async def test_close_kills_escaped_background_process(workspace):
     assert not _alive(pid)
     await prov.close()
     assert not prov.root.exists()
+
+
+async def test_bare_python_is_inhabits_interpreter_whatever_the_callers_path(workspace, monkeypatch):
+    """A portable task's command says `python`: in this backend it must be the interpreter running
+    inhabit (with pytest), not the first `python` of the caller's PATH (none here)."""
+    import sys
+    from pathlib import Path
+
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    prov = ProcessSandboxProvider()
+    try:
+        async with await prov.create(workspace) as sb:
+            res = await sb.exec("python -c 'import sys, pytest; print(sys.prefix)'")
+            assert res.ok, res.stderr
+            assert Path(res.stdout.strip()).resolve() == Path(sys.prefix).resolve()
+    finally:
+        await prov.close()

@@ -4,6 +4,7 @@ real sdist from PyPI (slow)."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -263,3 +264,17 @@ async def test_tree_is_reset_between_mutants(tmp_path, sandbox_provider):
             assert spec.fail_to_pass == (stray,)
         else:  # the stray file of the earlier mutant is gone: this test still passes
             assert stray in spec.pass_to_pass
+
+
+async def test_a_built_task_moved_elsewhere_passes_task_check(built, tmp_path, sandbox_provider):
+    """A task directory names no path of the machine that built it: copied to another place
+    (here: another folder, the builder's tree gone from under it) it checks the same."""
+    report, out = built
+    toml = (out / report.tasks[0] / "task.toml").read_text()
+    assert str(out) not in toml and str(Path(sys.prefix).resolve()) not in toml and "/bin/python" not in toml
+    assert 'command = "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 python -m pytest' in toml
+    moved = tmp_path / "elsewhere" / report.tasks[0]
+    shutil.copytree(out / report.tasks[0], moved)
+    check = await check_task(moved, sandbox_provider)
+    assert check.valid, check.problems
+    assert check.after and check.after["reward"] == 1.0

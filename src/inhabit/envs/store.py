@@ -1,0 +1,231 @@
+"""The environment store: one read-only virtual environment per environment id, built once.
+
+    store = EnvStore()                                  # <cache dir>/envs (see lock.cache_dir)
+    built = store.ensure(env_id, lock_path, "3.11", wheelhouse=None)
+    built.path, built.install_s, built.reused
+
+Layout: `<root>/<hex of the id>/` is a finished environment (a relocatable venv made by `uv venv`,
+packages installed by `uv pip install --require-hashes --no-deps` from the lock, copied rather than
+linked from uv's cache, then made read-only), holding `inhabit-env.json` (id, python, install time)
+and its own copy of the lock. Nothing else in the store is mistaken for an environment:
+
+  * a build happens in `<root>/.building-<hex>-<random>/` and is renamed into place only when it
+    is complete (rename is atomic on one file system); a failed or interrupted build is removed,
+    or swept by the next builder of that id;
+  * builders of one id take an exclusive lock (`flock` on `<root>/.locks/<hex>`), so two at once
+    produce one environment: the second waits, then finds it built and reuses it.
+
+The project under test is never installed here: the lock holds its requirements only.
+What this protects: a finished environment from half-written states and from concurrent builders.
+Read-only to the code that runs in it is the sandbox's job (`--ro-bind`); on the host the files
+lose their write bits, which stops a careless process, not root.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import secrets
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from inhabit.envs.lock import cache_dir, env_id, explain_failure, own_python, source_args, uv_run
+from inhabit.envs.requirements import Requirement
+from inhabit.errors import EnvBuildError, EnvError
+
+__all__ = ["MARKER", "BuiltEnv", "EnvStore"]
+
+MARKER = "inhabit-env.json"
+
+
+@dataclass(frozen=True)
+class BuiltEnv:
+    """A finished environment: where it is, what it is, and what this call spent on it."""
+
+    env_id: str
+    path: Path
+    python: str
+    install_s: float
+    reused: bool
+    size_bytes: int = 0
+
+
+def _hex(eid: str) -> str:
+    algo, _, digest = eid.partition(":")
+    if algo != "sha256" or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+        raise EnvError(f"{eid!r} is not an environment id (sha256:<64 hex digits>)")
+    return digest
+
+
+def _tree_size(path: Path) -> int:
+    return sum(p.lstat().st_size for p in path.rglob("*"))
+
+
+def _make_read_only(path: Path) -> None:
+    for p in [*path.rglob("*"), path]:
+        if p.is_symlink():
+            continue
+        executable = p.is_dir() or p.stat().st_mode & 0o111
+        p.chmod(0o555 if executable else 0o444)
+
+
+def _remove(path: Path) -> None:
+    """Remove a tree whose write bits were taken away."""
+    if not path.exists() and not path.is_symlink():
+        return
+    for p in [path, *path.rglob("*")]:
+        if p.is_dir() and not p.is_symlink():
+            with contextlib.suppress(OSError):
+                p.chmod(0o755)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+class EnvStore:
+    """Content-addressed, read-only environments under `root` (default: <cache dir>/envs)."""
+
+    def __init__(self, root: str | Path | None = None):
+        self.root = Path(root) if root is not None else cache_dir() / "envs"
+
+    def path(self, eid: str) -> Path:
+        return self.root / _hex(eid)
+
+    def get(self, eid: str) -> Path | None:
+        """The finished environment of `eid`, or None."""
+        path = self.path(eid)
+        return path if (path / MARKER).is_file() else None
+
+    def _writable(self) -> None:
+        try:
+            (self.root / ".locks").mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise EnvError(
+                f"the environment store {self.root} cannot be created ({e.strerror}): set INHABIT_CACHE_DIR "
+                "to a writable folder"
+            ) from e
+        if not os.access(self.root, os.W_OK) or not os.access(self.root / ".locks", os.W_OK):
+            raise EnvError(
+                f"the environment store {self.root} is not writable: set INHABIT_CACHE_DIR to a writable folder"
+            )
+
+    def ensure(
+        self,
+        eid: str,
+        lock: str | Path,
+        python: str | None = None,
+        *,
+        wheelhouse: str | Path | None = None,
+    ) -> BuiltEnv:
+        """The environment `eid` made from the lock file `lock`: reused when built, else built now.
+
+        Raises EnvError when the lock is missing or is not the one `eid` names (hash mismatch), when
+        the store is not writable, or when the install fails (nothing is left behind)."""
+        python = python or own_python()
+        hexid = _hex(eid)
+        found = self.get(eid)
+        if found is not None:
+            return self._info(eid, found, 0.0, reused=True)
+        lock = Path(lock)
+        if not lock.is_file():
+            raise EnvError(f"lock file {lock} is missing: run `inhabit env lock` on the task again")
+        data = lock.read_bytes()
+        if env_id(python, data) != eid:
+            raise EnvError(
+                f"{lock} does not match environment id {eid} (it hashes to {env_id(python, data)}): "
+                "the lock changed after the id was written; run `inhabit env lock` again"
+            )
+        if python != own_python():
+            raise EnvError(
+                f"the environment wants Python {python}, but sandboxes here run inhabit's Python "
+                f"{own_python()}: lock it for {own_python()} (inhabit env lock --python {own_python()})"
+            )
+        self._writable()
+        with open(self.root / ".locks" / hexid, "w") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)  # another builder of this id: wait for it
+            found = self.get(eid)
+            if found is not None:
+                return self._info(eid, found, 0.0, reused=True)
+            for stale in self.root.glob(f".building-{hexid}-*"):
+                _remove(stale)  # an interrupted build of this id (we hold its lock)
+            start = time.monotonic()
+            tmp = self.root / f".building-{hexid}-{secrets.token_hex(4)}"
+            try:
+                self._build(tmp, lock, wheelhouse)
+                install_s = time.monotonic() - start
+                (tmp / "requirements.lock").write_bytes(data)
+                meta = {
+                    "id": eid,
+                    "python": python,
+                    "install_s": round(install_s, 3),
+                    "built_at": time.time(),
+                }
+                (tmp / MARKER).write_text(json.dumps(meta, indent=1) + "\n")
+                _make_read_only(tmp)
+                tmp.rename(self.path(eid))
+            except BaseException:
+                _remove(tmp)
+                raise
+        return self._info(eid, self.path(eid), install_s, reused=False)
+
+    def _build(self, tmp: Path, lock: Path, wheelhouse: str | Path | None) -> None:
+        import sys
+
+        base = getattr(sys, "_base_executable", sys.executable)
+        proc = uv_run(["venv", "--python", base, "--relocatable", "--no-project", "--quiet", str(tmp)])
+        if proc.returncode != 0:
+            raise EnvBuildError(f"uv venv failed: {' '.join(proc.stderr.strip().splitlines()[-1:])}")
+        args = ["pip", "install", "--python", str(tmp / "bin" / "python"), "--no-deps", "--require-hashes",
+                "--link-mode", "copy", "--quiet", "-r", str(lock), *source_args(wheelhouse)]  # fmt: skip
+        proc = uv_run(args)
+        if proc.returncode != 0:
+            stderr = proc.stderr
+            if "hash mismatch" in stderr.lower() or "hashes do not match" in stderr.lower():
+                raise EnvBuildError(
+                    f"a package does not match the hash in {lock.name}: {stderr.strip().splitlines()[-1]}"
+                )
+            reqs = [
+                Requirement(ln.split(" ", 1)[0], lock.name)
+                for ln in lock.read_text().splitlines()
+                if "==" in ln
+            ]
+            raise EnvBuildError(explain_failure(stderr, reqs, wheelhouse))
+
+    def _info(self, eid: str, path: Path, install_s: float, *, reused: bool) -> BuiltEnv:
+        meta = json.loads((path / MARKER).read_text())
+        return BuiltEnv(eid, path, meta.get("python", ""), install_s, reused)
+
+    def list(self) -> list[BuiltEnv]:
+        """Every finished environment, with its size and the install time it took."""
+        out = []
+        if self.root.is_dir():
+            for path in sorted(self.root.iterdir()):
+                if path.name.startswith(".") or not (path / MARKER).is_file():
+                    continue
+                meta = json.loads((path / MARKER).read_text())
+                out.append(BuiltEnv(meta["id"], path, meta.get("python", ""), meta.get("install_s", 0.0),
+                                    True, _tree_size(path)))  # fmt: skip
+        return out
+
+    def prune(self, keep: set[str] | None = None) -> list[str]:
+        """Remove every environment whose id is not in `keep`, and leftovers of failed builds;
+        returns the removed ids. (Sandboxes that mount one keep their view until they close.)"""
+        keep = keep or set()
+        removed = []
+        for env in self.list():
+            if env.env_id not in keep:
+                with open(self.root / ".locks" / _hex(env.env_id), "w") as fh:
+                    fcntl.flock(fh, fcntl.LOCK_EX)
+                    _remove(env.path)
+                removed.append(env.env_id)
+        for stale in self.root.glob(".building-*") if self.root.is_dir() else ():
+            hexid = stale.name.split("-")[1]
+            with open(self.root / ".locks" / hexid, "w") as fh:
+                try:
+                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue  # a build in progress
+                _remove(stale)
+        return removed

@@ -1,0 +1,80 @@
+"""pytest fixtures for the environment tests (tests/unit/envs): a real wheel of a third-party
+package made in the test (so nothing needs the network), a private inhabit cache dir, and task
+directories whose tests need that package. The fixture project's files (CODE, FIXED, TESTS,
+PYPROJECT) are shared with tests that build their own repositories from them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from inhabit.envs.wheels import write_wheel
+
+__all__ = ["CODE", "FIXED", "PYPROJECT", "TESTS", "dep_task", "env_cache", "wheelhouse"]
+
+TINYDEP = {
+    "tinydep/__init__.py": '"""A third-party package the fixture project needs."""\n\n\ndef double(x):\n    return 2 * x\n'
+}
+
+CODE = '"""Uses a third-party package."""\n\nimport tinydep\n\n\ndef quadruple(x):\n    return tinydep.double(x) + x\n'
+FIXED = CODE.replace("tinydep.double(x) + x", "tinydep.double(tinydep.double(x))")
+TESTS = (
+    "import tinydep\n\nfrom quad import quadruple\n\n\ndef test_quadruple():\n    assert quadruple(3) == 12\n\n\n"
+    "def test_dep():\n    assert tinydep.double(2) == 4\n"
+)
+PYPROJECT = '[project]\nname = "quad"\nversion = "0.1"\ndependencies = []\n\n[project.optional-dependencies]\ntests = ["tinydep>=1"]\n'
+
+
+@pytest.fixture(scope="session")
+def wheelhouse(tmp_path_factory) -> Path:
+    """A folder holding one real wheel, tinydep 1.0, written here (no network)."""
+    wh = tmp_path_factory.mktemp("wheelhouse")
+    write_wheel(wh, "tinydep", "1.0", TINYDEP)
+    return wh
+
+
+@pytest.fixture(scope="session")
+def _session_cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("inhabit-cache")
+
+
+@pytest.fixture
+def env_cache(_session_cache, monkeypatch) -> Path:
+    """inhabit's cache dir for this test session (the store and inhabit's own wheels live there)."""
+    monkeypatch.setenv("INHABIT_CACHE_DIR", str(_session_cache))
+    return _session_cache
+
+
+@pytest.fixture
+def dep_task(tmp_path, env_cache, wheelhouse, monkeypatch):
+    """write(with_env=True) -> a task directory whose tests import tinydep (locked offline; its
+    environment is built from the wheelhouse, as on an offline machine)."""
+    monkeypatch.setenv("INHABIT_WHEELHOUSE", str(wheelhouse))
+    from inhabit.envs.lock import lock_requirements
+    from inhabit.envs.requirements import project_requirements
+    from inhabit.envs.task_env import write_environment
+    from inhabit.tasks.build import write_task
+
+    def write(with_env: bool = True, name: str = "t") -> Path:
+        root = write_task(
+            tmp_path / name,
+            id="quad-001",
+            instruction="tests/test_quad.py::test_quadruple fails. Fix quad.py.",
+            workspace={"quad.py": CODE, "tests/test_quad.py": TESTS, "pyproject.toml": PYPROJECT},
+            fail_to_pass=["tests/test_quad.py::test_quadruple"],
+            pass_to_pass=["tests/test_quad.py::test_dep"],
+            command="PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 python -m pytest -q -p no:cacheprovider",
+        )
+        import difflib
+
+        diff = difflib.unified_diff(
+            CODE.splitlines(keepends=True), FIXED.splitlines(keepends=True), "a/quad.py", "b/quad.py"
+        )
+        (root / "reference.patch").write_text("".join(diff))
+        if with_env:
+            reqs = project_requirements(root / "workspace")
+            write_environment(root, lock_requirements(reqs, wheelhouse=wheelhouse))
+        return root
+
+    return write
