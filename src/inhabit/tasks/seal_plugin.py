@@ -413,7 +413,7 @@ class _Guard:
             known = self.items.get(id(item))
             if known is not None and (
                 type(item) is not known[1]
-                or not _same_test_object(item, getattr(item, "obj", None), known[2])
+                or getattr(item, "obj", None) is not known[2]
                 or {"runtest", "setup", "teardown"}.intersection(vars(item))
             ):
                 self.note("patched", f"the test item {item.nodeid} was altered")
@@ -471,23 +471,6 @@ def pytest_sessionstart(session):
 
 def pytest_plugin_registered(plugin):
     _GUARD.check_plugin(plugin)
-
-
-def _same_test_object(item, obj, collected):
-    """Whether a test item's object is still the one collected. pytest's unittest support binds
-    the test function to a fresh instance of the item's own TestCase class at collection and again
-    at setup (a new bound method each time): the same function, bound so, is not a patch."""
-    if obj is collected:
-        return True
-    cls = getattr(getattr(item, "parent", None), "obj", None)
-    return (
-        isinstance(cls, type)
-        and isinstance(obj, types.MethodType)
-        and isinstance(collected, types.MethodType)
-        and obj.__func__ is collected.__func__
-        and type(obj.__self__) is cls
-        and type(collected.__self__) is cls
-    )
 
 
 @pytest.hookimpl(trylast=True)
