@@ -210,17 +210,26 @@ class EnvStore:
         return out
 
     def prune(self, keep: set[str] | None = None) -> list[str]:
-        """Remove every environment whose id is not in `keep`, and leftovers of failed builds;
-        returns the removed ids. (Sandboxes that mount one keep their view until they close.)"""
+        """Remove every environment whose id is not in `keep`, and leftovers of failed builds or
+        removals; returns the removed ids. A sandbox that mounts a removed environment loses its
+        files (a bind mount shares them): prune when no run uses it."""
         keep = keep or set()
         removed = []
         for env in self.list():
             if env.env_id not in keep:
-                with open(self.root / ".locks" / _hex(env.env_id), "w") as fh:
+                hexid = _hex(env.env_id)
+                with open(self.root / ".locks" / hexid, "w") as fh:
                     fcntl.flock(fh, fcntl.LOCK_EX)
-                    _remove(env.path)
+                    # Renamed away first (atomic), so a removal cut short never leaves a tree that
+                    # `get` takes for finished.
+                    dead = self.root / f".removing-{hexid}-{secrets.token_hex(4)}"
+                    env.path.rename(dead)
+                    _remove(dead)
                 removed.append(env.env_id)
-        for stale in self.root.glob(".building-*") if self.root.is_dir() else ():
+        leftovers = (
+            [*self.root.glob(".building-*"), *self.root.glob(".removing-*")] if self.root.is_dir() else []
+        )
+        for stale in leftovers:
             hexid = stale.name.split("-")[1]
             with open(self.root / ".locks" / hexid, "w") as fh:
                 try:

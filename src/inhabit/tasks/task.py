@@ -283,6 +283,15 @@ def load_task(path: str | Path) -> Task:
                 f"{toml_path}: [environment] names the lock file {spec.environment.lock}, which is missing; "
                 "restore it or lock again (inhabit env lock)"
             )
+        from inhabit.envs.lock import env_id  # here: inhabit.envs imports this module
+
+        # The store reuses an environment by id alone: a lock edited after its id was written
+        # would silently run the old environment.
+        if env_id(spec.environment.python, lock.read_bytes()) != spec.environment.id:
+            raise TaskFormatError(
+                f"{toml_path}: [environment] id does not match {spec.environment.lock} (the lock changed "
+                "after the id was written); lock again (inhabit env lock)"
+            )
     if spec.grading is not None:
         present = set(task.workspace_files()) | set(task.hidden_files())
         for file in spec.grading.test_files:

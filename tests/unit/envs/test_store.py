@@ -109,3 +109,17 @@ def test_bad_input_is_one_clear_error(tmp_path, env_cache, wheelhouse):
         EnvStore(blocker / "store").ensure(eid, path, wheelhouse=wheelhouse)
     with pytest.raises(EnvError, match=r"wheelhouse .* is not a directory"):
         lock_requirements([], wheelhouse=tmp_path / "nope")
+
+
+def test_prune_renames_before_it_deletes_and_clears_cut_removals(tmp_path, env_cache, wheelhouse):
+    # A removal cut short leaves a `.removing-*` tree, never a half-deleted environment at the id's
+    # path that `get` would take for finished; the next prune clears it.
+    path, eid = _lock(tmp_path, wheelhouse)
+    store = EnvStore(tmp_path / "store")
+    built = store.ensure(eid, path, wheelhouse=wheelhouse)
+    cut = store.root / f".removing-{'0' * 64}-abcd"
+    (cut / "lib").mkdir(parents=True)
+    (cut / "lib" / "x.py").write_text("")
+    assert store.prune(keep={eid}) == [] and not cut.exists() and store.get(eid) == built.path
+    assert store.prune() == [eid] and store.get(eid) is None
+    assert [p.name for p in store.root.iterdir() if p.name != ".locks"] == []

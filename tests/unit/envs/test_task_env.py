@@ -119,3 +119,14 @@ async def test_a_cheat_that_rewrites_a_package_in_the_environment_earns_nothing(
         assert _digest(built.path) == before and EnvStore().get(task.environment.id) == built.path
     finally:
         await provider.close()
+
+
+def test_a_lock_edited_after_its_id_was_written_is_refused(dep_task):
+    # The store reuses environments by id alone: a changed lock under the old id must not load.
+    from inhabit.errors import TaskFormatError
+
+    root = dep_task()
+    lock = root / "environment" / "requirements.lock"
+    lock.write_text(lock.read_text() + "# edited\n")
+    with pytest.raises(TaskFormatError, match="id does not match"):
+        load_task(root)
