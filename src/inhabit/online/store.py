@@ -165,12 +165,26 @@ class SessionStore:
             self.path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
         )
         self._db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
-        self._db.execute("PRAGMA journal_mode = WAL")
+        self._set_wal(busy_timeout_s)
         self._db.execute("PRAGMA synchronous = NORMAL")
         with self._tx() as c:
             for stmt in SCHEMA.split(";"):
                 if stmt.strip():
                     c.execute(stmt)
+
+    def _set_wal(self, timeout_s: float) -> None:
+        """WAL mode, retried: two processes converting a new store at once both hold a shared lock
+        and want an exclusive one, and SQLite answers one of them "database is locked" at once
+        (a deadlock it will not wait out), not after the busy timeout."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                self._db.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
 
     def close(self) -> None:
         with self._lock:
