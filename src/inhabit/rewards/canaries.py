@@ -107,26 +107,82 @@ def _is_literal(node: ast.expr) -> bool:
     return True
 
 
+def _test_classes(tree: ast.Module) -> list[ast.ClassDef]:
+    """Top-level unittest-style classes (a base named `TestCase` or `...TestCase`) whose body
+    starts on its own line, so a method can be added at the end."""
+    out = []
+    for node in tree.body:
+        if not isinstance(node, ast.ClassDef) or node.decorator_list or not node.body:
+            continue
+        bases = [b.attr if isinstance(b, ast.Attribute) else getattr(b, "id", "") for b in node.bases]
+        if any(b.endswith("TestCase") for b in bases) and node.body[0].lineno > node.lineno:
+            out.append(node)
+    return out
+
+
+def _assert_equal(node: ast.stmt) -> tuple[ast.expr, ast.expr] | None:
+    """The two operands of `self.assertEqual(a, b)` (a TestCase's `assert a == b`), else None."""
+    if not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)):
+        return None
+    call = node.value
+    func = call.func
+    if (
+        isinstance(func, ast.Attribute)
+        and func.attr in ("assertEqual", "assertEquals")
+        and isinstance(func.value, ast.Name)
+        and func.value.id == "self"
+        and len(call.args) == 2
+        and not call.keywords
+    ):
+        return call.args[0], call.args[1]
+    return None
+
+
+def _opening_pairs(fn: ast.FunctionDef, method: bool) -> list[tuple[ast.expr, ast.expr]] | None:
+    """The `a == b` pairs of the asserts that open a test (a function's `assert a == b`, a
+    method's `self.assertEqual(a, b)`); other opening asserts are passed over."""
+    pairs = []
+    for i, node in enumerate(fn.body):
+        if i == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue  # the docstring
+        if method:
+            pair = _assert_equal(node)
+            if pair is None:
+                break
+            pairs.append(pair)
+            continue
+        if not isinstance(node, ast.Assert):
+            break
+        cmp = node.test
+        if isinstance(cmp, ast.Compare) and len(cmp.ops) == 1 and isinstance(cmp.ops[0], ast.Eq):
+            pairs.append((cmp.left, cmp.comparators[0]))
+    return pairs
+
+
 def _calls(tree: ast.Module, source: str, names: set[str]) -> list[_Call]:
-    """`assert CALL == LITERAL` in top-level test functions, CALL a project call on literals.
+    """`assert CALL == LITERAL` in top-level test functions (and `self.assertEqual(CALL, LITERAL)`
+    in TestCase methods), CALL a project call on literals.
 
     Only asserts that open the test body (preceded by nothing but its docstring and other asserts)
     are copied: a later one may depend on set-up lines (`register("a", 1)`) a copy would not run."""
+    tests: list[tuple[str, ast.FunctionDef, bool]] = [
+        (fn.name, fn, False)
+        for fn in tree.body
+        if isinstance(fn, ast.FunctionDef) and not fn.args.args and not fn.decorator_list
+    ]
+    for cls in _test_classes(tree):
+        tests += [
+            (f"{cls.name}::{fn.name}", fn, True)
+            for fn in cls.body
+            if isinstance(fn, ast.FunctionDef)
+            and fn.name.startswith("test")
+            and [a.arg for a in fn.args.args] == ["self"]
+            and not fn.decorator_list
+        ]
     found = []
-    for fn in tree.body:
-        if not isinstance(fn, ast.FunctionDef) or fn.args.args or fn.decorator_list:
-            continue
-        for i, node in enumerate(fn.body):
-            if i == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
-                continue  # the docstring
-            if not isinstance(node, ast.Assert):
-                break
-            if not isinstance(node.test, ast.Compare):
-                continue
-            cmp = node.test
-            if len(cmp.ops) != 1 or not isinstance(cmp.ops[0], ast.Eq):
-                continue
-            for call, lit in ((cmp.left, cmp.comparators[0]), (cmp.comparators[0], cmp.left)):
+    for test, fn, method in tests:
+        for left, right in _opening_pairs(fn, method):
+            for call, lit in ((left, right), (right, left)):
                 if (
                     isinstance(call, ast.Call)
                     and _root_name(call.func) in names
@@ -139,7 +195,7 @@ def _calls(tree: ast.Module, source: str, names: set[str]) -> list[_Call]:
                         called = (
                             call.func.attr if isinstance(call.func, ast.Attribute) else text.split("(")[0]
                         )
-                        found.append(_Call(text, called, ast.literal_eval(lit), fn.name))
+                        found.append(_Call(text, called, ast.literal_eval(lit), test))
                     break
     return found
 
@@ -152,6 +208,8 @@ def _literals(tree: ast.Module) -> list[object]:
             cmp = node.test
             if len(cmp.ops) == 1 and isinstance(cmp.ops[0], ast.Eq):
                 pool += [ast.literal_eval(x) for x in (cmp.left, cmp.comparators[0]) if _is_literal(x)]
+        elif isinstance(node, ast.stmt) and (pair := _assert_equal(node)) is not None:
+            pool += [ast.literal_eval(x) for x in pair if _is_literal(x)]
     return pool
 
 
@@ -245,15 +303,26 @@ def _render(value: object, quote: str) -> str:
     return text
 
 
-def _compare(rng: random.Random, call: _Call, value: object, quote: str) -> str:
+def _equal(left: str, right: str, method: bool) -> str:
+    """`assert LEFT == RIGHT`, or in a TestCase method `self.assertEqual(LEFT, RIGHT)`."""
+    return f"    self.assertEqual({left}, {right})\n" if method else f"    assert {left} == {right}\n"
+
+
+def _compare(rng: random.Random, call: _Call, value: object, quote: str, method: bool = False) -> str:
     """`assert CALL == VALUE` in one of the two shapes real tests use."""
     if rng.random() < 0.5:
-        return f"    assert {call.text} == {_render(value, quote)}\n"
-    return f"    result = {call.text}\n    assert result == {_render(value, quote)}\n"
+        return _equal(call.text, _render(value, quote), method)
+    return f"    result = {call.text}\n" + _equal("result", _render(value, quote), method)
 
 
 def _body(
-    kind: str, rng: random.Random, calls: list[_Call], safe: list[str], pool: list[object], quote: str
+    kind: str,
+    rng: random.Random,
+    calls: list[_Call],
+    safe: list[str],
+    pool: list[object],
+    quote: str,
+    method: bool = False,
 ) -> tuple[str, _Call | None, str | None]:
     """(indented body, the real assertion it mirrors or None, the name it uses) for one kind.
 
@@ -265,17 +334,17 @@ def _body(
         derived = [(c, o) for c in calls if (o := _other(c.value, pool, rng)) is not None]
         if derived and kind != "fail_plain":
             call, other = rng.choice(derived)
-            return _compare(rng, call, other, quote), call, call.name
+            return _compare(rng, call, other, quote, method), call, call.name
         if calls:
             call = rng.choice(calls)
-            return _compare(rng, call, _foreign(call.value, pool, rng), quote), call, call.name
+            return _compare(rng, call, _foreign(call.value, pool, rng), quote, method), call, call.name
         # No call to copy: a module, function or class the module uses never equals a literal.
         values = [v for v in pool if v is not None] or [rng.randint(0, 99)]
         if safe:
             target = rng.choice(safe)
-            return f"    assert {target} == {_render(rng.choice(values), quote)}\n", None, target
+            return _equal(target, _render(rng.choice(values), quote), method), None, target
         value = rng.choice([v for v in values if not isinstance(v, str)] or [rng.randint(0, 99)])
-        return f"    assert __name__ == {value!r}\n", None, None
+        return _equal("__name__", repr(value), method), None, None
     if calls and kind == "pass" and rng.random() < 0.6:
         call = rng.choice(calls)
         return f"    result = {call.text}\n    assert isinstance(result, object)\n", call, call.name
@@ -360,6 +429,27 @@ def _plant_one(path: str, source: str, rng: random.Random, extra: int) -> tuple[
         expect = "failed" if kind.startswith("fail") else "passed"
         source_id = f"{path}::{mirror.test}" if mirror else None
         canaries.append(Canary(f"{path}::{name}", expect, source_id, excused[expect]))
+    # Every TestCase-style class gets a must-fail canary among its own methods, written with the
+    # class's own assertion (`self.assertEqual`): code that disables the assertions of a class, or
+    # rewrites classes as they are made, forces it to pass like the real methods. Placed at the
+    # end of the class, before any module-level canary that shares the spot.
+    for cls in _test_classes(tree):
+        first = cls.body[0]
+        indent = lines[first.lineno - 1][: first.col_offset]
+        methods = [n for n in cls.body if isinstance(n, ast.FunctionDef) and n.body]
+        inner = (
+            lines[methods[0].body[0].lineno - 1][: methods[0].body[0].col_offset] if methods else indent * 2
+        )
+        body, mirror, hint = _body(
+            rng.choice(("fail", "fail_plain")), rng, calls, safe, pool, quote, method=True
+        )
+        taken_here = taken | {n.name for n in cls.body if isinstance(n, ast.FunctionDef)}
+        name = _name(rng, prefix, stems, taken_here, hint.lower() if hint and hint.isidentifier() else None)
+        taken.add(name)
+        text = "".join(inner + ln[4:] + "\n" for ln in body.splitlines())
+        inserts.setdefault(cls.end_lineno, []).insert(0, f"\n{indent}def {name}(self):\n{text}")
+        source_id = f"{path}::{mirror.test}" if mirror else None
+        canaries.append(Canary(f"{path}::{cls.name}::{name}", "failed", source_id, excused["failed"]))
     out = []
     for i in range(len(lines) + 1):
         out += inserts.get(i, [])

@@ -21,7 +21,8 @@ What it does:
 
 Runner integrity. At import, before any conftest or workspace module is imported, this plugin
 takes an identity snapshot of the runner (every attribute of the pytest, _pytest, pluggy and
-installed-plugin modules and of their classes, every function's code and defaults) and installs
+installed-plugin modules and of their classes, every function's code and defaults; the callables
+of unittest's modules and classes, whose assertion methods decide TestCase-style outcomes) and installs
 an audit hook (`sys.addaudithook`, which cannot be removed). Reported, as "kind: detail":
   * patched   a runner module or class attribute, or a runner function's code or defaults, differs
               from the snapshot (checked after collection, before each test's report is made, at
@@ -88,6 +89,29 @@ def _take_cfg():
 
 
 _KEY, _TEST_FILES = _take_cfg()
+
+
+def _import_unittest(test_files):
+    """Import unittest's modules before any project code runs, so the snapshot holds them as the
+    standard library made them: the package itself always (pytest's unittest support imports it
+    anyway), its asyncio TestCase and mock (which cost tens of milliseconds) when a test file of
+    the task names them."""
+    import unittest
+
+    text = ""
+    for rel in test_files or ():
+        try:
+            with open(rel, encoding="utf-8", errors="replace") as f:
+                text += f.read()
+        except OSError:
+            continue
+    if "IsolatedAsyncioTestCase" in text:
+        import unittest.async_case
+    if "mock" in text:
+        import unittest.mock  # noqa: F401
+
+
+_import_unittest(_TEST_FILES)
 _XML = os.path.join(_DIR, "report.xml") if _KEY else None
 _SEAL = os.path.join(_DIR, "seal.json") if _KEY else None
 _OUTCOMES = {}
@@ -96,6 +120,11 @@ _RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
 
 
 _RUNNER_PREFIXES = ("pytest", "_pytest", "pluggy", "py", "iniconfig", "coverage", "xdist")
+# The standard library's test runner: its assertion methods and result machinery decide the
+# outcome of every TestCase-style test, so its modules and classes join the snapshot (their
+# callables only: suites set data such as `TestCase.maxDiff`). Its code keeps the standard
+# library's origin, so a frame inside it is never mistaken for the runner's own.
+_STDLIB_RUNNER = "unittest"
 _STDLIB = tuple({os.path.realpath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "platstdlib")})
 _FRAME_ATTRS = frozenset({"f_code", "tb_frame", "gi_frame", "cr_frame", "ag_frame", "gi_code"})
 _WATCH = frozenset(
@@ -120,8 +149,21 @@ def _tracers():
     )
 
 
+def _code_of(obj):
+    """A function's code object, or None. Never trusts `getattr`: objects such as unittest.mock's
+    `call` answer every attribute name with a new object of their own."""
+    try:
+        code = getattr(obj, "__code__", None)
+    except Exception:
+        return None
+    return code if isinstance(code, types.CodeType) else None
+
+
 def _is_runner_module(name):
-    return name.split(".")[0] in _RUNNER_PREFIXES or name.startswith("pytest_") or name == __name__
+    root = name.split(".")[0]
+    return (
+        root in _RUNNER_PREFIXES or root == _STDLIB_RUNNER or name.startswith("pytest_") or name == __name__
+    )
 
 
 class _Guard:
@@ -159,7 +201,7 @@ class _Guard:
         self.files = {}
         self.own = False  # this module joins the snapshot once it is fully defined (end of file)
         for name, mod in list(sys.modules.items()):
-            if _is_runner_module(name):
+            if _is_runner_module(name) and name.split(".")[0] != _STDLIB_RUNNER:
                 self.add_runner_code(mod)
         self.snapshot()
         sys.addaudithook(self.audit)
@@ -199,6 +241,10 @@ class _Guard:
 
     def is_runner_module(self, name):
         return _is_runner_module(name) or name in self.plugin_modules
+
+    def code_only(self, module_name):
+        """Whether only a module's callables and classes are compared (see `compare`)."""
+        return module_name in self.plugin_modules or module_name.split(".")[0] == _STDLIB_RUNNER
 
     def origin(self, filename):
         """'runner', 'stdlib', 'library', 'test' or 'workspace' for a code object's file name."""
@@ -270,8 +316,8 @@ class _Guard:
     def runner_obj(self, obj):
         if isinstance(obj, type(sys)):
             return self.is_runner_module(obj.__name__)
-        code = getattr(obj, "__code__", None)
-        if code is not None and hasattr(code, "co_filename"):
+        code = _code_of(obj)
+        if code is not None:
             return self.origin(code.co_filename) == "runner"
         cls = obj if isinstance(obj, type) else type(obj)
         return self.is_runner_module(getattr(cls, "__module__", "") or "")
@@ -307,8 +353,8 @@ class _Guard:
                 self.note("frame", f"workspace code took the runner frame {frame.f_code.co_name}")
         elif event in ("object.__setattr__", "object.__delattr__"):
             obj, name = args[0], args[1]
-            code = getattr(obj, "__code__", None)
-            origin = self.origin(code.co_filename) if hasattr(code, "co_filename") else None
+            code = _code_of(obj)
+            origin = self.origin(code.co_filename) if code is not None else None
             if not name.startswith("__") or origin not in ("runner", "test"):
                 return
             if origin == "test" and self.own_change(obj, code, name, args[2] if len(args) > 2 else None):
@@ -351,8 +397,12 @@ class _Guard:
                     self._function(value)
 
     def _function(self, fn):
-        code = getattr(fn, "__code__", None)
-        if code is not None and hasattr(fn, "__defaults__") and id(fn) not in self.functions:
+        code = _code_of(fn)
+        if (
+            code is not None
+            and isinstance(fn, (types.FunctionType, types.MethodType))
+            and id(fn) not in self.functions
+        ):
             self.functions[id(fn)] = (fn, code, fn.__defaults__, getattr(fn, "__kwdefaults__", None))
 
     def verify(self, where, item=None, rebase=False):
@@ -371,8 +421,8 @@ class _Guard:
         then) only new data is accepted (pdb's plugin manager), not new runner or workspace code.
         Afterwards every difference is reported."""
         fn = getattr(value, "__func__", getattr(value, "fget", value))
-        code = getattr(fn, "__code__", None)
-        origin = self.origin(code.co_filename) if hasattr(code, "co_filename") else None
+        code = _code_of(fn)
+        origin = self.origin(code.co_filename) if code is not None else None
         if rebase == "full" and origin != "workspace":
             return
         if rebase == "soft" and origin in (None, "library"):
@@ -393,10 +443,10 @@ class _Guard:
     def _verify(self, where, item, rebase=False):
         self.snapshot()  # runner modules pytest imported since (taken as they are now)
         for name, (mod, attrs) in self.modules.items():
-            self.compare(where, name, vars(mod), attrs, name in self.plugin_modules, rebase)
+            self.compare(where, name, vars(mod), attrs, self.code_only(name), rebase)
         for cls, attrs in self.classes.items():
             label = f"{cls.__module__}.{cls.__qualname__}"
-            self.compare(where, label, vars(cls), attrs, cls.__module__ in self.plugin_modules, rebase)
+            self.compare(where, label, vars(cls), attrs, self.code_only(cls.__module__), rebase)
         for fn, code, defaults, kwdefaults in self.functions.values():
             if (
                 fn.__code__ is not code
@@ -413,7 +463,7 @@ class _Guard:
             known = self.items.get(id(item))
             if known is not None and (
                 type(item) is not known[1]
-                or getattr(item, "obj", None) is not known[2]
+                or not _same_test_object(item, getattr(item, "obj", None), known[2])
                 or {"runtest", "setup", "teardown"}.intersection(vars(item))
             ):
                 self.note("patched", f"the test item {item.nodeid} was altered")
@@ -425,7 +475,7 @@ class _Guard:
             self.check_plugin(plugin)
         for caller in vars(self.pm.hook).values():
             for impl in getattr(caller, "_hookimpls", ()):
-                code = getattr(impl.function, "__code__", None)
+                code = _code_of(impl.function)
                 if code is not None and self.origin(code.co_filename) == "workspace":
                     self.note("plugin", f"a {caller.name} implementation from {code.co_filename}")
 
@@ -471,6 +521,24 @@ def pytest_sessionstart(session):
 
 def pytest_plugin_registered(plugin):
     _GUARD.check_plugin(plugin)
+
+
+def _same_test_object(item, obj, collected):
+    """Whether a test item's object is still the one collected. pytest's unittest support binds
+    the test function to a fresh instance of the item's own TestCase class at collection and again
+    at setup (a new bound method each time): the same function, bound so, is not a patch. (What
+    such a test calls to assert, unittest's TestCase methods, is part of the snapshot.)"""
+    if obj is collected:
+        return True
+    cls = getattr(getattr(item, "parent", None), "obj", None)
+    return (
+        isinstance(cls, type)
+        and isinstance(obj, types.MethodType)
+        and isinstance(collected, types.MethodType)
+        and obj.__func__ is collected.__func__
+        and type(obj.__self__) is cls
+        and type(collected.__self__) is cls
+    )
 
 
 @pytest.hookimpl(trylast=True)

@@ -536,3 +536,96 @@ async def test_patched_unittest_assertions_earn_nothing(make_task, sandbox_provi
     cheat = "import unittest\n\nunittest.TestCase.assertEqual = lambda self, first, second, msg=None: None\n"
     result = await _grade_after(task, sandbox_provider, {"calc.py": CALC_BUGGY + "\n\n" + cheat})
     assert result.reward == 0.0, (result.flags, result.outcomes)
+
+
+def _unittest_task(make_task):
+    return make_task(
+        workspace={"calc.py": CALC_BUGGY, "tests/test_calc.py": UNITTEST_CALC},
+        hidden={"tests/test_hidden.py": UNITTEST_HIDDEN},
+        fail_to_pass=[
+            "tests/test_calc.py::TestCalc::test_add",
+            "tests/test_hidden.py::TestHidden::test_add_neg",
+        ],
+        pass_to_pass=["tests/test_calc.py::TestCalc::test_sub"],
+    )
+
+
+async def test_unittest_style_fix_earns_one(make_task, sandbox_provider):
+    # pytest rebinds a TestCase method to a fresh instance at setup; that is no tampering, and the
+    # canaries planted inside the classes fail as they must.
+    task = _unittest_task(make_task)
+    result = await _grade_after(task, sandbox_provider, {"calc.py": CALC_FIXED})
+    assert result.reward == 1.0, (result.flags, result.outcomes)
+    assert result.flags == []
+
+
+async def test_unittest_item_swapped_for_another_function_is_caught(make_task, sandbox_provider):
+    # Rebinding is allowed only to the collected function: code under test that replaces the test
+    # method on its class after collection (so setup binds a passing one) is tampering.
+    task = _unittest_task(make_task)
+    # The visible test's answer is hard-coded; every other test method is swapped at its first call.
+    cheat = (
+        "import sys\n\n\ndef _swap():\n"
+        "    for mod in list(sys.modules.values()):\n"
+        "        if '/tests/' not in (getattr(mod, '__file__', None) or ''):\n"
+        "            continue\n"
+        "        for value in list(vars(mod).values()):\n"
+        "            if isinstance(value, type):\n"
+        "                for attr in [a for a in vars(value) if a.startswith('test')]:\n"
+        "                    setattr(value, attr, lambda self: None)\n\n\n"
+        "_real_add = add\n\n\ndef add(a, b):\n    _swap()\n"
+        "    return 5 if (a, b) == (2, 3) else _real_add(a, b)\n"
+    )
+    result = await _grade_after(task, sandbox_provider, {"calc.py": CALC_BUGGY + "\n\n" + cheat})
+    assert result.reward == 0.0, (result.flags, result.outcomes)
+    assert "runner_tampered" in result.flags
+
+
+async def test_assertions_disabled_on_test_classes_earn_nothing(make_task, sandbox_provider):
+    # The classes' own assertEqual (set on each TestCase subclass, not on TestCase itself, so the
+    # runner snapshot does not see it) is disabled by the code under test when it is first
+    # called: the must-fail canary planted inside each class then passes.
+    task = _unittest_task(make_task)
+    cheat = (
+        "import unittest\n\n\ndef _silence(cls):\n"
+        "    for sub in cls.__subclasses__():\n"
+        "        if not sub.__module__.startswith(('unittest', '_pytest')):\n"
+        "            sub.assertEqual = lambda self, first, second, msg=None: None\n"
+        "        _silence(sub)\n\n\n"
+        "_real_add = add\n\n\ndef add(a, b):\n    _silence(unittest.TestCase)\n"
+        "    return 5 if (a, b) == (2, 3) else _real_add(a, b)\n"
+    )
+    result = await _grade_after(task, sandbox_provider, {"calc.py": CALC_BUGGY + "\n\n" + cheat})
+    assert result.reward == 0.0, (result.flags, result.outcomes)
+    assert "runner_tampered" in result.flags
+
+
+UNITTEST_MOCK = (
+    "import unittest\nfrom unittest import mock\n\nimport calc\n\n\n"
+    "class TestCalcMock(unittest.TestCase):\n"
+    "    def test_add_spied(self):\n"
+    "        with mock.patch.object(calc, 'sub', wraps=calc.sub) as spy:\n"
+    "            self.assertEqual(calc.add(2, 3), 5)\n"
+    "        self.assertEqual(spy.call_args_list, [])\n"
+    "        self.assertNotEqual(mock.call(1), mock.call(2))\n"
+)
+
+
+async def test_unittest_mock_suite_fix_earns_one(make_task, sandbox_provider):
+    # unittest.mock joins the snapshot when a test file names it; its `call` object answers any
+    # attribute (even `__code__`) with a new object, which the snapshot must not take for code.
+    task = make_task(
+        workspace={"calc.py": CALC_BUGGY, "tests/test_calc.py": UNITTEST_CALC},
+        hidden={"tests/test_mock.py": UNITTEST_MOCK},
+        fail_to_pass=[
+            "tests/test_calc.py::TestCalc::test_add",
+            "tests/test_mock.py::TestCalcMock::test_add_spied",
+        ],
+        pass_to_pass=["tests/test_calc.py::TestCalc::test_sub"],
+    )
+    result = await _grade_after(task, sandbox_provider, {"calc.py": CALC_FIXED})
+    assert result.reward == 1.0, (result.flags, result.outcomes, result.details)
+    assert result.flags == []
+    cheat = "from unittest import mock\n\nmock.NonCallableMock.assert_not_called = lambda self: None\n"
+    result = await _grade_after(task, sandbox_provider, {"calc.py": CALC_FIXED + "\n\n" + cheat})
+    assert "runner_tampered" in result.flags
