@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -163,8 +164,12 @@ class EngineRunner:
         rollout: RolloutConfig,
         log_file: TrajectoryLog | None = None,
         seed: int = 0,
+        composer: Any = None,
     ) -> None:
         self.engine, self.tokenizer, self.provider = engine, tokenizer, provider
+        # The run's `[reward]` table (a RewardComposer), or None: grading's test reward alone.
+        self.composer = composer
+        self.rollout_fn = functools.partial(run_rollout, composer=composer) if composer is not None else None
         # rollout.max_tokens caps every model turn (the harness's own cap may be lower).
         self.harness = harness.model_copy(
             update={"max_turn_tokens": min(harness.max_turn_tokens, rollout.max_tokens)}
@@ -231,7 +236,9 @@ class EngineRunner:
 
     async def _episode(self, task: Task, meta: dict[str, Any], policy: Policy) -> Trajectory:
         t0 = time.monotonic()
-        traj = await guarded_rollout(task, policy, self.provider, self.harness, self.cfg.timeout_s)
+        traj = await guarded_rollout(
+            task, policy, self.provider, self.harness, self.cfg.timeout_s, rollout_fn=self.rollout_fn
+        )
         assert traj is not None  # no deadline here: a timeout is data
         return traj.model_copy(
             update={"metadata": {**traj.metadata, **meta, "wall_s": round(time.monotonic() - t0, 4)}}
@@ -293,6 +300,16 @@ async def guarded_rollout(
     if traj.status in TRAINABLE_STATUSES and (engine_error := _engine_error(traj)):
         traj = traj.model_copy(update={"status": "policy_error", "error": engine_error})
     return traj
+
+
+def reward_composer(run_config: Any) -> Any:
+    """The RewardComposer of a run's `[reward]` table, or None when the run has none."""
+    reward = getattr(run_config, "reward", None)
+    if reward is None:
+        return None
+    from inhabit.rewards.compose import RewardComposer
+
+    return RewardComposer(reward)
 
 
 def _failed(task: Task, status: str, error: str) -> Trajectory:

@@ -1,7 +1,11 @@
 """One rollout of a task: sandbox from the task's workspace, the episode, grading, the record.
 
 This is what both `inhabit replay` and the orchestrator call. Grading runs on the final sandbox
-before it closes (`inhabit.rewards.grading.grade` copies it into a fresh sandbox). Every failure
+before it closes (`inhabit.rewards.grading.grade` copies it into a fresh sandbox). With a
+`composer` (`inhabit.rewards.compose.RewardComposer`, a run's `[reward]` table) the reward is the
+composed one (tests, lint delta, diff size, judges) and every part is recorded in `reward_parts`;
+a rollout with a fatal hack flag, or with any flag and a failing test (a cheat that grading
+reverted), earns 0 whatever its other parts say. Every failure
 (no sandbox, a policy that dies, grading that cannot run) lands on the returned trajectory as a
 status and an error: a failed rollout is data, never an exception.
 """
@@ -31,6 +35,7 @@ async def run_rollout(
     grading_config: Any = None,
     observer: EpisodeObserver | None = None,
     grade_episode: bool = True,
+    composer: Any = None,
 ) -> Trajectory:
     """Run `policy` on `task` and grade the result."""
     from inhabit.rewards.grading import grade
@@ -83,8 +88,28 @@ async def run_rollout(
                 }
                 if result.status == "error":
                     update |= {"status": "grading_error", "error": str(result.details.get("error", ""))}
+                elif composer is not None:
+                    update |= await _composed(composer, task, sandbox, traj, result)
             update["timings"] = {**traj.timings, "grading_s": round(time.monotonic() - g0, 6)}
         traj = traj.model_copy(update=update)
     finally:
         await sandbox.close()
     return traj.model_copy(update={"timings": {**traj.timings, "rollout_s": round(time.monotonic() - t0, 6)}})
+
+
+async def _composed(composer: Any, task: Task, sandbox: Any, traj: Trajectory, result: Any) -> dict[str, Any]:
+    """The composed reward and its parts. A fatal hack flag zeroes the whole reward: the other
+    parts (lint, diff, judges) must never pay for a run that cheated the tests."""
+    from inhabit.rewards.compose import workspace_changes
+
+    changes = await workspace_changes(task.workspace_dir, sandbox)
+    message = next((t.text for s in reversed(traj.segments) for t in reversed(s.turns) if t.text), "")
+    out = await composer.compose(
+        tests=float(result.reward), changes=changes, instruction=task.instruction, message=message
+    )
+    # A fatal flag, or any flag on a run whose tests did not all pass (a cheat grading reverted):
+    # lint, diff and judges must not pay for it.
+    cheated = bool(result.details.get("fatal_flags")) or (bool(result.flags) and result.reward < 1.0)
+    reward = 0.0 if cheated else float(out.reward)
+    parts = {k: float(v) for k, v in out.parts.items() if v is not None}
+    return {"reward": reward, "reward_parts": parts}

@@ -10,6 +10,8 @@
     [rollout]    G per task, tasks per step, concurrency, sampling
     [eval]       held-out evaluation before and after training
     [metrics]    where step metrics go (metrics.jsonl always; TensorBoard, W&B)
+    [reward]     composed rewards: tests, lint delta, diff size, LLM judges (optional; see
+                 RunRewardConfig)
 
 and at the top level: `mode` ("async" or "sync"), `max_staleness`, `steps`, `seed`, `run_dir`.
 """
@@ -25,6 +27,7 @@ from inhabit.harness.config import HarnessConfig
 from inhabit.models.tiny import TinyModelSpec
 from inhabit.placement.config import PlacementConfig
 from inhabit.placement.engine_backends import RunEngineConfig
+from inhabit.rewards.compose import RewardConfig
 from inhabit.rollouts import RolloutConfig
 from inhabit.sandbox import SandboxConfig
 from inhabit.trainer.config import TrainerConfig
@@ -127,6 +130,19 @@ class RunWeightsConfig(Config):
     )
 
 
+class RunRewardConfig(RewardConfig):
+    """The `[reward]` table: the rollouts' reward composed from parts (`inhabit.rewards.compose`:
+    tests, lint delta, diff size, LLM judges through any OpenAI-compatible endpoint). Without the
+    table a rollout's reward is grading's test reward alone. In training `gate_on_tests` defaults
+    to true: the other parts then only rank correct fixes, so a policy cannot earn reward by
+    changing nothing (a perfect diff part) or by linting code it did not fix. A rollout with a
+    fatal hack flag earns 0 whatever the gate."""
+
+    gate_on_tests: bool = Field(
+        True, description="Reward 0 unless every required test passed (the other parts rank correct fixes)."
+    )
+
+
 class RunConfig(Config):
     """A whole training run (see module docstring)."""
 
@@ -141,6 +157,9 @@ class RunConfig(Config):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     placement: PlacementConfig = Field(default_factory=PlacementConfig)
+    reward: RunRewardConfig | None = Field(
+        None, description="Composed rewards (the [reward] table); None: grading's test reward alone."
+    )
     mode: Literal["async", "sync"] = Field(
         "async", description="async: rollouts and training overlap; sync: generate, then train, in turn."
     )

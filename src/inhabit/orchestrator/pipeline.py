@@ -99,7 +99,19 @@ def rollout_stats(trajs: list[Trajectory]) -> dict[str, Any]:
             tt.completion_tokens or 0 for t in trajs for s in t.segments for tt in s.turns
         ),
         "rollout_s_mean": sum(t.timings.get("rollout_s", 0.0) for t in trajs) / max(1, len(trajs)),
+        "reward_parts": _part_means(trajs),
     }
+
+
+def _part_means(trajs: list[Trajectory]) -> dict[str, float]:
+    """Mean of each reward part over the rollouts that have it (a `[reward]` table's tests, lint,
+    diff and judges; `tests` alone without one)."""
+    sums: dict[str, list[float]] = {}
+    for t in trajs:
+        if is_trainable(t):
+            for name, value in t.reward_parts.items():
+                sums.setdefault(name, []).append(value)
+    return {name: sum(v) / len(v) for name, v in sorted(sums.items())}
 
 
 class Pipeline:

@@ -35,7 +35,7 @@ from inhabit.placement.dispatch import DispatchRunner
 from inhabit.placement.engines import EnginePool
 from inhabit.placement.fleet import Fleet, Member
 from inhabit.placement.trainer_ray import RayTrainer
-from inhabit.rollouts import TrajectoryLog
+from inhabit.rollouts import TrajectoryLog, reward_composer
 from inhabit.sandbox.base import SandboxProvider
 
 log = get_logger(__name__)
@@ -231,6 +231,7 @@ class RayPlacement:
         runner = DispatchRunner(
             engine, engine.tokenizer, provider, env_servers=env, ray=self.rc, run_attempt=self.incarnation,
             harness=cfg.harness, rollout=cfg.rollout, log_file=log_file, seed=cfg.seed,
+            composer=reward_composer(cfg),
         )  # fmt: skip
         return RunParts(trainer=trainer, data_state=data_state, engine=engine, runner=runner, sync=sync)
 

@@ -219,7 +219,13 @@ class DispatchRunner(EngineRunner):
             seed=self.seed * 1_000_003 + self._episodes * 7919,
         )  # fmt: skip
         return await guarded_rollout(
-            task, policy, provider, self.harness, self.cfg.timeout_s, deadline_s=left
+            task,
+            policy,
+            provider,
+            self.harness,
+            self.cfg.timeout_s,
+            deadline_s=left,
+            rollout_fn=self.rollout_fn,
         )
 
     async def _alive(self, m: Member) -> bool:

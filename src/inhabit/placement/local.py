@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from inhabit.contracts import RunParts, TrainerHandle
-from inhabit.rollouts import EngineRunner, TrajectoryLog
+from inhabit.rollouts import EngineRunner, TrajectoryLog, reward_composer
 from inhabit.sandbox.base import SandboxProvider
 
 
@@ -62,6 +62,7 @@ class LocalPlacement:
         runner = EngineRunner(
             engine, tokenizer, provider,
             harness=cfg.harness, rollout=cfg.rollout, log_file=log_file, seed=cfg.seed,
+            composer=reward_composer(cfg),
         )  # fmt: skip
         sync = PublishingWeightSync(cfg.weights.store) if cfg.weights.store else InProcessWeightSync()
         return RunParts(trainer=trainer, data_state=data_state, engine=engine, runner=runner, sync=sync)
