@@ -1,0 +1,133 @@
+"""A task with an [environment] on Ray: the env-server actor gets the lock the driver sends, builds or
+finds the environment (offline, from a wheelhouse), and rollouts on engine actors are graded in it.
+
+The task's tests import a third-party package (tinydep, a wheel written by the test): in its
+environment they collect and run (the untouched code fails its assertion); without it they could
+not even be collected."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from env_fixtures import CODE, PYPROJECT, TESTS, TINYDEP  # noqa: E402
+from inhabit.envs.wheels import write_wheel  # noqa: E402
+
+pytestmark = pytest.mark.ray
+
+SPEC = dict(
+    hidden_size=32,
+    num_layers=1,
+    num_heads=2,
+    num_kv_heads=1,
+    intermediate_size=64,
+    max_position_embeddings=512,
+)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    from inhabit.envs.lock import lock_requirements
+    from inhabit.envs.requirements import project_requirements
+    from inhabit.envs.task_env import write_environment
+    from inhabit.models.tiny import TinyModelSpec, build_tiny_model, save_model_folder
+    from inhabit.orchestrator.config import RunConfig
+    from inhabit.orchestrator.quickstart.bootstrap import quickstart_tokenizer
+    from inhabit.placement.cluster import RayPlacement, runtime_env
+    from inhabit.tasks.build import write_task
+
+    root = tmp_path_factory.mktemp("rayenv")
+    wheels = root / "wheels"
+    wheels.mkdir()
+    write_wheel(wheels, "tinydep", "1.0", TINYDEP)
+    # Set before Ray starts, so the actors' processes (the env server's store and installs) see them.
+    saved = {k: os.environ.get(k) for k in ("INHABIT_CACHE_DIR", "INHABIT_WHEELHOUSE")}
+    os.environ["INHABIT_CACHE_DIR"] = str(root / "cache")
+    os.environ["INHABIT_WHEELHOUSE"] = str(wheels)
+    task_dir = write_task(
+        root / "tasks" / "quad",
+        id="quad-001",
+        instruction="tests/test_quad.py::test_quadruple fails. Fix quad.py.",
+        workspace={"quad.py": CODE, "tests/test_quad.py": TESTS, "pyproject.toml": PYPROJECT},
+        fail_to_pass=["tests/test_quad.py::test_quadruple"],
+        pass_to_pass=["tests/test_quad.py::test_dep"],
+        command="PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 python -m pytest -q -p no:cacheprovider",
+    )
+    write_environment(
+        task_dir, lock_requirements(project_requirements(task_dir / "workspace"), wheelhouse=wheels)
+    )
+    tok = quickstart_tokenizer()
+    model = build_tiny_model(TinyModelSpec(**SPEC), vocab_size=(len(tok) + 63) // 64 * 64)
+    save_model_folder(model, tok, root / "model")
+    cfg = RunConfig.model_validate(
+        {
+            "model": {"path": str(root / "model")},
+            "tasks": {"source": "dir", "dir": str(root / "tasks")},
+            "harness": {"max_turns": 1},
+            "engine": {"max_model_len": 512, "seed": 0, "num_threads": 1},
+            "sandbox": {"backend": "process"},
+            "rollout": {"group_size": 2, "concurrency": 4, "max_tokens": 8, "timeout_s": 200},
+            "placement": {
+                "backend": "ray",
+                "ray": {
+                    "engines": 1, "env_servers": 1, "bind_host": "127.0.0.1",
+                    "engine": {"num_cpus": 0, "resources": {"rollout": 1}},
+                    "env_server": {"num_cpus": 0, "resources": {"sandbox": 1}},
+                },
+            },
+        }
+    )  # fmt: skip
+    ray.init(
+        num_cpus=1, resources={"rollout": 1, "sandbox": 1}, include_dashboard=False,
+        runtime_env=runtime_env(), log_to_driver=False,
+    )  # fmt: skip
+    placement = RayPlacement(cfg)
+    placement.store_url = str(root / "weights")
+    try:
+        yield root, cfg, placement, task_dir
+    finally:
+        placement.shutdown()
+        ray.shutdown()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def test_rollouts_on_ray_are_graded_in_the_tasks_environment(setup):
+    from inhabit.envs.store import EnvStore
+    from inhabit.placement.dispatch import DispatchRunner
+    from inhabit.tasks.task import load_task
+
+    root, cfg, placement, task_dir = setup
+    task = load_task(task_dir)
+
+    async def go():
+        pool = await placement.start_engines(cfg.model.path)
+        servers = await placement.start_env_servers()
+        runner = DispatchRunner(
+            pool, pool.tokenizer, None, env_servers=servers, ray=cfg.placement.ray,
+            harness=cfg.harness, rollout=cfg.rollout,
+        )  # fmt: skip
+        try:
+            return await runner.run_group(task, 0)
+        finally:
+            await placement.close_fleets()
+
+    group = asyncio.run(asyncio.wait_for(go(), 240))
+    assert len(group.trajectories) == 2
+    for traj in group.trajectories:
+        assert traj.status in ("finished", "turn_limit"), traj.error
+        # Collected and run in the environment: the untouched code fails its assertion, and the
+        # test that only needs tinydep passes (without the environment both fail to import it).
+        assert traj.grading["outcomes"] == {
+            "tests/test_quad.py::test_quadruple": "failed",
+            "tests/test_quad.py::test_dep": "passed",
+        }, traj.grading
+        assert not traj.grading["collection_errors"]
+    assert EnvStore(root / "cache" / "envs").get(task.environment.id) is not None  # built once, from the lock
