@@ -28,7 +28,7 @@ import torch
 
 from inhabit.errors import TrainerError
 from inhabit.online.config import OnlineTrainConfig
-from inhabit.trainer.losses import LossStats, policy_loss
+from inhabit.trainer.losses import LossStats, k3, policy_loss
 from inhabit.trainer.samples import Sample, trajectory_samples
 from inhabit.types import Trajectory
 
@@ -65,12 +65,6 @@ def episode_samples(episodes: Sequence[Episode], baseline: float | None) -> list
             traj = ep.trajectory.model_copy(update={"reward": ep.reward})
             out += trajectory_samples(traj, adv, group_id=ep.session_id)
     return out
-
-
-def k3(logprobs: torch.Tensor, reference: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Sum over masked tokens of exp(d) - d - 1, d = reference - logprobs (an unbiased, >= 0 KL estimate)."""
-    d = (reference - logprobs).masked_fill(~mask.bool(), 0.0)
-    return (torch.exp(d) - d - 1).sum()
 
 
 def online_update(trainer: Any, samples: Sequence[Sample], config: OnlineTrainConfig) -> dict[str, float]:

@@ -8,6 +8,9 @@ A checkpoint is a folder:
                                                              files when the trainer has one
     optimizer.pt        AdamW and LR-scheduler state dicts (torch.save)
     rng.pt              torch, python `random` and numpy global RNG states
+    kl_reference/       with trainer.kl_coef > 0: the KL anchor's starting policy (the weights the
+                        run started from, not this checkpoint's), in a folder of its own so that
+                        loaders of the model folder never mistake it for model weights
     trainer_state.json  format, policy version, steps, the caller's data position (`data_state`),
                         the TrainerConfig it was written with; written LAST: a folder without it
                         is not a checkpoint
@@ -50,6 +53,8 @@ log = get_logger(__name__)
 
 FORMAT = 1
 STATE_FILE = "trainer_state.json"
+REFERENCE_FILE = "kl_reference/model.safetensors"
+"""Beside, not among, the model's *.safetensors: a folder's loaders read every one at its top."""
 _STEP_DIR = re.compile(r"^v(\d+)$")
 
 
@@ -101,6 +106,11 @@ def save_checkpoint(trainer: Trainer, path: str | Path) -> Path:
             {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()},
             tmp / "rng.pt",
         )
+        if trainer.reference is not None:  # the KL anchor's starting policy, so a resume anchors to it
+            from safetensors.torch import save_model
+
+            (tmp / REFERENCE_FILE).parent.mkdir()
+            save_model(trainer.reference, str(tmp / REFERENCE_FILE))
         state = {
             "format": FORMAT,
             "version": trainer.version,
@@ -113,7 +123,7 @@ def save_checkpoint(trainer: Trainer, path: str | Path) -> Path:
         except TypeError as e:
             raise CheckpointError(f"trainer.data_state must be JSON-able: {e}") from e
         (tmp / STATE_FILE).write_text(text)
-        for f in tmp.iterdir():
+        for f in tmp.rglob("*"):
             _fsync(f)
         _fsync(tmp)
         old = None
@@ -165,6 +175,16 @@ def load_checkpoint(trainer: Trainer, path: str | Path) -> dict[str, Any]:
         load_full_state_dict(trainer.model, weights)
         trainer.optimizer.load_state_dict(shard_optimizer_state(trainer.optimizer, opt["optimizer"]))
     trainer.scheduler.load_state_dict(opt["scheduler"])
+    if trainer.reference is not None:
+        if (path / REFERENCE_FILE).is_file():
+            from safetensors.torch import load_model
+
+            load_model(trainer.reference, str(path / REFERENCE_FILE))
+        else:  # a checkpoint of a run without the anchor: its weights become the reference
+            copy_into(trainer.reference, weights)
+            log.info(
+                "%s has no %s: the KL anchor's reference is this checkpoint's weights", path, REFERENCE_FILE
+            )
     rng = torch.load(path / "rng.pt", weights_only=False)
     torch.set_rng_state(rng["torch"])
     random.setstate(rng["python"])

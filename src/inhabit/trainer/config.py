@@ -56,6 +56,13 @@ class TrainerConfig(Config):
         "engine does for its (tempered) logprobs. Must match the engine's sampling.",
     )
     loss: LossConfig = Field(default_factory=LossConfig, description="Policy loss (see losses.py).")
+    kl_coef: float = Field(
+        0.0,
+        ge=0.0,
+        description="Weight of a KL anchor to the starting policy: kl_coef times the k3 estimate of "
+        "KL(policy || start) per generated token, from reference logprobs the trainer computes with a "
+        "frozen copy of the weights it started from (kept in checkpoints). 0: no anchor, no copy.",
+    )
     normalize_advantage_std: bool = Field(
         False, description="Divide group-centred rewards by the group's std (GRPO) or not (Dr. GRPO)."
     )
@@ -102,6 +109,10 @@ class TrainerConfig(Config):
     def _check(self) -> TrainerConfig:
         if self.schedule != "constant" and self.total_steps is None:
             raise ValueError(f"schedule {self.schedule!r} needs total_steps (updates the decay spans)")
+        if self.kl_coef > 0 and self.data_parallel > 1:
+            raise ValueError(
+                "kl_coef needs data_parallel = 1: the reference copy of the model is not sharded"
+            )
         if not all(0.0 <= b < 1.0 for b in self.betas):
             raise ValueError(f"betas must lie in [0, 1); got {self.betas}")
         return self

@@ -257,3 +257,10 @@ def sft_loss(logprobs: torch.Tensor, mask: torch.Tensor, *, num_tokens: int | No
     m = mask.to(logprobs.dtype)
     n = int(mask.sum()) if num_tokens is None else num_tokens
     return -(logprobs * m).sum() / max(n, 1)
+
+
+def k3(logprobs: torch.Tensor, reference: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Sum over masked tokens of exp(d) - d - 1, d = reference - logprobs: the k3 estimate of
+    KL(policy || reference) from tokens the policy sampled (unbiased, >= 0 for every token)."""
+    d = (reference - logprobs).masked_fill(~mask.bool(), 0.0)
+    return (torch.exp(d) - d - 1).sum()

@@ -61,6 +61,8 @@ class StepMetrics:
     tokens_per_s: float
     stale_dropped: int = 0
     """Samples left out by `train_step(max_staleness=...)`."""
+    kl_ref: float | None = None
+    """Mean k3 KL(policy || starting policy) per generated token, with trainer.kl_coef > 0."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -26,6 +26,7 @@ fp32 weights and optimizer; `activation_checkpointing` recomputes decoder layers
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import random
 import time
@@ -41,7 +42,7 @@ from inhabit.log import get_logger
 from inhabit.trainer.batching import MicroBatch, collate, pack_microbatches
 from inhabit.trainer.config import TrainerConfig
 from inhabit.trainer.distributed import Scorer, balance, empty_sample
-from inhabit.trainer.losses import LossStats, policy_loss, sft_loss
+from inhabit.trainer.losses import LossStats, k3, policy_loss, sft_loss
 from inhabit.trainer.metrics import MismatchAccumulator, StepMetrics
 from inhabit.trainer.optim import build_optimizer
 from inhabit.trainer.samples import Sample, split_stale
@@ -67,6 +68,11 @@ class Trainer:
             self.model.activation_checkpointing_enable({"use_reentrant": False})
         self.scorer = Scorer(self.model)
         """The forward the steps run (FSDP2's root when data-parallel)."""
+        self.reference: Any = None
+        """kl_coef > 0: a frozen copy of the starting weights, the KL anchor's reference policy."""
+        if self.config.kl_coef > 0:
+            self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
+            self._reference_scorer = Scorer(self.reference)
         self.dp = _data_parallel(self.scorer)
         """This rank's data-parallel group, or None in one process."""
         self.tokenizer = tokenizer
@@ -227,6 +233,7 @@ class Trainer:
             proximal = [[self._score(mb, acc) for mb in self._micro(self._share(m))] for m in minibatches]
         losses, grad_norms = [], []
         n_micro = 0
+        kl_sum = 0.0  # k3 KL to the starting policy, summed over loss tokens (kl_coef > 0)
         for j, mini in enumerate(minibatches):
             n_tok = sum(s.num_loss_tokens for s in mini)
             if update:
@@ -253,6 +260,10 @@ class Trainer:
                             num_tokens=n_tok,
                             num_sequences=len(mini),
                         )
+                        if self.reference is not None:
+                            kl = k3(lp, self._reference_logprobs(mb), mb.loss_mask)
+                            kl_sum += float(kl.detach())
+                            loss = loss + cfg.kl_coef * kl / n_tok
                     if update:
                         loss.backward()
                 total += float(loss.detach())
@@ -279,7 +290,10 @@ class Trainer:
                 stats = stats.merge(st)
                 acc.merge(a)
         metrics = self._metrics(samples, acc, stats, losses, grad_norms, n_micro, k if update else 0, t0)
-        return dataclasses.replace(metrics, stale_dropped=stale_dropped)
+        kl_ref = (
+            kl_sum / max(1, sum(s.num_loss_tokens for s in samples)) if self.reference is not None else None
+        )
+        return dataclasses.replace(metrics, stale_dropped=stale_dropped, kl_ref=kl_ref)
 
     def _score(self, mb: MicroBatch, acc: MismatchAccumulator | None) -> torch.Tensor:
         """Logprobs without gradient (the proximal policy, or a measurement)."""
@@ -381,6 +395,15 @@ class Trainer:
                 acc.add_entropy(float(-(logp.exp() * logp).sum()))
             acc.add_logprobs(lp, mb.behaviour_logprobs, mb.loss_mask, mb.versions)
         return lp
+
+    def _reference_logprobs(self, mb: MicroBatch) -> torch.Tensor:
+        """[B, T] logprobs of each token under the starting policy (the KL anchor's reference), with
+        its own routing for MoE models (the recorded routes are the rollout policy's)."""
+        sel = mb.loss_mask[:, 1:]
+        with torch.no_grad(), self._autocast():
+            logits = self._reference_scorer(mb.input_ids, mb.attention_mask, sel)
+        logp = torch.log_softmax(logits.float() / self.config.temperature, dim=-1)
+        return self._scatter(mb, logp)
 
     def _standard_logprobs(self, mb: MicroBatch, temp: float) -> tuple[torch.Tensor, torch.Tensor]:
         """([B, T] token logprobs, [loss tokens, V] log-distribution) of the model's own forward."""
