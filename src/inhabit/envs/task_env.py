@@ -46,22 +46,28 @@ def wheelhouse_from_env() -> str | None:
 
 
 async def task_environment(
-    task: Task, *, store: EnvStore | None = None, wheelhouse: str | Path | None = None
+    task: Task,
+    *,
+    store: EnvStore | None = None,
+    wheelhouse: str | Path | None = None,
+    allow_build: bool = False,
 ) -> BuiltEnv | None:
-    """The built environment of `task` (None when it has no `[environment]`), built if missing."""
+    """The built environment of `task` (None when it has no `[environment]`), built if missing
+    (from wheels only unless `allow_build`: see `inhabit.envs.lock`)."""
     spec = task.environment
     if spec is None or task.environment_lock is None:
         return None
     store = store or EnvStore()
-    found = store.get(spec.id)
+    found = store.built(spec.id)
     if found is not None:  # the common case, without a thread hop
-        return BuiltEnv(spec.id, found, spec.python, 0.0, True)
+        return found
     return await asyncio.to_thread(
         store.ensure,
         spec.id,
         task.environment_lock,
         spec.python,
         wheelhouse=wheelhouse or wheelhouse_from_env(),
+        allow_build=allow_build,
     )
 
 
@@ -71,6 +77,7 @@ def repo_environment(
     *,
     wheelhouse: str | Path | None = None,
     store: EnvStore | None = None,
+    allow_build: bool = False,
 ) -> tuple[Path | None, str]:
     """The environment `inhabit agent` mounts for a user's repository, and a line saying which.
 
@@ -100,7 +107,8 @@ def repo_environment(
     reqs = project_requirements(repo)
     if not reqs:
         return None, "environment: inhabit's own Python (the repository declares no requirements)"
-    text = lock_requirements(reqs, wheelhouse=wheelhouse or wheelhouse_from_env())
+    wheelhouse = wheelhouse or wheelhouse_from_env()
+    text = lock_requirements(reqs, wheelhouse=wheelhouse, allow_build=allow_build)
     lock = (
         (store or EnvStore()).root.parent
         / "agent-locks"
@@ -109,7 +117,7 @@ def repo_environment(
     lock.parent.mkdir(parents=True, exist_ok=True)
     lock.write_text(text)
     built = (store or EnvStore()).ensure(
-        env_id(own_python(), text.encode()), lock, wheelhouse=wheelhouse or wheelhouse_from_env()
+        env_id(own_python(), text.encode()), lock, wheelhouse=wheelhouse, allow_build=allow_build
     )
     how = "reused" if built.reused else f"built in {built.install_s:.1f}s"
     if not built.path.is_dir():
