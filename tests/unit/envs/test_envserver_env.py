@@ -5,11 +5,14 @@ as it does locally; or, for a server without a registry, from a wheelhouse the c
 
 from __future__ import annotations
 
+import hashlib
 import io
 import tarfile
 
 import httpx
 
+from env_fixtures import write_sdist
+from inhabit.envs.lock import env_id, own_python
 from inhabit.envs.store import EnvStore
 from inhabit.envs.task_env import task_environment
 from inhabit.sandbox.remote import RemoteSandboxProvider
@@ -101,3 +104,24 @@ def test_a_wheelhouse_upload_keeps_only_wheel_files_within_the_cap(wheelhouse, t
         body = {"id": "sha256:" + "0" * 64, "python": "3.11", "lock": "", "wheelhouse": "sha256:" + "1" * 64}
         r = httpx.post(f"{srv.url}/v1/environments", json=body, headers=auth, timeout=30)
         assert r.status_code == 404 and "POST the wheels to /wheelhouses first" in r.json()["detail"]
+
+
+def test_the_env_server_builds_a_clients_lock_from_wheels_only(tmp_path, env_cache, monkeypatch):
+    # A client's lock pinning a package that exists only as an sdist must not run that sdist's
+    # build code on the server's host unless the operator allowed it (--allow-build).
+    mark = tmp_path / "build-ran"
+    sdist = write_sdist(tmp_path / "sdists", mark)
+    monkeypatch.setenv("INHABIT_WHEELHOUSE", str(sdist.parent))
+    lock = f"sdonly==1.0 \\\n    --hash=sha256:{hashlib.sha256(sdist.read_bytes()).hexdigest()}\n"
+    body = {"id": env_id(own_python(), lock.encode()), "python": own_python(), "lock": lock}
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    for allow_build, status in ((False, 400), (True, 200)):
+        config = EnvServerConfig(
+            token=TOKEN, backend="process", env_store=tmp_path / "store", allow_build=allow_build
+        )
+        with BackgroundServer(make_provider_factory("process"), token=TOKEN, config=config) as srv:
+            r = httpx.post(f"{srv.url}/v1/environments", json=body, headers=auth, timeout=120)
+        assert r.status_code == status, r.text
+        assert mark.exists() == allow_build
+        if not allow_build:
+            assert r.json()["detail"].startswith("sdonly (required by requirements.lock) has no wheel")
