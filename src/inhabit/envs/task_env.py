@@ -81,7 +81,8 @@ def repo_environment(
 ) -> tuple[Path | None, str]:
     """The environment `inhabit agent` mounts for a user's repository, and a line saying which.
 
-    mode "repo": the repository's own virtualenv (`.venv` or `venv` with a pyvenv.cfg), else none;
+    mode "repo": the repository's own virtualenv (`.venv` or `venv` with a pyvenv.cfg), else none
+    (the line warns when it has the project installed editable: see `editable_installs`);
     "auto": the repository's virtualenv if it has one, else one resolved from what it declares
     (`inhabit.envs.requirements`), locked and built in the store; "none": inhabit's own Python."""
     from inhabit.envs.lock import lock_requirements
@@ -101,7 +102,16 @@ def repo_environment(
                         f"environment: inhabit's own Python (the repository's {name} is Python "
                         f"{version or '?'}; sandboxes run {own_python()})"
                     )
-                return venv.resolve(), f"environment: the repository's {name} (read-only)"
+                line = f"environment: the repository's {name} (read-only)"
+                editable = editable_installs(venv, repo)
+                if editable:
+                    dist, where = editable[0]
+                    line += (
+                        f"; note: it has {dist} installed editable from {where} (the original checkout), "
+                        "so in the sandbox its modules may load from that checkout, or fail to import, "
+                        "rather than from the agent's copy (docs/environments.md, editable installs)"
+                    )
+                return venv.resolve(), line
     if mode != "auto":
         return None, "environment: inhabit's own Python (no .venv in the repository; --env auto resolves one)"
     reqs = project_requirements(repo)
@@ -123,6 +133,38 @@ def repo_environment(
     if not built.path.is_dir():
         raise EnvError(f"environment {built.env_id} vanished from the store")
     return built.path, f"environment: {built.env_id[:19]} from the repository's declarations ({how})"
+
+
+def editable_installs(venv: Path, repo: Path) -> list[tuple[str, str]]:
+    """(distribution, its source folder) for every editable install in `venv` whose source lies
+    in `repo` (`uv sync` installs the project itself that way, as `pip install -e .` does).
+
+    Such an install (a .pth line or an import finder) names the checkout's absolute path. The
+    sandbox works on a copy of the repository at another path, so that entry is either a path the
+    sandbox cannot see (bwrap: the import fails unless the copy's folder is on sys.path) or, where
+    the host's files are visible (the process backend), the original checkout, imported in place of
+    the agent's edits. Read from each distribution's direct_url.json (PEP 610), which pip and uv
+    write for every editable install."""
+    import json
+    from urllib.parse import unquote, urlparse
+
+    repo = repo.resolve()
+    found = []
+    for record in sorted(venv.glob("lib/python*/site-packages/*.dist-info/direct_url.json")):
+        try:
+            data = json.loads(record.read_text())
+        except (OSError, ValueError):
+            continue
+        url = urlparse(str(data.get("url", "")))
+        if (
+            not (isinstance(data.get("dir_info"), dict) and data["dir_info"].get("editable"))
+            or url.scheme != "file"
+        ):
+            continue
+        source = Path(unquote(url.path)).resolve()
+        if source == repo or repo in source.parents:
+            found.append((record.parent.name.split("-")[0], str(source)))
+    return found
 
 
 def _venv_python(venv: Path) -> str:
