@@ -12,7 +12,7 @@ a local directory (any `Path`, or a string with a '/': packed and uploaded, boun
 server's upload cap, which is checked before sending), or else a snapshot id this server returned.
 `create(source, env=BUILT_ENV)` sends the environment's id and lock (never its files) to
 `POST /environments` once; the server builds or finds it in its own store and mounts it. With a
-`wheelhouse` (a folder of wheels; default $INHABIT_WHEELHOUSE), its .whl files are uploaded once
+`wheelhouse` (a folder of wheels; `sandbox.remote_wheelhouse`), its .whl files are uploaded once
 (`POST /wheelhouses`) before the first environment, and the server installs from them only, as a
 local `--wheelhouse` build does: for a server without a registry. Every call has a timeout
 (exec's is its own `timeout_s` plus a margin); HTTP errors come back as the typed errors of
@@ -377,7 +377,9 @@ class RemoteSandboxProvider(SandboxProvider):
         self._exec_margin_s = exec_margin_s
         self._live: dict[str, RemoteSandbox] = {}
         self._envs: set[str] = set()  # environments the server confirmed it holds
-        self._wheelhouse = wheelhouse or os.environ.get("INHABIT_WHEELHOUSE") or None
+        # Named explicitly, never taken from $INHABIT_WHEELHOUSE: a local build's wheelhouse may be
+        # far larger than the server's cap, and a server with a registry needs none.
+        self._wheelhouse = wheelhouse
         self._wheelhouse_id: str | None = None  # set once the server holds it
         self._health: HealthOut | None = None
         self._heartbeat: asyncio.Task[None] | None = None
