@@ -1,11 +1,13 @@
 """`inhabit env lock|build|list|prune`: task environments from the command line.
 
     inhabit env lock TASK_OR_FOLDER [--extra test] [--group test] [--requirements FILE] [--wheelhouse DIR]
-    inhabit env build TASK [--wheelhouse DIR]
+                                    [--allow-build]
+    inhabit env build TASK [--wheelhouse DIR] [--allow-build]
     inhabit env list
     inhabit env prune [--keep TASKS_DIR]...
 
-Bad input and failed builds end in one `error:` line (exit 2, or 1 for an install that failed),
+Wheels only: a package with no wheel is refused (its build code would run on this machine) unless
+`--allow-build` is given. Bad input and failed builds end in one `error:` line (exit 2, or 1 for an install that failed),
 never a traceback. Heavy imports stay in the command bodies.
 """
 
@@ -14,6 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+
+_ALLOW_BUILD = "Build packages that have no wheel from source (runs their build code on this machine)."
 
 env_app = typer.Typer(help="Task test environments: lock, build, list, prune.", no_args_is_help=True)
 
@@ -50,6 +54,7 @@ def lock(
     wheelhouse: Path | None = typer.Option(
         None, "--wheelhouse", help="Resolve offline from this folder of wheels."
     ),
+    allow_build: bool = typer.Option(False, "--allow-build", help=_ALLOW_BUILD),
 ) -> None:
     """Resolve the project's declared test requirements to a lock; point each task's environment table at it."""
     from inhabit.envs.lock import lock_requirements
@@ -60,7 +65,7 @@ def lock(
     reqs = project_requirements(
         project or tasks[0] / "workspace", extras=extra, groups=group, requirement_files=requirements
     )
-    text = lock_requirements(reqs, python=python, wheelhouse=wheelhouse)
+    text = lock_requirements(reqs, python=python, wheelhouse=wheelhouse, allow_build=allow_build)
     for task in tasks:
         eid = write_environment(task, text, python)
     pins = sum(1 for line in text.splitlines() if "==" in line)
@@ -73,6 +78,7 @@ def build(
     wheelhouse: Path | None = typer.Option(
         None, "--wheelhouse", help="Install offline from this folder of wheels."
     ),
+    allow_build: bool = typer.Option(False, "--allow-build", help=_ALLOW_BUILD),
 ) -> None:
     """Build (or reuse) the task's environment in the store and say which."""
     import asyncio
@@ -85,7 +91,7 @@ def build(
         raise typer.BadParameter(
             f"{task} has no [environment] table: run `inhabit env lock` on it", param_hint="TASK"
         )
-    built = asyncio.run(task_environment(loaded, wheelhouse=wheelhouse))
+    built = asyncio.run(task_environment(loaded, wheelhouse=wheelhouse, allow_build=allow_build))
     assert built is not None
     how = "reused" if built.reused else "built"
     typer.echo(f"environment {built.env_id} {how} in {built.install_s:.2f}s at {built.path}")

@@ -66,6 +66,17 @@ def _group(groups: dict, name: str, seen: tuple[str, ...] = ()) -> list[str]:
     return out
 
 
+def _choose(named: Sequence[str] | None, declared: dict, missing_what: str) -> list[str]:
+    """The extras (or groups) to read: the names given, each of which must be declared, else the
+    declared test names (test, tests, testing), else dev."""
+    if named is None:
+        return [n for n in _TEST_NAMES if n in declared] or (["dev"] if "dev" in declared else [])
+    missing = [n for n in named if n not in declared]
+    if missing:
+        raise EnvError(f"{missing_what} {missing[0]!r} (it has: {', '.join(declared) or 'none'})")
+    return list(named)
+
+
 def _requirements_file(path: Path, root: Path, depth: int = 0) -> list[Requirement]:
     if depth > 5:
         raise EnvError(f"{path}: -r includes nest deeper than 5")
@@ -170,29 +181,12 @@ def project_requirements(
         if name not in declared:
             declared[name], origin[name] = reqs, "setup.cfg"
 
-    if extras is None:
-        chosen = [n for n in _TEST_NAMES if n in declared] or (["dev"] if "dev" in declared else [])
-    else:
-        missing = [e for e in extras if e not in declared]
-        if missing:
-            raise EnvError(
-                f"the project declares no extra {missing[0]!r} (it has: {', '.join(declared) or 'none'})"
-            )
-        chosen = list(extras)
+    chosen = _choose(extras, declared, "the project declares no extra")
     for name in chosen:
         out += [Requirement(r, f"{origin[name]} extra {name!r}") for r in declared[name]]
 
     dep_groups = data.get("dependency-groups", {})
-    if groups is None:
-        gchosen = [n for n in _TEST_NAMES if n in dep_groups] or (["dev"] if "dev" in dep_groups else [])
-    else:
-        missing = [g for g in groups if g not in dep_groups]
-        if missing:
-            raise EnvError(
-                f"pyproject.toml declares no dependency group {missing[0]!r} (it has: {', '.join(dep_groups) or 'none'})"
-            )
-        gchosen = list(groups)
-    for name in gchosen:
+    for name in _choose(groups, dep_groups, "pyproject.toml declares no dependency group"):
         out += [Requirement(r, f"pyproject.toml dependency group {name!r}") for r in _group(dep_groups, name)]
 
     if requirement_files is None:

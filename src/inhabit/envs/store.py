@@ -1,12 +1,12 @@
 """The environment store: one read-only virtual environment per environment id, built once.
 
     store = EnvStore()                                  # <cache dir>/envs (see lock.cache_dir)
-    built = store.ensure(env_id, lock_path, "3.11", wheelhouse=None)
+    built = store.ensure(env_id, lock_path, "3.11", wheelhouse=None, allow_build=False)
     built.path, built.install_s, built.reused
 
 Layout: `<root>/<hex of the id>/` is a finished environment (a relocatable venv made by `uv venv`,
-packages installed by `uv pip install --require-hashes --no-deps` from the lock, copied rather than
-linked from uv's cache, then made read-only), holding `inhabit-env.json` (id, python, install time)
+packages installed by `uv pip install --require-hashes --no-deps --no-build` from the lock, copied
+rather than linked from uv's cache, then made read-only), holding `inhabit-env.json` (id, python, install time)
 and its own copy of the lock. Nothing else in the store is mistaken for an environment:
 
   * a build happens in `<root>/.building-<hex>-<random>/` and is renamed into place only when it
@@ -15,7 +15,9 @@ and its own copy of the lock. Nothing else in the store is mistaken for an envir
   * builders of one id take an exclusive lock (`flock` on `<root>/.locks/<hex>`), so two at once
     produce one environment: the second waits, then finds it built and reuses it.
 
-The project under test is never installed here: the lock holds its requirements only.
+The project under test is never installed here: the lock holds its requirements only. Wheels
+only, unless the caller opts in (`allow_build`): a lock that pins a package with no wheel would
+otherwise run that source distribution's build code on the host (see `inhabit.envs.lock`).
 What this protects: a finished environment from half-written states and from concurrent builders.
 Read-only to the code that runs in it is the sandbox's job (`--ro-bind`); on the host the files
 lose their write bits, which stops a careless process, not root.
@@ -23,19 +25,27 @@ lose their write bits, which stops a careless process, not root.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import json
 import os
+import re
 import secrets
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from inhabit.envs.lock import cache_dir, env_id, explain_failure, own_python, source_args, uv_run
+from inhabit.envs.lock import (
+    ENV_ID_PATTERN,
+    cache_dir,
+    env_id,
+    explain_failure,
+    own_python,
+    source_args,
+    uv_run,
+)
 from inhabit.envs.requirements import Requirement
 from inhabit.errors import EnvBuildError, EnvError
+from inhabit.sandbox.hostfs import remove_tree
 
 __all__ = ["MARKER", "BuiltEnv", "EnvStore"]
 
@@ -55,10 +65,9 @@ class BuiltEnv:
 
 
 def _hex(eid: str) -> str:
-    algo, _, digest = eid.partition(":")
-    if algo != "sha256" or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+    if not re.match(ENV_ID_PATTERN, eid):
         raise EnvError(f"{eid!r} is not an environment id (sha256:<64 hex digits>)")
-    return digest
+    return eid.partition(":")[2]
 
 
 def _tree_size(path: Path) -> int:
@@ -71,17 +80,6 @@ def _make_read_only(path: Path) -> None:
             continue
         executable = p.is_dir() or p.stat().st_mode & 0o111
         p.chmod(0o555 if executable else 0o444)
-
-
-def _remove(path: Path) -> None:
-    """Remove a tree whose write bits were taken away."""
-    if not path.exists() and not path.is_symlink():
-        return
-    for p in [path, *path.rglob("*")]:
-        if p.is_dir() and not p.is_symlink():
-            with contextlib.suppress(OSError):
-                p.chmod(0o755)
-    shutil.rmtree(path, ignore_errors=True)
 
 
 class EnvStore:
@@ -97,6 +95,11 @@ class EnvStore:
         """The finished environment of `eid`, or None."""
         path = self.path(eid)
         return path if (path / MARKER).is_file() else None
+
+    def built(self, eid: str) -> BuiltEnv | None:
+        """The finished environment of `eid` as `ensure` returns a reused one, or None."""
+        path = self.get(eid)
+        return self._info(eid, path, 0.0, reused=True) if path is not None else None
 
     def _writable(self) -> None:
         try:
@@ -118,16 +121,18 @@ class EnvStore:
         python: str | None = None,
         *,
         wheelhouse: str | Path | None = None,
+        allow_build: bool = False,
     ) -> BuiltEnv:
-        """The environment `eid` made from the lock file `lock`: reused when built, else built now.
+        """The environment `eid` made from the lock file `lock`: reused when built, else built now;
+        from wheels only unless `allow_build` (a source distribution's build runs on this host).
 
         Raises EnvError when the lock is missing or is not the one `eid` names (hash mismatch), when
         the store is not writable, or when the install fails (nothing is left behind)."""
         python = python or own_python()
         hexid = _hex(eid)
-        found = self.get(eid)
+        found = self.built(eid)
         if found is not None:
-            return self._info(eid, found, 0.0, reused=True)
+            return found
         lock = Path(lock)
         if not lock.is_file():
             raise EnvError(f"lock file {lock} is missing: run `inhabit env lock` on the task again")
@@ -145,15 +150,15 @@ class EnvStore:
         self._writable()
         with open(self.root / ".locks" / hexid, "w") as fh:
             fcntl.flock(fh, fcntl.LOCK_EX)  # another builder of this id: wait for it
-            found = self.get(eid)
+            found = self.built(eid)
             if found is not None:
-                return self._info(eid, found, 0.0, reused=True)
+                return found
             for stale in self.root.glob(f".building-{hexid}-*"):
-                _remove(stale)  # an interrupted build of this id (we hold its lock)
+                remove_tree(stale)  # an interrupted build of this id (we hold its lock)
             start = time.monotonic()
             tmp = self.root / f".building-{hexid}-{secrets.token_hex(4)}"
             try:
-                self._build(tmp, lock, wheelhouse)
+                self._build(tmp, lock, wheelhouse, allow_build)
                 install_s = time.monotonic() - start
                 (tmp / "requirements.lock").write_bytes(data)
                 meta = {
@@ -166,11 +171,11 @@ class EnvStore:
                 _make_read_only(tmp)
                 tmp.rename(self.path(eid))
             except BaseException:
-                _remove(tmp)
+                remove_tree(tmp)
                 raise
         return self._info(eid, self.path(eid), install_s, reused=False)
 
-    def _build(self, tmp: Path, lock: Path, wheelhouse: str | Path | None) -> None:
+    def _build(self, tmp: Path, lock: Path, wheelhouse: str | Path | None, allow_build: bool) -> None:
         import sys
 
         base = getattr(sys, "_base_executable", sys.executable)
@@ -178,7 +183,8 @@ class EnvStore:
         if proc.returncode != 0:
             raise EnvBuildError(f"uv venv failed: {' '.join(proc.stderr.strip().splitlines()[-1:])}")
         args = ["pip", "install", "--python", str(tmp / "bin" / "python"), "--no-deps", "--require-hashes",
-                "--link-mode", "copy", "--quiet", "-r", str(lock), *source_args(wheelhouse)]  # fmt: skip
+                "--link-mode", "copy", "--quiet", "-r", str(lock),
+                *source_args(wheelhouse, allow_build=allow_build)]  # fmt: skip
         proc = uv_run(args)
         if proc.returncode != 0:
             stderr = proc.stderr
@@ -224,7 +230,7 @@ class EnvStore:
                     # `get` takes for finished.
                     dead = self.root / f".removing-{hexid}-{secrets.token_hex(4)}"
                     env.path.rename(dead)
-                    _remove(dead)
+                    remove_tree(dead)
                 removed.append(env.env_id)
         leftovers = (
             [*self.root.glob(".building-*"), *self.root.glob(".removing-*")] if self.root.is_dir() else []
@@ -236,5 +242,5 @@ class EnvStore:
                     fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
                     continue  # a build in progress
-                _remove(stale)
+                remove_tree(stale)
         return removed

@@ -46,22 +46,28 @@ def wheelhouse_from_env() -> str | None:
 
 
 async def task_environment(
-    task: Task, *, store: EnvStore | None = None, wheelhouse: str | Path | None = None
+    task: Task,
+    *,
+    store: EnvStore | None = None,
+    wheelhouse: str | Path | None = None,
+    allow_build: bool = False,
 ) -> BuiltEnv | None:
-    """The built environment of `task` (None when it has no `[environment]`), built if missing."""
+    """The built environment of `task` (None when it has no `[environment]`), built if missing
+    (from wheels only unless `allow_build`: see `inhabit.envs.lock`)."""
     spec = task.environment
     if spec is None or task.environment_lock is None:
         return None
     store = store or EnvStore()
-    found = store.get(spec.id)
+    found = store.built(spec.id)
     if found is not None:  # the common case, without a thread hop
-        return BuiltEnv(spec.id, found, spec.python, 0.0, True)
+        return found
     return await asyncio.to_thread(
         store.ensure,
         spec.id,
         task.environment_lock,
         spec.python,
         wheelhouse=wheelhouse or wheelhouse_from_env(),
+        allow_build=allow_build,
     )
 
 
@@ -71,10 +77,12 @@ def repo_environment(
     *,
     wheelhouse: str | Path | None = None,
     store: EnvStore | None = None,
+    allow_build: bool = False,
 ) -> tuple[Path | None, str]:
     """The environment `inhabit agent` mounts for a user's repository, and a line saying which.
 
-    mode "repo": the repository's own virtualenv (`.venv` or `venv` with a pyvenv.cfg), else none;
+    mode "repo": the repository's own virtualenv (`.venv` or `venv` with a pyvenv.cfg), else none
+    (the line warns when it has the project installed editable: see `editable_installs`);
     "auto": the repository's virtualenv if it has one, else one resolved from what it declares
     (`inhabit.envs.requirements`), locked and built in the store; "none": inhabit's own Python."""
     from inhabit.envs.lock import lock_requirements
@@ -94,13 +102,23 @@ def repo_environment(
                         f"environment: inhabit's own Python (the repository's {name} is Python "
                         f"{version or '?'}; sandboxes run {own_python()})"
                     )
-                return venv.resolve(), f"environment: the repository's {name} (read-only)"
+                line = f"environment: the repository's {name} (read-only)"
+                editable = editable_installs(venv, repo)
+                if editable:
+                    dist, where = editable[0]
+                    line += (
+                        f"; note: it has {dist} installed editable from {where} (the original checkout), "
+                        "so in the sandbox its modules may load from that checkout, or fail to import, "
+                        "rather than from the agent's copy (docs/environments.md, editable installs)"
+                    )
+                return venv.resolve(), line
     if mode != "auto":
         return None, "environment: inhabit's own Python (no .venv in the repository; --env auto resolves one)"
     reqs = project_requirements(repo)
     if not reqs:
         return None, "environment: inhabit's own Python (the repository declares no requirements)"
-    text = lock_requirements(reqs, wheelhouse=wheelhouse or wheelhouse_from_env())
+    wheelhouse = wheelhouse or wheelhouse_from_env()
+    text = lock_requirements(reqs, wheelhouse=wheelhouse, allow_build=allow_build)
     lock = (
         (store or EnvStore()).root.parent
         / "agent-locks"
@@ -109,12 +127,44 @@ def repo_environment(
     lock.parent.mkdir(parents=True, exist_ok=True)
     lock.write_text(text)
     built = (store or EnvStore()).ensure(
-        env_id(own_python(), text.encode()), lock, wheelhouse=wheelhouse or wheelhouse_from_env()
+        env_id(own_python(), text.encode()), lock, wheelhouse=wheelhouse, allow_build=allow_build
     )
     how = "reused" if built.reused else f"built in {built.install_s:.1f}s"
     if not built.path.is_dir():
         raise EnvError(f"environment {built.env_id} vanished from the store")
     return built.path, f"environment: {built.env_id[:19]} from the repository's declarations ({how})"
+
+
+def editable_installs(venv: Path, repo: Path) -> list[tuple[str, str]]:
+    """(distribution, its source folder) for every editable install in `venv` whose source lies
+    in `repo` (`uv sync` installs the project itself that way, as `pip install -e .` does).
+
+    Such an install (a .pth line or an import finder) names the checkout's absolute path. The
+    sandbox works on a copy of the repository at another path, so that entry is either a path the
+    sandbox cannot see (bwrap: the import fails unless the copy's folder is on sys.path) or, where
+    the host's files are visible (the process backend), the original checkout, imported in place of
+    the agent's edits. Read from each distribution's direct_url.json (PEP 610), which pip and uv
+    write for every editable install."""
+    import json
+    from urllib.parse import unquote, urlparse
+
+    repo = repo.resolve()
+    found = []
+    for record in sorted(venv.glob("lib/python*/site-packages/*.dist-info/direct_url.json")):
+        try:
+            data = json.loads(record.read_text())
+        except (OSError, ValueError):
+            continue
+        url = urlparse(str(data.get("url", "")))
+        if (
+            not (isinstance(data.get("dir_info"), dict) and data["dir_info"].get("editable"))
+            or url.scheme != "file"
+        ):
+            continue
+        source = Path(unquote(url.path)).resolve()
+        if source == repo or repo in source.parents:
+            found.append((record.parent.name.split("-")[0], str(source)))
+    return found
 
 
 def _venv_python(venv: Path) -> str:

@@ -258,6 +258,11 @@ def register(app: typer.Typer) -> None:
         wheelhouse: Path | None = typer.Option(
             None, "--wheelhouse", help="With --env auto: install offline from these wheels."
         ),
+        allow_build: bool = typer.Option(
+            False,
+            "--allow-build",
+            help="With --env auto: build packages that have no wheel (runs their code here).",
+        ),
     ) -> None:
         """Run the agent on a sandboxed copy of a repository; apply its diff only if you accept it."""
         from inhabit.errors import HarnessError
@@ -276,7 +281,7 @@ def register(app: typer.Typer) -> None:
         cfg = _harness_config(config, overrides or [])
         from inhabit.envs.task_env import repo_environment
 
-        env_dir, env_line = repo_environment(repo, env, wheelhouse=wheelhouse)
+        env_dir, env_line = repo_environment(repo, env, wheelhouse=wheelhouse, allow_build=allow_build)
         typer.echo(env_line)
         asyncio.run(
             _agent(

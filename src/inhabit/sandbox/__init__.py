@@ -68,6 +68,11 @@ class SandboxConfig(Config):
     remote_token: str | None = Field(
         None, description="Bearer token for the environment server (else from its env variable)."
     )
+    remote_wheelhouse: str | None = Field(
+        None,
+        description="A folder of wheels uploaded to the environment server once, which then builds "
+        "task environments from those wheels only (for a server without a package registry).",
+    )
 
 
 def create_provider(config: SandboxConfig | None = None) -> SandboxProvider:
@@ -79,7 +84,12 @@ def create_provider(config: SandboxConfig | None = None) -> SandboxProvider:
             raise ConfigError("sandbox.backend='remote' needs sandbox.remote_url (e.g. http://host:8700)")
         from inhabit.sandbox.remote import RemoteSandboxProvider
 
-        return RemoteSandboxProvider(url=config.remote_url, token=config.remote_token, limits=config.limits)
+        return RemoteSandboxProvider(
+            url=config.remote_url,
+            token=config.remote_token,
+            limits=config.limits,
+            wheelhouse=config.remote_wheelhouse,
+        )
     if backend in ("auto", "bwrap"):
         from inhabit.sandbox.bwrap import BwrapSandboxProvider, bwrap_problem
 

@@ -192,7 +192,8 @@ class BwrapSandboxProvider(SandboxProvider):
         self._snapshots: dict[str, Snapshot] = {}
         self._idmapped: collections.OrderedDict[Path, Path] = collections.OrderedDict()
         self._view_n = 0
-        self._env_views: dict[Path, Path] = {}  # environment -> its read-only bind (see _env_argv)
+        # (environment, which build of it) -> its read-only view (see _env_argv, _env_build)
+        self._env_views: dict[tuple[Path, tuple[int, ...]], Path] = {}
         self._closed = False
         self._cleanup_handle = cleanup.register(self._cleanup_sync)
         # As root: run sandboxes as a dedicated non-root host uid (see `idmap` for why).
@@ -361,8 +362,13 @@ class BwrapSandboxProvider(SandboxProvider):
         copy on the provider's tmpfs, under an empty top layer in a read-only overlay whose options
         name both layers relative to that tmpfs (as `pyview` does for the venv). So the sandbox's
         host uid reaches it (the store may live in a home that uid cannot enter) and the mount
-        table inside shows no host path. Without root: bound at its own path."""
-        view = self._env_views.get(env)
+        table inside shows no host path. Without root: bound at its own path.
+
+        A view is kept per build of the environment, not per path: after `inhabit env prune` and a
+        rebuild of the same id (or a recreated .venv) the path is the same, but a view made before
+        would still show the removed tree."""
+        key = (env, _env_build(env))
+        view = self._env_views.get(key)
         if view is None:
             view = env
             if self.tmpfs_volumes:
@@ -375,7 +381,7 @@ class BwrapSandboxProvider(SandboxProvider):
                     mounts.mount_overlay([top, src], None, None, view, relative_to=self._fs)
                 except OSError as e:
                     raise SandboxError(f"could not mount the task environment {env}: {e}") from e
-            self._env_views[env] = view
+            self._env_views[key] = view
         return ["--ro-bind", str(view), self.machine.env_dir]
 
     async def create(
@@ -507,6 +513,18 @@ class BwrapSandboxProvider(SandboxProvider):
 
     async def close(self) -> None:
         await asyncio.to_thread(self._cleanup_sync)
+
+
+def _env_build(env: Path) -> tuple[int, ...]:
+    """Which build of the environment at `env` this is. A build makes a new directory (the store
+    renames each finished build into place; a recreated .venv is a new one) and writes a new
+    pyvenv.cfg: their inode numbers, with the file's change time against an inode number reused
+    after a removal."""
+    try:
+        top, cfg = env.stat(), (env / "pyvenv.cfg").stat()
+    except OSError as e:
+        raise SandboxError(f"the task environment {env} is gone ({e.strerror}): build it again") from e
+    return (top.st_dev, top.st_ino, cfg.st_ino, cfg.st_ctime_ns)
 
 
 def _core_to_file() -> bool:

@@ -11,7 +11,10 @@ the harness or the grader use remote sandboxes without knowing it:
 a local directory (any `Path`, or a string with a '/': packed and uploaded, bounded by the
 server's upload cap, which is checked before sending), or else a snapshot id this server returned.
 `create(source, env=BUILT_ENV)` sends the environment's id and lock (never its files) to
-`POST /environments` once; the server builds or finds it in its own store and mounts it. Every call has a timeout
+`POST /environments` once; the server builds or finds it in its own store and mounts it. With a
+`wheelhouse` (a folder of wheels; `sandbox.remote_wheelhouse`), its .whl files are uploaded once
+(`POST /wheelhouses`) before the first environment, and the server installs from them only, as a
+local `--wheelhouse` build does: for a server without a registry. Every call has a timeout
 (exec's is its own `timeout_s` plus a margin); HTTP errors come back as the typed errors of
 `inhabit.errors` and the OS errors a local sandbox raises (404 -> SandboxNotFound or
 FileNotFoundError, 400 -> PathOutsideWorkspace, IsADirectoryError or
@@ -361,8 +364,10 @@ class RemoteSandboxProvider(SandboxProvider):
         exec_margin_s: float = 30.0,
         retries: int = 3,
         heartbeat: bool = True,
+        wheelhouse: str | Path | None = None,
     ) -> None:
-        """`heartbeat=False`: no lease renewals, so idle sandboxes last one lease (tests, scripts)."""
+        """`heartbeat=False`: no lease renewals, so idle sandboxes last one lease (tests, scripts).
+        `wheelhouse`: the wheels environments are built from on the server (module docstring)."""
         token = token or os.environ.get(TOKEN_ENV)
         if not token:
             raise ConfigError(f"the env server at {url} needs a token: pass token= or set {TOKEN_ENV}")
@@ -372,6 +377,10 @@ class RemoteSandboxProvider(SandboxProvider):
         self._exec_margin_s = exec_margin_s
         self._live: dict[str, RemoteSandbox] = {}
         self._envs: set[str] = set()  # environments the server confirmed it holds
+        # Named explicitly, never taken from $INHABIT_WHEELHOUSE: a local build's wheelhouse may be
+        # far larger than the server's cap, and a server with a registry needs none.
+        self._wheelhouse = wheelhouse
+        self._wheelhouse_id: str | None = None  # set once the server holds it
         self._health: HealthOut | None = None
         self._heartbeat: asyncio.Task[None] | None = None
         self._lease_s: float | None = None
@@ -418,9 +427,38 @@ class RemoteSandboxProvider(SandboxProvider):
         env_id = str(meta["id"])
         if env_id not in self._envs:
             body = {"id": env_id, "python": meta["python"], "lock": lock}
+            if self._wheelhouse is not None:
+                if self._wheelhouse_id is None:
+                    self._wheelhouse_id = await self.upload_wheelhouse(self._wheelhouse)
+                body["wheelhouse"] = self._wheelhouse_id
             await self._http.request("POST", "/environments", idempotent=True, json=body)
             self._envs.add(env_id)
         return env_id
+
+    async def upload_wheelhouse(self, folder: str | Path) -> str:
+        """Upload the .whl files of `folder` to the server; returns the id it keeps them under
+        (the same wheels always get the same id, and are stored once)."""
+        folder = Path(folder)
+        wheels = sorted(folder.glob("*.whl")) if folder.is_dir() else []
+        if not wheels:
+            raise SandboxError(f"wheelhouse {folder} holds no .whl file: give a folder of wheels")
+
+        def pack() -> bytes:
+            buf = io.BytesIO()
+            with tarfile.open(fileobj=buf, mode="w") as tar:  # wheels are zip files: no gzip
+                for wheel in wheels:
+                    tar.add(wheel, arcname=wheel.name)
+            return buf.getvalue()
+
+        data = await asyncio.to_thread(pack)
+        resp = await self._http.request(
+            "POST",
+            "/wheelhouses",
+            idempotent=True,  # content-addressed: a repeat stores nothing new
+            content=data,
+            headers={"Content-Type": "application/x-tar"},
+        )
+        return str(resp.json()["id"])
 
     async def _create_json(
         self, body: dict[str, Any], limits: SandboxLimits | None, env_id: str | None = None

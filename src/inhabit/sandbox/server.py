@@ -9,6 +9,8 @@ all under `/v1` and all behind `Authorization: Bearer <token>`:
     GET    /sandboxes                           live sandboxes
     POST   /sandboxes                           JSON {directory | snapshot_id, limits?}
     POST   /sandboxes/upload?limits=<json>      raw tar(.gz) body -> a sandbox of that workspace
+    POST   /environments                        JSON {id, python, lock, wheelhouse?}: build or find it
+    POST   /wheelhouses                         raw tar(.gz) of .whl files -> {id, wheels}
     GET    /sandboxes/{id}                      info
     DELETE /sandboxes/{id}                      close (idempotent for the client: 404 if gone)
     POST   /sandboxes/{id}/exec                 JSON ExecRequest -> ExecOut
@@ -115,6 +117,17 @@ class EnvServerConfig(Config):
     env_store: Path | None = Field(
         None, description="The store task environments are built into; default <cache dir>/envs."
     )
+    wheelhouses: Path | None = Field(
+        None, description="Where uploaded wheelhouses are kept; default <cache dir>/wheelhouses."
+    )
+    max_wheelhouse_mb: float = Field(
+        512, gt=0, description="Cap on an uploaded wheelhouse, compressed and unpacked alike."
+    )
+    allow_build: bool = Field(
+        False,
+        description="Build packages without a wheel from source when building a client's lock: "
+        "their build code runs on this host, outside any sandbox. Off: wheels only.",
+    )
 
 
 def is_loopback(host: str) -> bool:
@@ -155,10 +168,19 @@ def _digest(token: str) -> bytes:
 class _Guard:
     """401 for requests without the right bearer token; 413 for bodies past their cap."""
 
-    def __init__(self, app: Any, token: str, upload_cap: int, body_cap: int, lifecycle: Lifecycle) -> None:
+    def __init__(
+        self,
+        app: Any,
+        token: str,
+        upload_cap: int,
+        body_cap: int,
+        lifecycle: Lifecycle,
+        wheelhouse_cap: int | None = None,
+    ) -> None:
         self.app = app
         self.expected = _digest(token)
         self.upload_cap = upload_cap
+        self.wheelhouse_cap = wheelhouse_cap or body_cap
         self.body_cap = body_cap
         self.lifecycle = lifecycle
 
@@ -187,7 +209,14 @@ class _Guard:
             return
         if (client := headers.get(CLIENT_HEADER)) and self.lifecycle.registry is not None:
             self.lifecycle.registry.heard_from(client[:64])
-        cap = self.upload_cap if scope["path"].rstrip("/").endswith("/sandboxes/upload") else self.body_cap
+        path = scope["path"].rstrip("/")
+        cap = (
+            self.upload_cap
+            if path.endswith("/sandboxes/upload")
+            else self.wheelhouse_cap
+            if path.endswith("/wheelhouses")
+            else self.body_cap
+        )
         declared = headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > cap:
             await send_json(send, 413, _too_large(cap))
@@ -438,6 +467,7 @@ def create_app(
         upload_cap=int(config.max_upload_mb * _MB),
         body_cap=body_cap,
         lifecycle=lifecycle,
+        wheelhouse_cap=int(config.max_wheelhouse_mb * _MB),
     )
     app.state.lifecycle = lifecycle
     return app

@@ -38,6 +38,12 @@ def register(app: typer.Typer) -> None:
         lease_s: float = typer.Option(
             30, help="Close sandboxes whose client sent nothing, heartbeats included, for this long."
         ),
+        max_wheelhouse_mb: float = typer.Option(512, help="Cap on an uploaded wheelhouse (tar of wheels)."),
+        allow_build: bool = typer.Option(
+            False,
+            "--allow-build",
+            help="Build packages of clients' locks that have no wheel (their build code runs on this host).",
+        ),
     ) -> None:
         """Serve the sandbox interface over HTTP so rollouts on other machines can use it."""
         import secrets
@@ -78,6 +84,8 @@ def register(app: typer.Typer) -> None:
                 "max_sandboxes": max_sandboxes,
                 "idle_ttl_s": idle_ttl_s,
                 "lease_s": lease_s,
+                "max_wheelhouse_mb": max_wheelhouse_mb,
+                "allow_build": allow_build,
             },
             source="env-server options",
         )

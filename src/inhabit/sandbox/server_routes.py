@@ -24,6 +24,7 @@ from inhabit.sandbox.base import SandboxLimits
 from inhabit.sandbox.server import EnvServerConfig, Lifecycle, check_workspace_path, parse_limits
 from inhabit.sandbox.server_registry import DirectoryNotFound, SandboxRegistry
 from inhabit.sandbox.server_upload import unpack_tarball
+from inhabit.sandbox.server_wheels import store_wheelhouse, wheelhouse_path
 from inhabit.sandbox.server_wire import (
     API_PREFIX,
     CLIENT_HEADER,
@@ -37,6 +38,7 @@ from inhabit.sandbox.server_wire import (
     RestoreRequest,
     SandboxOut,
     SnapshotOut,
+    WheelhouseOut,
 )
 
 _MB = 1024 * 1024
@@ -89,6 +91,12 @@ def _env_path(config: EnvServerConfig, env_id: str | None) -> Path | None:
     return path
 
 
+def _wheelhouses(config: EnvServerConfig) -> Path:
+    from inhabit.envs.lock import cache_dir
+
+    return config.wheelhouses or cache_dir() / "wheelhouses"
+
+
 class EnvironmentNotFound(SandboxNotFound):
     """A create named an environment the server's store does not hold."""
 
@@ -129,17 +137,47 @@ def add_routes(
     @r.post("/environments")
     async def environment(req: EnvironmentIn) -> EnvironmentOut:
         """Build (or find) a task environment from its lock in this server's store: a remote
-        sandbox mounts it as a local one does. Registry or $INHABIT_WHEELHOUSE of the server."""
+        sandbox mounts it as a local one does. From the wheelhouse the request names (uploaded
+        to /wheelhouses), else the registry or the server's $INHABIT_WHEELHOUSE; wheels only
+        unless the operator started the server with --allow-build."""
         from inhabit.envs.task_env import wheelhouse_from_env
+
+        wheels = (
+            wheelhouse_path(_wheelhouses(config), req.wheelhouse) if req.wheelhouse else wheelhouse_from_env()
+        )
 
         def build():  # type: ignore[no-untyped-def]
             with tempfile.TemporaryDirectory(prefix="env-lock-", dir=registry_of().spool) as tmp:
                 lock = Path(tmp) / "requirements.lock"
                 lock.write_text(req.lock)
-                return _env_store(config).ensure(req.id, lock, req.python, wheelhouse=wheelhouse_from_env())
+                return _env_store(config).ensure(
+                    req.id, lock, req.python, wheelhouse=wheels, allow_build=config.allow_build
+                )
 
         built = await asyncio.to_thread(build)
         return EnvironmentOut(id=built.env_id, reused=built.reused, install_s=round(built.install_s, 3))
+
+    @r.post("/wheelhouses", status_code=201)
+    async def wheelhouse(request: Request) -> WheelhouseOut:
+        """Store the wheels of a tar body (content-addressed; see server_wheels) for environments."""
+        cap = int(config.max_wheelhouse_mb * _MB)
+        async with upload_slots:
+            workdir = Path(tempfile.mkdtemp(prefix="wheels-", dir=registry_of().spool))
+            try:
+                archive = workdir / "wheels.tar"
+                with archive.open("wb") as f:  # the guard middleware caps the body while it streams
+                    async for chunk in request.stream():
+                        f.write(chunk)
+                wid, names = await asyncio.to_thread(
+                    store_wheelhouse,
+                    archive,
+                    _wheelhouses(config),
+                    max_bytes=cap,
+                    max_files=config.max_upload_files,
+                )
+            finally:
+                shutil.rmtree(workdir, ignore_errors=True)
+        return WheelhouseOut(id=wid, wheels=names)
 
     @r.post("/sandboxes", status_code=201)
     async def create(req: CreateRequest, request: Request) -> SandboxOut:

@@ -3,7 +3,7 @@
 Every route lives under `/v1` and needs `Authorization: Bearer <token>`. JSON bodies are these
 pydantic models; file contents travel as raw bytes (`application/octet-stream` bodies for
 PUT/GET of `/v1/sandboxes/{id}/files?path=...`), exec's optional stdin as base64 in JSON, and a
-workspace upload as a raw tar (optionally gzip-compressed) body. Errors are JSON
+workspace upload and a wheelhouse upload as a raw tar (optionally gzip-compressed) body. Errors are JSON
 `{"detail": "<what went wrong and what to do>", "code": "<one of ERROR_CODES>"}`.
 
 This module protects nothing; it only fixes the shapes that cross the wire.
@@ -15,6 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from inhabit.envs.lock import ENV_ID_PATTERN as _ENV_ID
 from inhabit.sandbox.base import SandboxLimits
 
 API_PREFIX = "/v1"
@@ -47,15 +48,22 @@ class _Wire(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-_ENV_ID = r"^sha256:[0-9a-f]{64}$"
-
-
 class EnvironmentIn(_Wire):
     """A task environment for the server to build (or find) in its own store, from its lock."""
 
     id: str = Field(pattern=_ENV_ID, description="The environment id: digest of python + lock.")
     python: str = Field(pattern=r"^3\.\d{1,2}$", description="Python version the lock was made for.")
     lock: str = Field(max_length=4_000_000, description="The lock file's text (pins with hashes).")
+    wheelhouse: str | None = Field(
+        None, pattern=_ENV_ID, description="Install from this uploaded wheelhouse (POST /wheelhouses) only."
+    )
+
+
+class WheelhouseOut(_Wire):
+    """An uploaded wheelhouse: its content address (name it in EnvironmentIn) and its wheels."""
+
+    id: str
+    wheels: list[str]
 
 
 class EnvironmentOut(_Wire):

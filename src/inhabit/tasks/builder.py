@@ -340,6 +340,7 @@ async def build_tasks(
     concurrency: int = 2,
     progress: bool = True,
     wheelhouse: str | Path | None = None,
+    allow_build: bool = False,
 ) -> BuildReport:
     """Build tasks from the project at `src` into `out` (see the module docstring). Resumes when
     `out` holds the state of an earlier build of the same input with the same settings."""
@@ -366,7 +367,7 @@ async def build_tasks(
         )
     command = config.command or default_command(source, plugins=config.plugins)
     report = BuildReport(out=str(out), project=prefix)
-    env_lock, built = await _environment(config, source, work, wheelhouse)
+    env_lock, built = await _environment(config, source, work, wheelhouse, allow_build)
     if built is not None:
         report.env_id, report.env_install_s, report.env_reused = (
             built.env_id,
@@ -469,9 +470,10 @@ async def build_tasks(
 
 
 async def _environment(
-    config: BuildConfig, source: Path, work: Path, wheelhouse: str | Path | None
+    config: BuildConfig, source: Path, work: Path, wheelhouse: str | Path | None, allow_build: bool
 ) -> tuple[str | None, BuiltEnv | None]:
-    """The build's lock text and built environment (None, None: the project declares nothing)."""
+    """The build's lock text and built environment (None, None: the project declares nothing);
+    from wheels only unless `allow_build` (inhabit.envs.lock says why)."""
     if config.env == "none":
         return None, None
     path = work / "environment.lock"
@@ -481,10 +483,15 @@ async def _environment(
         )
         if not reqs:
             return None, None
-        path.write_text(await asyncio.to_thread(lock_requirements, reqs, wheelhouse=wheelhouse))
+        text = await asyncio.to_thread(
+            lock_requirements, reqs, wheelhouse=wheelhouse, allow_build=allow_build
+        )
+        path.write_text(text)
     text = path.read_text()
     eid = env_id(own_python(), text.encode())
-    built = await asyncio.to_thread(EnvStore().ensure, eid, path, wheelhouse=wheelhouse)
+    built = await asyncio.to_thread(
+        EnvStore().ensure, eid, path, wheelhouse=wheelhouse, allow_build=allow_build
+    )
     return text, built
 
 

@@ -54,6 +54,9 @@ def build(
     wheelhouse: Path | None = typer.Option(
         None, "--wheelhouse", help="Resolve and install offline from these wheels."
     ),
+    allow_build: bool = typer.Option(
+        False, "--allow-build", help="Build packages that have no wheel (runs their build code here)."
+    ),
 ) -> None:
     """Synthesize bug-fix tasks by mutating a project's code; resumes an interrupted build in --out."""
     import asyncio
@@ -78,7 +81,13 @@ def build(
         provider = _provider(backend)
         try:
             return await build_tasks(
-                source, out, provider, config, concurrency=concurrency, wheelhouse=wheelhouse
+                source,
+                out,
+                provider,
+                config,
+                concurrency=concurrency,
+                wheelhouse=wheelhouse,
+                allow_build=allow_build,
             )
         finally:
             await provider.close()

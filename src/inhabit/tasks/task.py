@@ -23,6 +23,7 @@ from typing import Any
 from pydantic import ConfigDict, Field, ValidationError, field_validator
 
 from inhabit.config import Config, read_toml
+from inhabit.envs.lock import ENV_ID_PATTERN
 from inhabit.errors import ConfigError, TaskFormatError
 from inhabit.sandbox.base import SandboxLimits
 
@@ -126,7 +127,7 @@ class EnvironmentSpec(Config):
         "environment/requirements.lock",
         description="The lock file (exact pins, hashes), relative to the task.",
     )
-    id: str = Field(pattern=r"^sha256:[0-9a-f]{64}$", description="Digest of python + lock: the store's key.")
+    id: str = Field(pattern=ENV_ID_PATTERN, description="Digest of python + lock: the store's key.")
 
     @field_validator("lock")
     @classmethod

@@ -64,3 +64,52 @@ def test_a_venv_of_another_python_is_not_mounted_and_the_line_says_why(tmp_path)
     (repo / ".venv" / "pyvenv.cfg").write_text("home = /usr/bin\nversion = 3.8.18\n")
     path, line = repo_environment(repo, "repo")
     assert path is None and "the repository's .venv is Python 3.8; sandboxes run 3." in line
+
+
+_EDITABLE_BACKEND = """import os, zipfile
+_META = "Metadata-Version: 2.1\\nName: edq\\nVersion: 0.1\\n"
+_WHEEL = "Wheel-Version: 1.0\\nGenerator: test\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n"
+def build_editable(wheel_directory, config_settings=None, metadata_directory=None):
+    name = "edq-0.1-py3-none-any.whl"
+    with zipfile.ZipFile(os.path.join(wheel_directory, name), "w") as z:
+        z.writestr("_edq.pth", os.path.abspath("src") + "\\n")  # as hatchling and uv_build write it
+        z.writestr("edq-0.1.dist-info/METADATA", _META)
+        z.writestr("edq-0.1.dist-info/WHEEL", _WHEEL)
+        z.writestr("edq-0.1.dist-info/RECORD", "")
+    return name
+"""
+
+
+def _editable_repo(root):
+    """A src-layout project whose .venv (made by uv) has it installed editable, as `uv sync` does."""
+    (root / "src" / "edq").mkdir(parents=True)
+    (root / "src" / "edq" / "__init__.py").write_text('WHERE = "original"\n')
+    (root / "backend.py").write_text(_EDITABLE_BACKEND)
+    (root / "pyproject.toml").write_text(
+        '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n\n'
+        '[project]\nname = "edq"\nversion = "0.1"\n'
+    )
+    uv = uv_binary()
+    subprocess.run([uv, "venv", "-q", str(root / ".venv")], check=True)
+    subprocess.run(
+        [uv, "pip", "install", "-q", "--python", str(root / ".venv" / "bin" / "python"), "--no-index", "-e", str(root)],
+        check=True,
+    )  # fmt: skip
+    return root
+
+
+def test_a_venv_with_the_project_installed_editable_is_named_in_the_line(tmp_path):
+    repo = _editable_repo(tmp_path / "repo")
+    path, line = repo_environment(repo, "repo")
+    assert path == (repo / ".venv").resolve()
+    assert line.startswith(
+        "environment: the repository's .venv (read-only); note: it has edq installed editable"
+    )
+    assert (
+        str((repo / "src").resolve()) not in line and f"from {repo.resolve()} (the original checkout)" in line
+    )
+    assert "\n" not in line
+    other = _editable_repo(tmp_path / "other")  # an editable install of a project elsewhere: not ours
+    (repo / ".venv").rename(tmp_path / "kept")
+    (other / ".venv").rename(repo / ".venv")
+    assert repo_environment(repo, "repo")[1] == "environment: the repository's .venv (read-only)"

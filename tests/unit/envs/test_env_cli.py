@@ -65,3 +65,23 @@ def test_task_check_builds_a_missing_environment_from_a_wheelhouse(
     assert report["valid"] and any(
         n.startswith("environment sha256:") and "(built)" in n for n in report["notes"]
     )
+
+
+def test_a_package_without_a_wheel_is_one_line_and_allow_build_opts_in(dep_task, tmp_path, capsys):
+    from env_fixtures import write_sdist
+
+    root = dep_task(with_env=False)
+    (root / "workspace" / "pyproject.toml").write_text('[project]\nname = "q"\ndependencies = ["sdonly"]\n')
+    mark = tmp_path / "build-ran"
+    sdists = write_sdist(tmp_path / "sdists", mark).parent
+    code, _, err = _run(capsys, "env", "lock", str(root), "--wheelhouse", str(sdists))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert err.startswith("error: sdonly (required by pyproject.toml [project] dependencies) has no wheel")
+    assert not mark.exists()
+    code, _, err = _run(capsys, "env", "lock", str(root), "--wheelhouse", str(sdists), "--allow-build")
+    assert code == 0 and mark.exists(), err
+    mark.unlink()
+    code, out, err = _run(capsys, "env", "build", str(root), "--wheelhouse", str(sdists))
+    assert code == 1 and "has no wheel" in err and not mark.exists()
+    code, out, err = _run(capsys, "env", "build", str(root), "--wheelhouse", str(sdists), "--allow-build")
+    assert code == 0 and " built in " in out and mark.exists(), err

@@ -130,3 +130,25 @@ def test_a_lock_edited_after_its_id_was_written_is_refused(dep_task):
     lock.write_text(lock.read_text() + "# edited\n")
     with pytest.raises(TaskFormatError, match="id does not match"):
         load_task(root)
+
+
+@needs_bwrap
+async def test_a_sandbox_made_after_prune_and_rebuild_sees_the_rebuilt_environment(dep_task, tmp_path):
+    # One provider outlives a prune and a rebuild of the same id (same path, new tree): its next
+    # sandbox must mount the new tree, not a view of the removed one.
+    task = load_task(dep_task())
+    store = EnvStore(tmp_path / "store")
+    provider = create_provider(SandboxConfig(backend="bwrap"))
+    check = "python -c 'import tinydep; print(tinydep.double(2))'"
+    try:
+        built = await task_environment(task, store=store)
+        async with await provider.create(task.workspace_dir, env=built.path) as sb:
+            assert (await sb.exec(check)).stdout.strip() == "4"
+        assert store.prune() == [task.environment.id]
+        rebuilt = await task_environment(task, store=store)
+        assert rebuilt.path == built.path and not rebuilt.reused
+        async with await provider.create(task.workspace_dir, env=rebuilt.path) as sb:
+            res = await sb.exec(check)
+            assert res.stdout.strip() == "4", res
+    finally:
+        await provider.close()
