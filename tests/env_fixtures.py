@@ -16,7 +16,17 @@ import pytest
 
 from inhabit.envs.wheels import write_wheel
 
-__all__ = ["CODE", "FIXED", "PYPROJECT", "TESTS", "TINYDEP", "dep_task", "env_cache", "wheelhouse", "write_sdist"]
+__all__ = [
+    "CODE",
+    "FIXED",
+    "PYPROJECT",
+    "TESTS",
+    "TINYDEP",
+    "dep_task",
+    "env_cache",
+    "wheelhouse",
+    "write_sdist",
+]
 
 TINYDEP = {
     "tinydep/__init__.py": '"""A third-party package the fixture project needs."""\n\n\ndef double(x):\n    return 2 * x\n'
