@@ -117,6 +117,28 @@ def env_cache(_session_cache, monkeypatch) -> Path:
     return _session_cache
 
 
+def write_quad_task(root: Path) -> Path:
+    """The fixture project as a task directory (no [environment] yet), with its reference fix."""
+    import difflib
+
+    from inhabit.tasks.build import write_task
+
+    root = write_task(
+        root,
+        id="quad-001",
+        instruction="tests/test_quad.py::test_quadruple fails. Fix quad.py.",
+        workspace={"quad.py": CODE, "tests/test_quad.py": TESTS, "pyproject.toml": PYPROJECT},
+        fail_to_pass=["tests/test_quad.py::test_quadruple"],
+        pass_to_pass=["tests/test_quad.py::test_dep"],
+        command="PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 python -m pytest -q -p no:cacheprovider",
+    )
+    diff = difflib.unified_diff(
+        CODE.splitlines(keepends=True), FIXED.splitlines(keepends=True), "a/quad.py", "b/quad.py"
+    )
+    (root / "reference.patch").write_text("".join(diff))
+    return root
+
+
 @pytest.fixture
 def dep_task(tmp_path, env_cache, wheelhouse, monkeypatch):
     """write(with_env=True) -> a task directory whose tests import tinydep (locked offline; its
@@ -125,24 +147,9 @@ def dep_task(tmp_path, env_cache, wheelhouse, monkeypatch):
     from inhabit.envs.lock import lock_requirements
     from inhabit.envs.requirements import project_requirements
     from inhabit.envs.task_env import write_environment
-    from inhabit.tasks.build import write_task
 
     def write(with_env: bool = True, name: str = "t") -> Path:
-        root = write_task(
-            tmp_path / name,
-            id="quad-001",
-            instruction="tests/test_quad.py::test_quadruple fails. Fix quad.py.",
-            workspace={"quad.py": CODE, "tests/test_quad.py": TESTS, "pyproject.toml": PYPROJECT},
-            fail_to_pass=["tests/test_quad.py::test_quadruple"],
-            pass_to_pass=["tests/test_quad.py::test_dep"],
-            command="PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 python -m pytest -q -p no:cacheprovider",
-        )
-        import difflib
-
-        diff = difflib.unified_diff(
-            CODE.splitlines(keepends=True), FIXED.splitlines(keepends=True), "a/quad.py", "b/quad.py"
-        )
-        (root / "reference.patch").write_text("".join(diff))
+        root = write_quad_task(tmp_path / name)
         if with_env:
             reqs = project_requirements(root / "workspace")
             write_environment(root, lock_requirements(reqs, wheelhouse=wheelhouse))

@@ -14,7 +14,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from env_fixtures import CODE, PYPROJECT, TESTS, TINYDEP  # noqa: E402
+from env_fixtures import TINYDEP, write_quad_task  # noqa: E402
 from inhabit.envs.wheels import write_wheel  # noqa: E402
 
 pytestmark = pytest.mark.ray
@@ -38,7 +38,6 @@ def setup(tmp_path_factory):
     from inhabit.orchestrator.config import RunConfig
     from inhabit.orchestrator.quickstart.bootstrap import quickstart_tokenizer
     from inhabit.placement.cluster import RayPlacement, runtime_env
-    from inhabit.tasks.build import write_task
 
     root = tmp_path_factory.mktemp("rayenv")
     wheels = root / "wheels"
@@ -48,15 +47,7 @@ def setup(tmp_path_factory):
     saved = {k: os.environ.get(k) for k in ("INHABIT_CACHE_DIR", "INHABIT_WHEELHOUSE")}
     os.environ["INHABIT_CACHE_DIR"] = str(root / "cache")
     os.environ["INHABIT_WHEELHOUSE"] = str(wheels)
-    task_dir = write_task(
-        root / "tasks" / "quad",
-        id="quad-001",
-        instruction="tests/test_quad.py::test_quadruple fails. Fix quad.py.",
-        workspace={"quad.py": CODE, "tests/test_quad.py": TESTS, "pyproject.toml": PYPROJECT},
-        fail_to_pass=["tests/test_quad.py::test_quadruple"],
-        pass_to_pass=["tests/test_quad.py::test_dep"],
-        command="PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 python -m pytest -q -p no:cacheprovider",
-    )
+    task_dir = write_quad_task(root / "tasks" / "quad")
     write_environment(
         task_dir, lock_requirements(project_requirements(task_dir / "workspace"), wheelhouse=wheels)
     )

@@ -520,24 +520,6 @@ UNITTEST_CALC = "import unittest\n\nfrom calc import add, sub\n\n\nclass TestCal
 UNITTEST_HIDDEN = "import unittest\n\nfrom calc import add\n\n\nclass TestHidden(unittest.TestCase):\n    def test_add_neg(self):\n        self.assertEqual(add(-2, -3), -5)\n"  # fmt: skip
 
 
-async def test_patched_unittest_assertions_earn_nothing(make_task, sandbox_provider):
-    # unittest's own assertions are runner code as much as pytest's: a TestCase-style suite whose
-    # assertEqual the code under test replaced with a no-op must not pay. (A relaxation of the
-    # item check that let TestCase items through once made exactly this earn 1.)
-    task = make_task(
-        workspace={"calc.py": CALC_BUGGY, "tests/test_calc.py": UNITTEST_CALC},
-        hidden={"tests/test_hidden.py": UNITTEST_HIDDEN},
-        fail_to_pass=[
-            "tests/test_calc.py::TestCalc::test_add",
-            "tests/test_hidden.py::TestHidden::test_add_neg",
-        ],
-        pass_to_pass=["tests/test_calc.py::TestCalc::test_sub"],
-    )
-    cheat = "import unittest\n\nunittest.TestCase.assertEqual = lambda self, first, second, msg=None: None\n"
-    result = await _grade_after(task, sandbox_provider, {"calc.py": CALC_BUGGY + "\n\n" + cheat})
-    assert result.reward == 0.0, (result.flags, result.outcomes)
-
-
 def _unittest_task(make_task):
     return make_task(
         workspace={"calc.py": CALC_BUGGY, "tests/test_calc.py": UNITTEST_CALC},
@@ -548,6 +530,16 @@ def _unittest_task(make_task):
         ],
         pass_to_pass=["tests/test_calc.py::TestCalc::test_sub"],
     )
+
+
+async def test_patched_unittest_assertions_earn_nothing(make_task, sandbox_provider):
+    # unittest's own assertions are runner code as much as pytest's: a TestCase-style suite whose
+    # assertEqual the code under test replaced with a no-op must not pay. (A relaxation of the
+    # item check that let TestCase items through once made exactly this earn 1.)
+    task = _unittest_task(make_task)
+    cheat = "import unittest\n\nunittest.TestCase.assertEqual = lambda self, first, second, msg=None: None\n"
+    result = await _grade_after(task, sandbox_provider, {"calc.py": CALC_BUGGY + "\n\n" + cheat})
+    assert result.reward == 0.0, (result.flags, result.outcomes)
 
 
 async def test_unittest_style_fix_earns_one(make_task, sandbox_provider):
