@@ -429,7 +429,7 @@ class _Guard:
             return
         self.note("patched", f"{label}.{key} changed ({where})")
 
-    def compare(self, where, label, now, attrs, code_only, rebase):
+    def compare(self, where, label, now, attrs, code_only, rebase, module=False):
         # An installed plugin's own state (a current runner, a cache) changes as it works; what
         # it calls must not, so only callables and classes are compared there.
         if len(now) == len(attrs) and all(now.get(k, attrs) is v for k, v in attrs.items()):
@@ -438,12 +438,37 @@ class _Guard:
             old, new = attrs.get(k, attrs), now.get(k, now)
             if new is old or k in _VOLATILE or (code_only and not (callable(old) or callable(new))):
                 continue
+            if module and (old is attrs or old is None) and self.lazy_class(label, new):
+                continue
             self.changed(where, label, k, now.get(k), rebase)
+
+    def lazy_class(self, module_name, value):
+        """Whether `value`, newly set on the runner module `module_name` where nothing (or None)
+        was, is a class the runner made itself: pytest's doctest plugin creates its runner and
+        checker classes on first use (`_pytest.doctest.RUNNER_CLASS`), unittest imports
+        `IsolatedAsyncioTestCase` on first access. Such a class's own functions all come from the
+        file of that module or of one of its submodules; code with such a file name cannot be
+        made by the code under test without raising `forged` (compile, code.__new__)."""
+        if not isinstance(value, type):
+            return False
+        home = sys.modules.get(value.__module__)
+        if home is None or not (
+            value.__module__ == module_name or value.__module__.startswith(module_name + ".")
+        ):
+            return False
+        if value.__module__ != module_name and getattr(home, value.__name__, None) is not value:
+            return False  # a submodule's class is taken only as that submodule's own export
+        path = getattr(home, "__file__", None)
+        codes = [_code_of(getattr(f, "__func__", f)) for f in vars(value).values()]
+        codes = [c for c in codes if c is not None]
+        return bool(path and codes) and all(
+            os.path.realpath(c.co_filename) == os.path.realpath(path) for c in codes
+        )
 
     def _verify(self, where, item, rebase=False):
         self.snapshot()  # runner modules pytest imported since (taken as they are now)
         for name, (mod, attrs) in self.modules.items():
-            self.compare(where, name, vars(mod), attrs, self.code_only(name), rebase)
+            self.compare(where, name, vars(mod), attrs, self.code_only(name), rebase, module=True)
         for cls, attrs in self.classes.items():
             label = f"{cls.__module__}.{cls.__qualname__}"
             self.compare(where, label, vars(cls), attrs, self.code_only(cls.__module__), rebase)

@@ -117,3 +117,42 @@ async def test_timeout(make_task, sandbox_provider):
         result = await run_tests(sandbox, task.grading.command, timeout_s=2)
         assert result.timed_out and result.integrity == "missing"
         assert "timed out" in result.summary
+
+
+DOCTESTED = (
+    '"""Doubles."""\n\n\ndef double(x):\n    """\n    >>> double(2)\n    4\n    """\n    return 2 * x\n'
+)
+ASYNC_PEEK = "import unittest\n\n\ndef test_peek():\n    assert unittest.IsolatedAsyncioTestCase.__name__ == 'IsolatedAsyncioTestCase'\n"
+
+
+async def test_classes_the_runner_makes_on_first_use_are_not_tampering(make_task, sandbox_provider):
+    # pytest's doctest plugin sets _pytest.doctest.RUNNER_CLASS / CHECKER_CLASS when it first runs
+    # a doctest, and unittest imports IsolatedAsyncioTestCase on first access: runner code filling
+    # its own empty globals, after the snapshot was taken.
+    task = make_task(workspace={"dbl.py": DOCTESTED, "tests/test_peek.py": ASYNC_PEEK})
+    async with await sandbox_provider.create(task.workspace_dir) as sandbox:
+        result = await run_tests(sandbox, task.grading.command + " --doctest-modules", timeout_s=60)
+        assert result.outcomes == {"dbl.py::dbl.double": "passed", "tests/test_peek.py::test_peek": "passed"}
+        assert result.tampering == ()
+
+
+async def test_a_runner_class_the_code_under_test_puts_in_an_empty_global_is_tampering(
+    make_task, sandbox_provider
+):
+    # Before pytest makes its doctest runner, code under test puts its own there: a stdlib
+    # DocTestRunner, which prints failures instead of recording them, so every doctest passes.
+    cheat = (
+        "import doctest\n\nimport _pytest.doctest\n\n\n"
+        "class PytestDoctestRunner(doctest.DocTestRunner):\n"
+        "    def __init__(self, checker=None, verbose=None, optionflags=0, continue_on_failure=True):\n"
+        "        super().__init__(checker=checker, verbose=verbose, optionflags=optionflags)\n\n\n"
+        "PytestDoctestRunner.__module__ = '_pytest.doctest'\n"
+        "_pytest.doctest.RUNNER_CLASS = PytestDoctestRunner\n"
+    )
+    wrong = DOCTESTED.replace("return 2 * x", "return 3 * x")
+    task = make_task(
+        workspace={"dbl.py": wrong, "tests/test_cheat.py": "import cheat  # noqa\n", "cheat.py": cheat}
+    )
+    async with await sandbox_provider.create(task.workspace_dir) as sandbox:
+        result = await run_tests(sandbox, task.grading.command + " --doctest-modules", timeout_s=60)
+        assert any("RUNNER_CLASS" in event for event in result.tampering), result.tampering
