@@ -259,7 +259,7 @@ def report(rows: list[dict], swaps: list[dict]) -> dict:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(width=160)
+    console = Console(width=190)
     table = Table(title="weight deltas: inhabit codec vs XOR + zstd-3 (anchor)", show_lines=False)
     for col in (
         "lr",

@@ -71,10 +71,18 @@ def _escapes(index: np.ndarray, values: np.ndarray) -> bytes:
     return pairs.tobytes()
 
 
-def _read_escapes(data: bytes) -> tuple[np.ndarray, np.ndarray]:
-    blob.require(len(data) % 16 == 0, "sparse escape stream is torn")
+def _read_escapes(data: bytes, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(indices as int64, values) of an escape stream, its indices checked: strictly increasing
+    and below k (what lets a decoder find the escapes of a block by binary search)."""
+    blob.require(len(data) % 16 == 0, "sparse escapes are torn, out of order or out of range")
     pairs = np.frombuffer(data, dtype="<u8").reshape(-1, 2)
-    return pairs[:, 0].astype(np.int64), pairs[:, 1]
+    index = pairs[:, 0].astype(np.int64)
+    if index.size:
+        blob.require(
+            int(index[0]) >= 0 and int(index[-1]) < k and bool((index[1:] > index[:-1]).all()),
+            "sparse escapes are torn, out of order or out of range",
+        )
+    return index, pairs[:, 1]
 
 
 def _thresholds(key: np.ndarray, buckets: int, info: DtypeInfo) -> list[int]:
@@ -148,7 +156,7 @@ def apply(b: blob.Blob, target: np.ndarray, info: DtypeInfo, *, compiled: bool |
     Returns what undoing the update takes (`revert`). Raises CorruptBlob (leaving `target` as it
     was) if the streams are inconsistent. `compiled` picks the compiled loop (True), numpy
     (False) or the compiled loop where it is built and `target` suits it (None); both write the
-    same bits.
+    same bits and refuse the same escape streams.
     """
     blob.require(len(b.meta) >= _META.size, "sparse meta is truncated")
     k, n_buckets = _META.unpack_from(b.meta, 0)
@@ -156,20 +164,11 @@ def apply(b: blob.Blob, target: np.ndarray, info: DtypeInfo, *, compiled: bool |
     blob.require(len(b.streams) == n_buckets + 3, "sparse blob has the wrong number of streams")
     blob.require(n_buckets == 1 or info.mantissa_bits is not None, "bucketed values on an integer dtype")
     thresholds = struct.unpack_from(f"<{n_buckets - 1}H", b.meta, _META.size)
-    g8 = np.frombuffer(b.streams[0], dtype=np.uint8)
-    gap_idx, gap_val = _read_escapes(b.streams[1])
-    parts = [np.frombuffer(s, dtype=np.int8) for s in b.streams[2 : 2 + n_buckets]]
-    val_idx, val_val = _read_escapes(b.streams[-1])
-    blob.require(g8.size == k and sum(p.size for p in parts) == k, "sparse streams have the wrong length")
-    # Escapes are few: checking them once here is what lets both decoders trust the positions
-    # they build (strictly increasing, so checking the ends of a block bounds all of it).
-    _require_index(gap_idx, k, "gap")
-    _require_index(val_idx, k, "value")
-    gap_val = gap_val.astype(np.int64)
-    blob.require(bool(np.all((gap_val >= 1) & (gap_val <= target.size))), "sparse gap escape is out of range")
-    # Thresholds on the exponent, as the magnitude bits they start at (see `_bucket_ids`).
-    cuts = [int(t) << (info.mantissa_bits or 0) for t in thresholds]
-    undo = Undo(k, g8, gap_idx, gap_val, np.empty(k, dtype=info.uint))
+    parts = b.streams[2 : 2 + n_buckets]
+    blob.require(
+        len(b.streams[0]) == k and sum(len(p) for p in parts) == k, "sparse streams have the wrong length"
+    )
+    undo = Undo(k, b.streams[0], b.streams[1], target.size, np.empty(k, dtype=info.uint))
     suitable = bool(target.flags.c_contiguous and target.flags.writeable)
     if compiled is None:
         compiled = _kernel is not None and suitable
@@ -178,18 +177,28 @@ def apply(b: blob.Blob, target: np.ndarray, info: DtypeInfo, *, compiled: bool |
             raise WeightsError("the compiled sparse decoder is not built (see _sparse_kernel.c)")
         if not suitable:
             raise WeightsError("the compiled sparse decoder needs a contiguous, writable target")
-        vals = np.ascontiguousarray(val_val)
+        # Thresholds on the exponent, as the magnitude bits they start at (see `_bucket_ids`).
+        cuts = tuple(int(t) << (info.mantissa_bits or 0) for t in thresholds)
+        # The streams go in as stored: the loop reads the escape pairs itself, so a delta costs
+        # no numpy arrays besides the old values.
         done, err = _kernel.apply(
-            target, undo.old, g8, gap_idx, gap_val, tuple(parts), tuple(cuts), val_idx, vals, info.itemsize
+            target, undo.old, b.streams[0], b.streams[1], tuple(parts), cuts, b.streams[-1], info.itemsize
         )
         undo.done = done
         if err:
             revert(target, undo)
             raise blob.CorruptBlob(_KERNEL_ERRORS.get(err, f"sparse decoder error {err}"))
         return undo
+    val_idx, val_val = _read_escapes(b.streams[-1], k)
     try:
         _apply_numpy(
-            target, undo, parts, list(thresholds), val_idx, val_val.astype(info.uint).view(info.sint), info
+            target,
+            undo,
+            [np.frombuffer(p, dtype=np.int8) for p in parts],
+            list(thresholds),
+            val_idx,
+            val_val.astype(info.uint).view(info.sint),
+            info,
         )
     except IndexError:
         revert(target, undo)
@@ -206,6 +215,7 @@ _KERNEL_ERRORS = {
     3: "sparse value bucket is short",
     4: "sparse value is escaped where no value escape is",
     5: "sparse escapes are left over",
+    6: "sparse escapes are torn, out of order or out of range",
 }
 
 
@@ -229,7 +239,7 @@ def _apply_numpy(
     v_lo = np.searchsorted(val_idx, np.arange(0, undo.k, CHUNK))
     v_hi = np.append(v_lo[1:], val_idx.size)
     used_part = [0] * n_buckets
-    for ci, pos in enumerate(undo.blocks(pos_buf, target.size)):
+    for ci, pos in enumerate(undo.blocks(pos_buf)):
         c0 = ci * CHUNK
         c1 = c0 + pos.size
         old = undo.old[c0:c1]
@@ -259,49 +269,47 @@ def _apply_numpy(
         undo.done = c1
 
 
-def _require_index(index: np.ndarray, k: int, what: str) -> None:
-    if index.size:
-        blob.require(
-            int(index[0]) >= 0 and int(index[-1]) < k and bool(np.all(index[1:] > index[:-1])),
-            f"sparse {what} escapes are out of order or out of range",
-        )
-
-
 class Undo:
     """What `revert` needs: the old values of the changed elements, and how to find them again.
 
-    Positions are decoded again from the gap stream instead of kept: the decoders then need no
+    Positions are decoded again from the gap streams instead of kept: the decoders then need no
     array of positions per change, for a cost paid only when a delta fails.
     """
 
-    def __init__(
-        self, k: int, g8: np.ndarray, gap_idx: np.ndarray, gap_val: np.ndarray, old: np.ndarray
-    ) -> None:
-        self.k, self.g8, self.gap_idx, self.gap_val, self.old = k, g8, gap_idx, gap_val, old
+    def __init__(self, k: int, g8: bytes, gap_escapes: bytes, size: int, old: np.ndarray) -> None:
+        self.k, self.g8, self.gap_escapes, self.size, self.old = k, g8, gap_escapes, size, old
         self.done = 0
         """Changes written to the target so far (the first `done`)."""
 
-    def blocks(self, buf: np.ndarray, size: int, check: bool = True) -> Iterator[np.ndarray]:
+    def blocks(self, buf: np.ndarray, check: bool = True) -> Iterator[np.ndarray]:
         """Positions of each block of up to CHUNK changes, decoded into `buf` (valid until the next).
 
         `check=False` is for `revert`, which reads only the positions of changes already written
         (the ones after a corrupt gap may be anything)."""
-        g_lo = np.searchsorted(self.gap_idx, np.arange(0, self.k, CHUNK))
-        g_hi = np.append(g_lo[1:], self.gap_idx.size)
+        gap_idx, gap_val = _read_escapes(self.gap_escapes, self.k)
+        gap_val = gap_val.astype(np.int64)
+        # The rules the compiled loop checks too; they make positions strictly increasing, so
+        # the two ends of a block bound all of it.
+        blob.require(
+            gap_val.size == 0 or (int(gap_val.min()) >= 1 and int(gap_val.max()) <= self.size),
+            "sparse escapes are torn, out of order or out of range",
+        )
+        g8 = np.frombuffer(self.g8, dtype=np.uint8)
+        g_lo = np.searchsorted(gap_idx, np.arange(0, self.k, CHUNK))
+        g_hi = np.append(g_lo[1:], gap_idx.size)
         last = -1
         for ci, c0 in enumerate(range(0, self.k, CHUNK)):
             c1 = min(self.k, c0 + CHUNK)
             pos = buf[: c1 - c0]
-            pos[...] = self.g8[c0:c1]
+            pos[...] = g8[c0:c1]
             lo, hi = g_lo[ci], g_hi[ci]
             if hi > lo:
-                pos[self.gap_idx[lo:hi] - c0] = self.gap_val[lo:hi]
+                pos[gap_idx[lo:hi] - c0] = gap_val[lo:hi]  # the escape wins over the gap byte
             pos[0] += last
             np.cumsum(pos, out=pos)
-            # Escaped gaps are >= 1 (checked on parse) and a zero byte outside them only repeats
-            # a position, so positions never decrease and the two ends bound them all.
+            # A zero byte outside the escapes only repeats a position: they never decrease.
             if check:
-                blob.require(int(pos[0]) > last and int(pos[-1]) < size, "sparse positions out of range")
+                blob.require(int(pos[0]) > last and int(pos[-1]) < self.size, "sparse positions out of range")
             last = int(pos[-1])
             yield pos
 
@@ -311,7 +319,7 @@ def revert(target: np.ndarray, undo: Undo) -> None:
     if undo.done == 0:
         return
     buf = np.empty(min(undo.k, CHUNK), dtype=np.int64)
-    for ci, pos in enumerate(undo.blocks(buf, target.size, check=False)):
+    for ci, pos in enumerate(undo.blocks(buf, check=False)):
         c0 = ci * CHUNK
         if c0 >= undo.done:
             break

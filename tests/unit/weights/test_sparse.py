@@ -82,7 +82,9 @@ def _corruptions(b: blob.Blob):
     g8 = bytearray(s[0])
     g8[-1] = 255  # the last position runs past the end
     yield "position past the end", dataclasses.replace(b, streams=[bytes(g8), *s[1:]])
+    yield "torn gap escapes", dataclasses.replace(b, streams=[s[0], s[1][:-3], *s[2:]])
     pairs = np.frombuffer(s[1], dtype="<u8").reshape(-1, 2).copy()
+    yield "gap escapes out of order", dataclasses.replace(b, streams=[s[0], pairs[::-1].tobytes(), *s[2:]])
     pairs[0, 1] = 0  # an escaped gap of 0
     yield "escaped gap of 0", dataclasses.replace(b, streams=[s[0], pairs.tobytes(), *s[2:]])
     pairs[0, 1] = 2**63 + 5  # negative as int64
@@ -99,13 +101,14 @@ def _corruptions(b: blob.Blob):
 @pytest.mark.parametrize("compiled", COMPILED)
 def test_corrupt_streams_are_refused_and_the_target_restored(compiled):
     base, new, _ = _delta("bfloat16", 300_000, 0.1, 5, big_moves=True)
-    # Long runs of unchanged elements, so the gap escape stream is not empty.
+    # Long runs of unchanged elements, so the gap escape stream holds several escapes.
     base[1000:5000] = new[1000:5000]
+    base[20_000:24_000] = new[20_000:24_000]
     pos = np.flatnonzero(new != base)
     info = dtype_info("bfloat16")
     meta, streams = sparse.encode(new, base, pos, info, 3, 3, buckets=2)
     b = blob.unpack(blob.pack(1, new.size, 0, 0, meta, streams))
-    assert len(b.streams[1]) and len(b.streams[-1])
+    assert len(b.streams[1]) >= 32 and len(b.streams[-1])
     for what, bad in _corruptions(b):
         target = base.copy()
         try:
@@ -113,7 +116,10 @@ def test_corrupt_streams_are_refused_and_the_target_restored(compiled):
         except blob.CorruptBlob:
             assert np.array_equal(target, base), f"{what}: target changed by a refused delta"
         else:
-            # Accepted damage writes something else; the codec's checksum refuses it and reverts.
+            # Both decoders check the framing and the escapes before writing; other damage (a
+            # zero gap byte, a stray escape marker) the compiled loop notices on the way, while
+            # numpy writes something else, which the codec's checksum refuses and reverts.
+            assert what in ("zero gap", "stray value escape") and not compiled, what
             assert not np.array_equal(target, new), what
             sparse.revert(target, undo)
             assert np.array_equal(target, base), what
