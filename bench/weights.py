@@ -48,7 +48,7 @@ LINK_BITS_PER_S = 10e9
 GOAL_RATIO_LOW_LR = 1.5
 GOAL_DECODE_SPEEDUP = 3.0
 GOAL_SWAP_S = 0.100
-DECODER = "numpy (the compiled loop is not built)" if sparse._kernel is None else "compiled loop"
+DECODER = "compiled loop" if sparse.COMPILED else "numpy (the compiled loop is not built)"
 
 
 def bf16_state(model: torch.nn.Module) -> dict[str, np.ndarray]:

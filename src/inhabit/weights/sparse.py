@@ -41,6 +41,8 @@ except ImportError:
     _kernel = None
 if sys.byteorder != "little":  # the loop reads the little-endian streams as native integers
     _kernel = None
+COMPILED = _kernel is not None
+"""Whether the compiled loop is built here (what `apply` uses by default)."""
 
 VALUE_ESCAPE = -128
 _META = struct.Struct("<QB")  # k (changed elements), number of value buckets; then u16 thresholds

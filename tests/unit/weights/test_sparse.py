@@ -14,12 +14,12 @@ from inhabit.errors import WeightsError
 from inhabit.weights import blob, codec, sparse
 from inhabit.weights.bits import DTYPES, dtype_info
 
-COMPILED = [
+DECODERS = [
     False,
     pytest.param(
         True,
         marks=pytest.mark.skipif(
-            sparse._kernel is None,
+            not sparse.COMPILED,
             reason="_sparse_kernel is not built here (pip install -e . builds it)",
         ),
     ),
@@ -46,7 +46,7 @@ def _delta(name: str, n: int, fraction: float, seed: int, *, far: bool = False, 
     return base, new, blob.unpack(data)
 
 
-@pytest.mark.parametrize("compiled", COMPILED)
+@pytest.mark.parametrize("compiled", DECODERS)
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     name=st.sampled_from(sorted(DTYPES)),
@@ -98,7 +98,7 @@ def _corruptions(b: blob.Blob):
     yield "value escape out of range", dataclasses.replace(b, streams=[*s[:-1], vals.tobytes()])
 
 
-@pytest.mark.parametrize("compiled", COMPILED)
+@pytest.mark.parametrize("compiled", DECODERS)
 def test_corrupt_streams_are_refused_and_the_target_restored(compiled):
     base, new, _ = _delta("bfloat16", 300_000, 0.1, 5, big_moves=True)
     # Long runs of unchanged elements, so the gap escape stream holds several escapes.
@@ -128,7 +128,7 @@ def test_corrupt_streams_are_refused_and_the_target_restored(compiled):
 def test_compiled_loop_refuses_what_it_cannot_write():
     _, _, b = _delta("float32", 1000, 0.1, 1)
     info = dtype_info("float32")
-    if sparse._kernel is None:
+    if not sparse.COMPILED:
         with pytest.raises(WeightsError, match="not built"):
             sparse.apply(b, np.zeros(1000, dtype=info.uint), info, compiled=True)
     else:
