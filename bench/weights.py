@@ -10,7 +10,9 @@ zstd (level 3); bytes of the anchor (XOR of bit patterns + zstd level 3, per ten
 and SkyRL ship today) and of inhabit's codec; encode and decode MB/s of both (MB of bf16 state
 per second, single thread, best of `--reps` interleaved; decoding applies the update to a copy of the old
 weights in place, and inhabit's decode includes verifying every tensor's xxh3 checksum, which the
-anchor does not do); and whether both reproduce the new weights bit for bit.
+anchor does not do); and whether both reproduce the new weights bit for bit. inhabit decodes sparse
+deltas with its compiled loop (src/inhabit/weights/_sparse_kernel.c) where it is built; its numpy
+decoder is timed in the same rounds (the "numpy" column), against the same anchor.
 
 Then every version goes through the real path (Publisher -> memory:// store -> Subscriber ->
 EmbeddedEngine.load_weights, bf16 engine, a generation running) and the engine's swap pause (the
@@ -38,7 +40,7 @@ import zstandard
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from inhabit.weights import codec
+from inhabit.weights import codec, sparse
 from inhabit.weights.bits import tensor_to_bits
 
 TB = 1e12
@@ -46,6 +48,7 @@ LINK_BITS_PER_S = 10e9
 GOAL_RATIO_LOW_LR = 1.5
 GOAL_DECODE_SPEEDUP = 3.0
 GOAL_SWAP_S = 0.100
+DECODER = "compiled loop" if sparse.COMPILED else "numpy (the compiled loop is not built)"
 
 
 def bf16_state(model: torch.nn.Module) -> dict[str, np.ndarray]:
@@ -99,6 +102,7 @@ def measure_step(new: dict, old: dict, reps: int) -> dict:
 
     work_a: dict = {}
     work_o: dict = {}
+    work_n: dict = {}
 
     def _anchor_dec(work):
         anchor_decode(anchor, work)
@@ -109,13 +113,21 @@ def measure_step(new: dict, old: dict, reps: int) -> dict:
             codec.decode(e.blob, "bfloat16", work[k], inplace=True)
         work_o.update(work)
 
-    # Interleaved (anchor, ours, anchor, ...) so both see the same background load.
-    t_anchor_dec = t_ours_dec = float("inf")
+    def _numpy_dec(work):
+        for k, e in ours.items():
+            codec.decode(e.blob, "bfloat16", work[k], inplace=True, compiled=False)
+        work_n.update(work)
+
+    # Interleaved (anchor, ours, numpy, anchor, ...) so all see the same background load.
+    t_anchor_dec = t_ours_dec = t_numpy_dec = float("inf")
     for _ in range(reps):
         t_anchor_dec = min(t_anchor_dec, best_of(1, _anchor_dec, fresh))
         t_ours_dec = min(t_ours_dec, best_of(1, _ours_dec, fresh))
+        t_numpy_dec = min(t_numpy_dec, best_of(1, _numpy_dec, fresh))
     exact_anchor = all(np.array_equal(work_a[k], new[k]) for k in new)
-    exact_ours = all(np.array_equal(work_o[k], new[k]) for k in new)
+    exact_ours = all(np.array_equal(work_o[k], new[k]) for k in new) and all(
+        np.array_equal(work_n[k], new[k]) for k in new
+    )
     anchor_bytes = sum(len(b) for b in anchor.values())
     ours_bytes = sum(len(e.blob) for e in ours.values())
     encodings: dict[str, int] = {}
@@ -134,7 +146,9 @@ def measure_step(new: dict, old: dict, reps: int) -> dict:
         "ours_encode_mb_s": raw / t_ours_enc / 1e6,
         "anchor_decode_mb_s": raw / t_anchor_dec / 1e6,
         "ours_decode_mb_s": raw / t_ours_dec / 1e6,
+        "numpy_decode_mb_s": raw / t_numpy_dec / 1e6,
         "decode_speedup": t_anchor_dec / t_ours_dec,
+        "numpy_decode_speedup": t_anchor_dec / t_numpy_dec,
         "bit_exact_anchor": exact_anchor,
         "bit_exact_ours": exact_ours,
         "encodings": encodings,
@@ -245,7 +259,7 @@ def report(rows: list[dict], swaps: list[dict]) -> dict:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(width=160)
+    console = Console(width=190)
     table = Table(title="weight deltas: inhabit codec vs XOR + zstd-3 (anchor)", show_lines=False)
     for col in (
         "lr",
@@ -259,8 +273,9 @@ def report(rows: list[dict], swaps: list[dict]) -> dict:
         "inhabit x",
         "vs anchor",
         "enc MB/s a|i",
-        "dec MB/s a|i",
+        "dec MB/s a|i|numpy",
         "dec speedup",
+        "numpy",
         "exact",
     ):
         table.add_column(col, justify="right")
@@ -277,11 +292,16 @@ def report(rows: list[dict], swaps: list[dict]) -> dict:
             f"{r['ours_ratio_vs_raw']:.1f}",
             f"{r['ours_vs_anchor']:.2f}x",
             f"{r['anchor_encode_mb_s']:.0f}|{r['ours_encode_mb_s']:.0f}",
-            f"{r['anchor_decode_mb_s']:.0f}|{r['ours_decode_mb_s']:.0f}",
+            f"{r['anchor_decode_mb_s']:.0f}|{r['ours_decode_mb_s']:.0f}|{r['numpy_decode_mb_s']:.0f}",
             f"{r['decode_speedup']:.2f}x",
+            f"{r['numpy_decode_speedup']:.2f}x",
             "yes" if r["bit_exact_ours"] and r["bit_exact_anchor"] else "NO",
         )
     console.print(table)
+    console.print(
+        f"decode: 1 thread for every decoder; inhabit's sparse decoder: {DECODER} (numpy column: its "
+        "numpy decoder, timed in the same rounds)"
+    )
 
     low = [r for r in rows if r["lr"] == 1e-6]
     high = [r for r in rows if r["lr"] == 1e-5]
@@ -369,6 +389,11 @@ def report(rows: list[dict], swaps: list[dict]) -> dict:
             if high
             else None,
             "median_decode_speedup": statistics.median(speedups) if speedups else None,
+            "median_numpy_decode_speedup": statistics.median(r["numpy_decode_speedup"] for r in rows)
+            if rows
+            else None,
+            "decode_threads": 1,
+            "sparse_decoder": DECODER,
             "max_swap_pause_s_keep": max(pauses) if pauses else None,
             "median_swap_pause_s_keep": statistics.median(pauses) if pauses else None,
             "max_swap_pause_s_recompute": max(pauses_rc) if pauses_rc else None,

@@ -118,12 +118,18 @@ def peek(data: bytes | memoryview) -> tuple[str, int, int]:
 
 
 def decode(
-    data: bytes | memoryview, dtype: str, base: np.ndarray | None = None, *, inplace: bool = False
+    data: bytes | memoryview,
+    dtype: str,
+    base: np.ndarray | None = None,
+    *,
+    inplace: bool = False,
+    compiled: bool | None = None,
 ) -> np.ndarray:
     """Decode a blob to flat bit patterns, verified against its checksum.
 
     With `inplace=True` (deltas only) the result is written into `base` and returned; if the
-    checksum fails, `base` is restored before ChecksumMismatch is raised.
+    checksum fails, `base` is restored before ChecksumMismatch is raised. `compiled` picks the
+    sparse decoder (see `sparse.apply`; None: the compiled loop where it is built).
     """
     info = dtype_info(dtype)
     b = blob.unpack(data)
@@ -140,7 +146,7 @@ def decode(
     if kind == "sparse":
         assert base is not None
         out = base if inplace else base.copy()
-        undo = sparse.apply(b, out, info)
+        undo = sparse.apply(b, out, info, compiled=compiled)
         if checksum(out) != b.checksum:
             if inplace:
                 sparse.revert(out, undo)

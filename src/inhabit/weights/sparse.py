@@ -17,19 +17,32 @@ bits per changed element on that; this encoding spends ~8-10:
   Huffman table: small weights move by more ulps than large ones, and the decoder knows the old
   exponent, so the split costs nothing to transmit but a few thresholds.
 
-All steps are vectorized numpy over the changed elements only, in blocks that stay in cache; the
-decoder touches the base tensor only at the changed positions, so applying a delta in place
-costs O(changes) plus the checksum pass.
+The decoder touches the base tensor only at the changed positions, so applying a delta in place
+costs O(changes) plus the checksum pass. It runs as one compiled loop over the changes
+(`_sparse_kernel.c`, built at install) or, where that is not built, as vectorized numpy over
+blocks of changes that stay in cache; both write the same bits. The encoder is numpy only.
 """
 
 from __future__ import annotations
 
 import struct
+import sys
+from collections.abc import Iterator
 
 import numpy as np
 
+from inhabit.errors import WeightsError
 from inhabit.weights import blob
 from inhabit.weights.bits import DtypeInfo, exponent_key
+
+try:  # the compiled inner loop of `apply` (_sparse_kernel.c); absent where it was not built
+    from inhabit.weights import _sparse_kernel as _kernel
+except ImportError:
+    _kernel = None
+if sys.byteorder != "little":  # the loop reads the little-endian streams as native integers
+    _kernel = None
+COMPILED = _kernel is not None
+"""Whether the compiled loop is built here (what `apply` uses by default)."""
 
 VALUE_ESCAPE = -128
 _META = struct.Struct("<QB")  # k (changed elements), number of value buckets; then u16 thresholds
@@ -60,10 +73,18 @@ def _escapes(index: np.ndarray, values: np.ndarray) -> bytes:
     return pairs.tobytes()
 
 
-def _read_escapes(data: bytes) -> tuple[np.ndarray, np.ndarray]:
-    blob.require(len(data) % 16 == 0, "sparse escape stream is torn")
+def _read_escapes(data: bytes, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(indices as int64, values) of an escape stream, its indices checked: strictly increasing
+    and below k (what lets a decoder find the escapes of a block by binary search)."""
+    blob.require(len(data) % 16 == 0, "sparse escapes are torn, out of order or out of range")
     pairs = np.frombuffer(data, dtype="<u8").reshape(-1, 2)
-    return pairs[:, 0].astype(np.int64), pairs[:, 1]
+    index = pairs[:, 0].astype(np.int64)
+    if index.size:
+        blob.require(
+            int(index[0]) >= 0 and int(index[-1]) < k and bool((index[1:] > index[:-1]).all()),
+            "sparse escapes are torn, out of order or out of range",
+        )
+    return index, pairs[:, 1]
 
 
 def _thresholds(key: np.ndarray, buckets: int, info: DtypeInfo) -> list[int]:
@@ -131,60 +152,56 @@ def encode(
     return meta, streams
 
 
-def apply(b: blob.Blob, target: np.ndarray, info: DtypeInfo) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Write the changes of a parsed sparse blob into `target` in place.
+def apply(b: blob.Blob, target: np.ndarray, info: DtypeInfo, *, compiled: bool | None = None) -> Undo:
+    """Write the changes of a parsed sparse blob into `target` (flat, contiguous) in place.
 
-    Returns (positions, old values) per block, which is what undoing the update takes. Raises
-    CorruptBlob (leaving `target` as it was) if the streams are inconsistent.
+    Returns what undoing the update takes (`revert`). Raises CorruptBlob (leaving `target` as it
+    was) if the streams are inconsistent. `compiled` picks the compiled loop (True), numpy
+    (False) or the compiled loop where it is built and `target` suits it (None); both write the
+    same bits and refuse the same escape streams.
     """
     blob.require(len(b.meta) >= _META.size, "sparse meta is truncated")
     k, n_buckets = _META.unpack_from(b.meta, 0)
     blob.require(len(b.meta) == _META.size + 2 * (n_buckets - 1), "sparse meta has the wrong length")
     blob.require(len(b.streams) == n_buckets + 3, "sparse blob has the wrong number of streams")
     blob.require(n_buckets == 1 or info.mantissa_bits is not None, "bucketed values on an integer dtype")
-    thresholds = list(struct.unpack_from(f"<{n_buckets - 1}H", b.meta, _META.size))
-    g8 = np.frombuffer(b.streams[0], dtype=np.uint8)
-    gap_idx, gap_val = _read_escapes(b.streams[1])
-    parts = [np.frombuffer(s, dtype=np.int8) for s in b.streams[2 : 2 + n_buckets]]
-    val_idx, val_val = _read_escapes(b.streams[-1])
-    blob.require(g8.size == k and sum(p.size for p in parts) == k, "sparse streams have the wrong length")
-
-    undo: list[tuple[np.ndarray, np.ndarray]] = []
-    used_part = [0] * n_buckets
-    last = -1
+    thresholds = struct.unpack_from(f"<{n_buckets - 1}H", b.meta, _META.size)
+    parts = b.streams[2 : 2 + n_buckets]
+    blob.require(
+        len(b.streams[0]) == k and sum(len(p) for p in parts) == k, "sparse streams have the wrong length"
+    )
+    undo = Undo(k, b.streams[0], b.streams[1], target.size, np.empty(k, dtype=info.uint))
+    suitable = bool(target.flags.c_contiguous and target.flags.writeable)
+    if compiled is None:
+        compiled = _kernel is not None and suitable
+    if compiled:
+        if _kernel is None:
+            raise WeightsError("the compiled sparse decoder is not built (see _sparse_kernel.c)")
+        if not suitable:
+            raise WeightsError("the compiled sparse decoder needs a contiguous, writable target")
+        # Thresholds on the exponent, as the magnitude bits they start at (see `_bucket_ids`).
+        cuts = tuple(int(t) << (info.mantissa_bits or 0) for t in thresholds)
+        # The streams go in as stored: the loop reads the escape pairs itself, so a delta costs
+        # no numpy arrays besides the old values.
+        done, err = _kernel.apply(
+            target, undo.old, b.streams[0], b.streams[1], tuple(parts), cuts, b.streams[-1], info.itemsize
+        )
+        undo.done = done
+        if err:
+            revert(target, undo)
+            raise blob.CorruptBlob(_KERNEL_ERRORS.get(err, f"sparse decoder error {err}"))
+        return undo
+    val_idx, val_val = _read_escapes(b.streams[-1], k)
     try:
-        for c0 in range(0, k, CHUNK):
-            c1 = min(k, c0 + CHUNK)
-            gaps = g8[c0:c1].astype(np.int64)
-            lo, hi = np.searchsorted(gap_idx, (c0, c1))
-            if hi > lo:
-                gaps[gap_idx[lo:hi] - c0] = gap_val[lo:hi]
-            gaps[0] += last
-            pos = np.cumsum(gaps)
-            # Intact gaps are >= 1, so positions only grow and checking the ends bounds them all;
-            # corrupt escapes are caught here or by IndexError, anything else by the checksum.
-            blob.require(int(pos[0]) > last and int(pos[-1]) < target.size, "sparse positions out of range")
-            last = int(pos[-1])
-            old = target[pos]
-            if n_buckets > 1:
-                ids = _bucket_ids(old, thresholds, info)
-                d8 = np.empty(pos.size, dtype=np.int8)
-                for bucket in range(n_buckets):
-                    # flatnonzero + integer indexing: boolean-mask assignment with a random mask
-                    # is several times slower (branchy) in numpy.
-                    where = np.flatnonzero(ids == bucket)
-                    u = used_part[bucket]
-                    blob.require(u + where.size <= parts[bucket].size, "sparse value bucket is short")
-                    d8[where] = parts[bucket][u : u + where.size]
-                    used_part[bucket] = u + where.size
-            else:
-                d8 = parts[0][c0:c1]
-            diff = d8.astype(info.sint)  # sign-extends: -1 stays -1 at full width
-            lo, hi = np.searchsorted(val_idx, (c0, c1))
-            if hi > lo:
-                diff[val_idx[lo:hi] - c0] = val_val[lo:hi].astype(info.uint).view(info.sint)
-            target[pos] = old + diff.view(info.uint)  # wrapping add: exact for any bit pattern
-            undo.append((pos, old))
+        _apply_numpy(
+            target,
+            undo,
+            [np.frombuffer(p, dtype=np.int8) for p in parts],
+            list(thresholds),
+            val_idx,
+            val_val.astype(info.uint).view(info.sint),
+            info,
+        )
     except IndexError:
         revert(target, undo)
         raise blob.CorruptBlob("sparse positions or escapes out of range") from None
@@ -194,7 +211,119 @@ def apply(b: blob.Blob, target: np.ndarray, info: DtypeInfo) -> list[tuple[np.nd
     return undo
 
 
-def revert(target: np.ndarray, undo: list[tuple[np.ndarray, np.ndarray]]) -> None:
+_KERNEL_ERRORS = {
+    1: "sparse positions out of range",
+    2: "sparse gap is zero where no gap escape is",
+    3: "sparse value bucket is short",
+    4: "sparse value is escaped where no value escape is",
+    5: "sparse escapes are left over",
+    6: "sparse escapes are torn, out of order or out of range",
+}
+
+
+def _apply_numpy(
+    target: np.ndarray,
+    undo: Undo,
+    parts: list[np.ndarray],
+    thresholds: list[int],
+    val_idx: np.ndarray,
+    val_wide: np.ndarray,
+    info: DtypeInfo,
+) -> None:
+    """`apply` in numpy, a block of changes at a time (see CHUNK)."""
+    if undo.k == 0:
+        return
+    n_buckets = len(parts)
+    m = min(undo.k, CHUNK)
+    pos_buf = np.empty(m, dtype=np.int64)
+    diff_buf = np.empty(m, dtype=info.sint)
+    d8_buf = np.empty(m, dtype=np.int8)
+    v_lo = np.searchsorted(val_idx, np.arange(0, undo.k, CHUNK))
+    v_hi = np.append(v_lo[1:], val_idx.size)
+    used_part = [0] * n_buckets
+    for ci, pos in enumerate(undo.blocks(pos_buf)):
+        c0 = ci * CHUNK
+        c1 = c0 + pos.size
+        old = undo.old[c0:c1]
+        # mode="clip" skips numpy's bounds check and buffered copy: `blocks` checked the ends.
+        np.take(target, pos, out=old, mode="clip")
+        if n_buckets > 1:
+            d8 = d8_buf[: pos.size]
+            ids = _bucket_ids(old, thresholds, info)
+            for bucket in range(n_buckets):
+                # flatnonzero + integer indexing: boolean-mask assignment with a random mask
+                # is several times slower (branchy) in numpy.
+                where = np.flatnonzero(ids == bucket)
+                u = used_part[bucket]
+                blob.require(u + where.size <= parts[bucket].size, "sparse value bucket is short")
+                d8[where] = parts[bucket][u : u + where.size]
+                used_part[bucket] = u + where.size
+        else:
+            d8 = parts[0][c0:c1]
+        diff = diff_buf[: pos.size]
+        np.copyto(diff, d8)  # sign-extends: -1 stays -1 at full width
+        lo, hi = v_lo[ci], v_hi[ci]
+        if hi > lo:
+            diff[val_idx[lo:hi] - c0] = val_wide[lo:hi]
+        new = diff.view(info.uint)
+        np.add(old, new, out=new)  # wrapping add: exact for any bit pattern
+        target[pos] = new
+        undo.done = c1
+
+
+class Undo:
+    """What `revert` needs: the old values of the changed elements, and how to find them again.
+
+    Positions are decoded again from the gap streams instead of kept: the decoders then need no
+    array of positions per change, for a cost paid only when a delta fails.
+    """
+
+    def __init__(self, k: int, g8: bytes, gap_escapes: bytes, size: int, old: np.ndarray) -> None:
+        self.k, self.g8, self.gap_escapes, self.size, self.old = k, g8, gap_escapes, size, old
+        self.done = 0
+        """Changes written to the target so far (the first `done`)."""
+
+    def blocks(self, buf: np.ndarray, check: bool = True) -> Iterator[np.ndarray]:
+        """Positions of each block of up to CHUNK changes, decoded into `buf` (valid until the next).
+
+        `check=False` is for `revert`, which reads only the positions of changes already written
+        (the ones after a corrupt gap may be anything)."""
+        gap_idx, gap_val = _read_escapes(self.gap_escapes, self.k)
+        gap_val = gap_val.astype(np.int64)
+        # The rules the compiled loop checks too; they make positions strictly increasing, so
+        # the two ends of a block bound all of it.
+        blob.require(
+            gap_val.size == 0 or (int(gap_val.min()) >= 1 and int(gap_val.max()) <= self.size),
+            "sparse escapes are torn, out of order or out of range",
+        )
+        g8 = np.frombuffer(self.g8, dtype=np.uint8)
+        g_lo = np.searchsorted(gap_idx, np.arange(0, self.k, CHUNK))
+        g_hi = np.append(g_lo[1:], gap_idx.size)
+        last = -1
+        for ci, c0 in enumerate(range(0, self.k, CHUNK)):
+            c1 = min(self.k, c0 + CHUNK)
+            pos = buf[: c1 - c0]
+            pos[...] = g8[c0:c1]
+            lo, hi = g_lo[ci], g_hi[ci]
+            if hi > lo:
+                pos[gap_idx[lo:hi] - c0] = gap_val[lo:hi]  # the escape wins over the gap byte
+            pos[0] += last
+            np.cumsum(pos, out=pos)
+            # A zero byte outside the escapes only repeats a position: they never decrease.
+            if check:
+                blob.require(int(pos[0]) > last and int(pos[-1]) < self.size, "sparse positions out of range")
+            last = int(pos[-1])
+            yield pos
+
+
+def revert(target: np.ndarray, undo: Undo) -> None:
     """Undo `apply`: put the old values back."""
-    for pos, old in reversed(undo):
-        target[pos] = old
+    if undo.done == 0:
+        return
+    buf = np.empty(min(undo.k, CHUNK), dtype=np.int64)
+    for ci, pos in enumerate(undo.blocks(buf, check=False)):
+        c0 = ci * CHUNK
+        if c0 >= undo.done:
+            break
+        n = min(pos.size, undo.done - c0)
+        target[pos[:n]] = undo.old[c0 : c0 + n]

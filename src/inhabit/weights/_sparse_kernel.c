@@ -1,0 +1,217 @@
+/* Compiled inner loop of the sparse delta decoder (inhabit.weights.sparse.apply).
+ *
+ * The numpy decoder makes about a dozen passes over every block of changes (widen the gaps,
+ * prefix-sum them, gather the old values, split them by exponent bucket, scatter each bucket's
+ * value bytes, widen, add, scatter the new values); each pass costs 0.1-1.5 ns per change, so a
+ * delta with millions of changes spends most of its decode time there. This loop does the same
+ * work in one pass per change, reading the same streams and writing the same result bit for bit.
+ * It is optional: when it is not built (no C compiler at install), sparse.py uses numpy.
+ *
+ * apply(target, old, g8, gap_escapes, parts, cuts, value_escapes, itemsize) -> (done, error)
+ *
+ * target   writable buffer of n elements of `itemsize` bytes (little-endian unsigned bit patterns)
+ * old      writable buffer of k elements: receives the value of each changed element before it
+ *          changed (what undoing the update takes)
+ * g8       k gap bytes; 0 marks a gap found in the gap escapes
+ * gap_escapes, value_escapes   the escape streams as stored: (u64 index, u64 value) pairs, little
+ *          endian; gaps over 255, and values outside -127..127 (marked -128 in the parts)
+ * parts    tuple of int8 buffers, one per exponent bucket, in bucket order
+ * cuts     tuple of bucket thresholds, already shifted to compare with the magnitude bits
+ *
+ * Returns how many changes were written (all k on success) and an error code (0: none). The
+ * escapes are checked before anything is written (indices strictly increasing and below k,
+ * escaped gaps 1..n), the rules sparse.py checks before its numpy decoder runs. On a later error
+ * the first `done` changes have been written and `old` holds what they replaced, so the caller
+ * can restore the target, finding the positions again the way the numpy decoder does (which is
+ * why an escape is taken wherever its index says, as numpy does). Positions are bounds-checked
+ * before every access.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define MAX_BUCKETS 16
+
+enum { OK = 0, E_RANGE = 1, E_GAP = 2, E_SHORT = 3, E_VALUE = 4, E_LEFT = 5, E_ESCAPES = 6 };
+
+typedef struct {
+    const uint8_t *g8;
+    int64_t k;
+    const uint8_t *gaps; /* (index, gap) pairs */
+    int64_t n_gap;
+    const int8_t *parts[MAX_BUCKETS];
+    int64_t part_len[MAX_BUCKETS];
+    uint64_t cuts[MAX_BUCKETS];
+    int n_cuts;
+    const uint8_t *values; /* (index, value) pairs */
+    int64_t n_val;
+} Streams;
+
+/* Word w of an escape stream (2e: index of escape e, 2e + 1: its value); memcpy because a
+ * stream inside a blob has no alignment. */
+static inline uint64_t word(const uint8_t *stream, int64_t w) {
+    uint64_t v;
+    memcpy(&v, stream + 8 * w, 8);
+    return v;
+}
+
+static int check_escapes(const uint8_t *stream, int64_t count, int64_t k, int64_t max_value) {
+    uint64_t prev = 0;
+    for (int64_t e = 0; e < count; e++) {
+        const uint64_t idx = word(stream, 2 * e);
+        if (idx >= (uint64_t)k || (e > 0 && idx <= prev)) return E_ESCAPES;
+        prev = idx;
+        if (max_value > 0) {
+            const uint64_t v = word(stream, 2 * e + 1);
+            if (v < 1 || v > (uint64_t)max_value) return E_ESCAPES;
+        }
+    }
+    return OK;
+}
+
+/* One loop per element width, over blocks of BLOCK changes: first the block's positions are
+ * decoded and their elements prefetched, then the block is applied. At RL learning rates a
+ * change lands every 10-100 elements, so nearly every change touches its own cache line, and
+ * without the prefetch each one waits for memory in turn.
+ *
+ * The bucket of a change is how many cuts its old magnitude reaches (the sign bit masked off),
+ * the same rule the encoder used to split the value bytes. */
+#define BLOCK 64
+
+#define DEFINE_APPLY(T, NAME)                                                                    \
+    static int64_t NAME(T *t, int64_t n, T *old, const Streams *s, int *err) {                  \
+        const T magnitude = (T)(((T)~(T)0) >> 1);                                               \
+        int64_t pos = -1, ge = 0, ve = 0;                                                       \
+        int64_t used[MAX_BUCKETS] = {0};                                                        \
+        int64_t at[BLOCK];                                                                      \
+        for (int64_t i0 = 0; i0 < s->k; i0 += BLOCK) {                                          \
+            const int64_t m = s->k - i0 < BLOCK ? s->k - i0 : BLOCK;                            \
+            for (int64_t j = 0; j < m; j++) {                                                   \
+                const int64_t i = i0 + j;                                                       \
+                int64_t g = s->g8[i];                                                           \
+                if (ge < s->n_gap && (int64_t)word(s->gaps, 2 * ge) == i) {                     \
+                    g = (int64_t)word(s->gaps, 2 * ge++ + 1); /* as numpy: the escape wins */   \
+                } else if (g == 0) {                                                            \
+                    *err = E_GAP;                                                               \
+                    return i0; /* nothing of this block is written yet */                       \
+                }                                                                               \
+                if (g > n - 1 - pos) {                                                          \
+                    *err = E_RANGE;                                                             \
+                    return i0;                                                                  \
+                }                                                                               \
+                pos += g;                                                                       \
+                at[j] = pos;                                                                    \
+                __builtin_prefetch(&t[pos], 1);                                                 \
+            }                                                                                   \
+            for (int64_t j = 0; j < m; j++) {                                                   \
+                const int64_t i = i0 + j;                                                       \
+                const T o = t[at[j]];                                                           \
+                old[i] = o;                                                                     \
+                const T mag = (T)(o & magnitude);                                               \
+                int b = 0;                                                                      \
+                for (int c = 0; c < s->n_cuts; c++) b += mag >= (T)s->cuts[c];                  \
+                if (used[b] >= s->part_len[b]) {                                                \
+                    *err = E_SHORT;                                                             \
+                    return i;                                                                   \
+                }                                                                               \
+                const int8_t d = s->parts[b][used[b]++];                                        \
+                T diff = (T)(int64_t)d; /* sign-extended: -1 is all ones, a wrapping subtract */\
+                if (ve < s->n_val && (int64_t)word(s->values, 2 * ve) == i) {                   \
+                    diff = (T)word(s->values, 2 * ve++ + 1);                                    \
+                } else if (d == -128) {                                                         \
+                    *err = E_VALUE;                                                             \
+                    return i;                                                                   \
+                }                                                                               \
+                t[at[j]] = (T)(o + diff);                                                       \
+            }                                                                                   \
+        }                                                                                       \
+        if (ge != s->n_gap || ve != s->n_val) *err = E_LEFT;                                    \
+        return s->k;                                                                            \
+    }
+
+DEFINE_APPLY(uint8_t, apply_u8)
+DEFINE_APPLY(uint16_t, apply_u16)
+DEFINE_APPLY(uint32_t, apply_u32)
+DEFINE_APPLY(uint64_t, apply_u64)
+
+static PyObject *apply(PyObject *self, PyObject *args) {
+    Py_buffer target = {0}, old = {0}, g8 = {0}, gaps = {0}, values = {0};
+    Py_buffer parts[MAX_BUCKETS];
+    PyObject *parts_obj, *cuts_obj, *result = NULL;
+    int itemsize, n_parts = 0;
+    if (!PyArg_ParseTuple(args, "w*w*y*y*O!O!y*i", &target, &old, &g8, &gaps, &PyTuple_Type, &parts_obj,
+                          &PyTuple_Type, &cuts_obj, &values, &itemsize))
+        return NULL;
+    Streams s = {0};
+    Py_ssize_t n_buckets = PyTuple_GET_SIZE(parts_obj);
+    if (itemsize != 1 && itemsize != 2 && itemsize != 4 && itemsize != 8) {
+        PyErr_SetString(PyExc_ValueError, "itemsize must be 1, 2, 4 or 8");
+        goto done;
+    }
+    if (n_buckets < 1 || n_buckets > MAX_BUCKETS || PyTuple_GET_SIZE(cuts_obj) != n_buckets - 1) {
+        PyErr_SetString(PyExc_ValueError, "need 1-16 value parts and one cut fewer");
+        goto done;
+    }
+    if (target.len % itemsize || old.len != g8.len * itemsize) {
+        PyErr_SetString(PyExc_ValueError, "buffer sizes do not match");
+        goto done;
+    }
+    for (; n_parts < n_buckets; n_parts++) {
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(parts_obj, n_parts), &parts[n_parts], PyBUF_SIMPLE) < 0)
+            goto done;
+        s.parts[n_parts] = parts[n_parts].buf;
+        s.part_len[n_parts] = parts[n_parts].len;
+    }
+    for (Py_ssize_t c = 0; c < n_buckets - 1; c++) {
+        s.cuts[c] = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(cuts_obj, c));
+        if (PyErr_Occurred()) goto done;
+    }
+    s.n_cuts = (int)(n_buckets - 1);
+    s.g8 = g8.buf;
+    s.k = g8.len;
+    s.gaps = gaps.buf;
+    s.n_gap = gaps.len / 16;
+    s.values = values.buf;
+    s.n_val = values.len / 16;
+    int64_t n = target.len / itemsize, written = 0;
+    int err = OK;
+    if (gaps.len % 16 || values.len % 16) {
+        err = E_ESCAPES; /* a torn stream */
+    } else {
+        /* Only the buffers held above are touched, so other Python threads may run meanwhile
+         * (the subscriber decodes tensors on a thread pool). */
+        Py_BEGIN_ALLOW_THREADS
+        err = check_escapes(s.gaps, s.n_gap, s.k, n);
+        if (err == OK) err = check_escapes(s.values, s.n_val, s.k, 0);
+        if (err == OK) {
+            switch (itemsize) {
+                case 1: written = apply_u8(target.buf, n, old.buf, &s, &err); break;
+                case 2: written = apply_u16(target.buf, n, old.buf, &s, &err); break;
+                case 4: written = apply_u32(target.buf, n, old.buf, &s, &err); break;
+                default: written = apply_u64(target.buf, n, old.buf, &s, &err); break;
+            }
+        }
+        Py_END_ALLOW_THREADS
+    }
+    result = Py_BuildValue("(Li)", (long long)written, err);
+done:
+    for (int i = 0; i < n_parts; i++) PyBuffer_Release(&parts[i]);
+    PyBuffer_Release(&target);
+    PyBuffer_Release(&old);
+    PyBuffer_Release(&g8);
+    PyBuffer_Release(&gaps);
+    PyBuffer_Release(&values);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"apply", apply, METH_VARARGS, "Apply a sparse delta's streams to a target buffer in place."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_sparse_kernel", "Compiled inner loop of the sparse delta decoder.", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__sparse_kernel(void) { return PyModule_Create(&module); }
