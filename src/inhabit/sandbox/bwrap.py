@@ -409,7 +409,7 @@ class BwrapSandboxProvider(SandboxProvider):
             self._env_views[real] = view
         if not self.machine.host_python_links:
             return ["--ro-bind", str(view), str(prefix)]
-        place = f"{self.machine.python_dir}{sysview.venv_version(env)}"
+        place = f"{self.machine.python_dir}{sysview.venv_version(env) or '-env'}"  # never python_dir itself
         return ["--ro-bind", str(view), place, "--symlink", place, str(prefix)]
 
     async def create(
