@@ -142,10 +142,12 @@ def _environment(
     from inhabit.errors import EnvError
 
     commit = inst.get("environment_setup_commit") or inst["base_commit"]
-    version = str(inst.get("python") or python or own_python())
-    key = (inst["repo"], commit, version)
+    version = inst.get("python") or python or own_python()
+    key = (inst["repo"], commit, str(version))
     if key not in locks:
         try:
+            if not isinstance(version, str):  # JSON 3.10 is the number 3.1
+                raise EnvError(f'the python field must be a string such as "3.10", not {version!r}')
             find_python(version)  # a Python this machine lacks: one line, before any resolving
             with tempfile.TemporaryDirectory(prefix="inhabit-swe-env-") as tmp:
                 clone = _clone(repos, inst["repo"])

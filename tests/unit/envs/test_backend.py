@@ -91,14 +91,19 @@ async def test_import_of_a_setup_py_project_gets_its_test_extra(
         "FAIL_TO_PASS": ["tests/test_quad.py::test_quadruple"], "PASS_TO_PASS": ["tests/test_quad.py::test_dep"],
     }  # fmt: skip
     other = {**inst, "instance_id": "acme__quad-2", "python": "3.99"}
+    number = {**inst, "instance_id": "acme__quad-3", "python": 3.10}
     data = tmp_path / "instances.jsonl"
-    data.write_text(json.dumps(inst) + "\n" + json.dumps(other) + "\n")
+    data.write_text("".join(json.dumps(i) + "\n" for i in (inst, other, number)))
     report = import_swebench(data, tmp_path / "repos", tmp_path / "out", wheelhouse=wheelhouse)
-    assert report.tasks == ["acme__quad-1", "acme__quad-2"] and not report.skipped
+    assert report.tasks == ["acme__quad-1", "acme__quad-2", "acme__quad-3"] and not report.skipped
     got = report.environments["acme__quad-1"]
     assert got.startswith("sha256:") and got.endswith(")") and "(python 3." in got
     assert report.environments["acme__quad-2"].startswith(
         "none: Python 3.99 is not installed on this machine"
+    )
+    assert (
+        report.environments["acme__quad-3"]
+        == 'none: the python field must be a string such as "3.10", not 3.1'
     )
     task = load_task(tmp_path / "out" / "acme__quad-1")
     assert "tinydep==1.0" in task.environment_lock.read_text()
