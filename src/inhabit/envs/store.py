@@ -15,6 +15,9 @@ and its own copy of the lock. Nothing else in the store is mistaken for an envir
   * builders of one id take an exclusive lock (`flock` on `<root>/.locks/<hex>`), so two at once
     produce one environment: the second waits, then finds it built and reuses it.
 
+The venv's interpreter is the one its Python version names on this machine
+(`inhabit.envs.pythons.find_python`: inhabit's own, a pyenv version, or uv's discovery); sandboxes
+show that interpreter's prefix read-only beside the environment.
 The project under test is never installed here: the lock holds its requirements only. Wheels
 only, unless the caller opts in (`allow_build`): a lock that pins a package with no wheel would
 otherwise run that source distribution's build code on the host (see `inhabit.envs.lock`).
@@ -43,6 +46,7 @@ from inhabit.envs.lock import (
     source_args,
     uv_run,
 )
+from inhabit.envs.pythons import find_python
 from inhabit.envs.requirements import Requirement
 from inhabit.errors import EnvBuildError, EnvError
 from inhabit.sandbox.hostfs import remove_tree
@@ -127,7 +131,8 @@ class EnvStore:
         from wheels only unless `allow_build` (a source distribution's build runs on this host).
 
         Raises EnvError when the lock is missing or is not the one `eid` names (hash mismatch), when
-        the store is not writable, or when the install fails (nothing is left behind)."""
+        this machine has no interpreter of `python`, when the store is not writable, or when the
+        install fails (nothing is left behind)."""
         python = python or own_python()
         hexid = _hex(eid)
         found = self.built(eid)
@@ -142,11 +147,7 @@ class EnvStore:
                 f"{lock} does not match environment id {eid} (it hashes to {env_id(python, data)}): "
                 "the lock changed after the id was written; run `inhabit env lock` again"
             )
-        if python != own_python():
-            raise EnvError(
-                f"the environment wants Python {python}, but sandboxes here run inhabit's Python "
-                f"{own_python()}: lock it for {own_python()} (inhabit env lock --python {own_python()})"
-            )
+        interpreter = find_python(python)  # before any lock or temp dir: a missing one is one line
         self._writable()
         with open(self.root / ".locks" / hexid, "w") as fh:
             fcntl.flock(fh, fcntl.LOCK_EX)  # another builder of this id: wait for it
@@ -158,7 +159,7 @@ class EnvStore:
             start = time.monotonic()
             tmp = self.root / f".building-{hexid}-{secrets.token_hex(4)}"
             try:
-                self._build(tmp, lock, wheelhouse, allow_build)
+                self._build(tmp, lock, wheelhouse, interpreter, allow_build)
                 install_s = time.monotonic() - start
                 (tmp / "requirements.lock").write_bytes(data)
                 meta = {
@@ -175,11 +176,12 @@ class EnvStore:
                 raise
         return self._info(eid, self.path(eid), install_s, reused=False)
 
-    def _build(self, tmp: Path, lock: Path, wheelhouse: str | Path | None, allow_build: bool) -> None:
-        import sys
-
-        base = getattr(sys, "_base_executable", sys.executable)
-        proc = uv_run(["venv", "--python", base, "--relocatable", "--no-project", "--quiet", str(tmp)])
+    def _build(
+        self, tmp: Path, lock: Path, wheelhouse: str | Path | None, interpreter: Path, allow_build: bool
+    ) -> None:
+        proc = uv_run(
+            ["venv", "--python", str(interpreter), "--relocatable", "--no-project", "--quiet", str(tmp)]
+        )
         if proc.returncode != 0:
             raise EnvBuildError(f"uv venv failed: {' '.join(proc.stderr.strip().splitlines()[-1:])}")
         args = ["pip", "install", "--python", str(tmp / "bin" / "python"), "--no-deps", "--require-hashes",

@@ -132,7 +132,7 @@ def own_wheelhouse(dest: str | Path, names: Iterable[str] = ("pytest",)) -> Path
             path = Path(str(f.locate()))
             if path.is_file():
                 files[rel] = path.read_bytes()
-                if ".dist-info/" in rel:
+                if rel.split("/", 1)[0].endswith(".dist-info"):  # its own, not one it vendors
                     dist_info = rel.split("/", 1)[0]
         if pure and dist_info:
             files[f"{dist_info}/WHEEL"] = (

@@ -193,7 +193,7 @@ class BwrapSandboxProvider(SandboxProvider):
         self._idmapped: collections.OrderedDict[Path, Path] = collections.OrderedDict()
         self._view_n = 0
         # (environment, which build of it) -> its read-only view (see _env_argv, _env_build)
-        self._env_views: dict[tuple[Path, tuple[int, ...]], Path] = {}
+        self._env_views: dict[Path | tuple[Path, tuple[int, ...]], Path] = {}  # environments, interpreters
         self._closed = False
         self._cleanup_handle = cleanup.register(self._cleanup_sync)
         # As root: run sandboxes as a dedicated non-root host uid (see `idmap` for why).
@@ -382,7 +382,41 @@ class BwrapSandboxProvider(SandboxProvider):
                 except OSError as e:
                     raise SandboxError(f"could not mount the task environment {env}: {e}") from e
             self._env_views[key] = view
-        return ["--ro-bind", str(view), self.machine.env_dir]
+        return ["--ro-bind", str(view), self.machine.env_dir, *self._interpreter_argv(env)]
+
+    def _interpreter_argv(self, env: Path) -> list[str]:
+        """bwrap arguments that show the interpreter of the environment `env` when it is not the
+        one running inhabit (an environment made for another Python version): its prefix,
+        read-only, the way `_env_argv` shows the environment, at the profile's `python_dir` plus
+        its version (/opt/python3.8), with a symlink at its host path (the venv's `bin/python`
+        and `pyvenv.cfg` name that path). Without root: bound at its own path."""
+        home = sysview.venv_home(env)
+        if home is None:
+            return []
+        prefix = home.parent
+        real = prefix.resolve()
+        if str(real).startswith("/usr/") or any(
+            real == r or r in real.parents for r in sysview.python_roots()
+        ):
+            return []  # already shown: the system's, or inhabit's own interpreter
+        if not self.tmpfs_volumes:
+            return ["--ro-bind", str(real), str(prefix)]
+        view = self._env_views.get(real)
+        if view is None:
+            n = len(self._env_views)
+            src, top, view = self._fs / f"envsrc{n}", self._fs / f"envtop{n}", self._fs / f"env{n}"
+            try:
+                for d in (src, top, view):
+                    d.mkdir(mode=0o755)
+                mounts.bind_ro(real, src)
+                mounts.mount_overlay([top, src], None, None, view, relative_to=self._fs)
+            except OSError as e:
+                raise SandboxError(f"could not mount the interpreter {prefix} of {env}: {e}") from e
+            self._env_views[real] = view
+        if not self.machine.host_python_links:
+            return ["--ro-bind", str(view), str(prefix)]
+        place = f"{self.machine.python_dir}{sysview.venv_version(env) or '-env'}"  # never python_dir itself
+        return ["--ro-bind", str(view), place, "--symlink", place, str(prefix)]
 
     async def create(
         self, source: str | Path, *, limits: SandboxLimits | None = None, env: str | Path | None = None

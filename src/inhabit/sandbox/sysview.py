@@ -141,6 +141,27 @@ def sys_args() -> list[str]:
     return args
 
 
+def venv_home(venv: Path) -> Path | None:
+    """The `home` (the base interpreter's bin directory) a venv's pyvenv.cfg names, or None."""
+    cfg = venv / "pyvenv.cfg"
+    if not cfg.is_file():
+        return None
+    for line in cfg.read_text().splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "home" and value.strip():
+            return Path(value.strip())
+    return None
+
+
+def venv_version(venv: Path) -> str:
+    """`major.minor` of a venv's interpreter, from its pyvenv.cfg ('' when it names none)."""
+    for line in (venv / "pyvenv.cfg").read_text().splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() in ("version", "version_info"):
+            return ".".join(value.strip().split(".")[:2])
+    return ""
+
+
 def python_bind_args(sources: dict[Path, Path] | None = None) -> list[str]:
     """Read-only binds of the Python roots at their own paths.
 

@@ -159,7 +159,9 @@ def import_swebench_cmd(
     env: bool = typer.Option(
         True, "--env/--no-env", help="Lock each repository's declared test requirements."
     ),
-    python: str = typer.Option(None, "--python", help="Python version to lock for (default: inhabit's)."),
+    python: str = typer.Option(
+        None, "--python", help="Python version for instances without a `python` field (default: inhabit's)."
+    ),
     wheelhouse: Path = typer.Option(None, "--wheelhouse", help="Resolve offline from this folder of wheels."),
 ) -> None:
     """SWE-bench-format instances with local clones as task directories (test patch in hidden/)."""

@@ -1,7 +1,9 @@
 """pytest plugin that inhabit loads (`-p`) into every test run it reads results from.
 
 This file is copied into the sandbox's private /tmp and imported by pytest there; it depends on
-nothing but the standard library and pytest. It is never imported by inhabit itself.
+nothing but the standard library and pytest. It is never imported by inhabit itself. It runs under
+the task environment's interpreter, which may be older than inhabit's: it keeps to Python 3.8
+(the first with audit hooks).
 
 What it does:
   * At import (before any conftest or test module is imported) reads `cfg.json` beside this
@@ -132,6 +134,10 @@ _WATCH = frozenset(
      "sys._current_frames", "gc.get_referrers", "gc.get_referents", "sys.settrace", "compile",
      "code.__new__"}
 )  # fmt: skip
+# Python 3.8 raises code.__new__ for every code object marshal loads (3.9 raises marshal.loads
+# instead), so importing a module from its .pyc looks like code made under its file name.
+_MARSHAL_RAISES_CODE_NEW = sys.version_info < (3, 9)
+_IMPORT_UNMARSHAL = frozenset({"<frozen importlib._bootstrap_external>", "<frozen zipimport>"})
 _CO_ITERABLE_COROUTINE = 0x100  # the one flag types.coroutine adds to a generator's code
 # pytest rewrites these module globals itself around every test (assertion helpers).
 _VOLATILE = frozenset(
@@ -371,12 +377,23 @@ class _Guard:
             if self.culprit() == "workspace":
                 self.note("trace", "workspace code called sys.settrace")
         elif event in ("compile", "code.__new__"):
+            if event == "code.__new__" and _MARSHAL_RAISES_CODE_NEW and self.import_unmarshals():
+                return
             filename = args[1] if len(args) > 1 else None
             if isinstance(filename, (str, bytes)):
                 filename = os.fsdecode(filename)
                 named = self.origin(filename) in ("runner", "stdlib") and not filename.startswith("<")
                 if named and self.culprit() == "workspace":
                     self.note("forged", f"workspace code compiled code named {filename}")
+
+    def import_unmarshals(self):
+        """Whether the import system is loading a module's cached bytecode (its frame called
+        marshal): on Python 3.8 each code object so loaded raises code.__new__, which 3.9 and
+        later do not; judged as on those versions (not reported)."""
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_code.co_filename == __file__:
+            frame = frame.f_back
+        return frame is not None and frame.f_code.co_filename in _IMPORT_UNMARSHAL
 
     # -- the snapshot ---------------------------------------------------------------------------
     def snapshot(self):
@@ -482,7 +499,8 @@ class _Guard:
         if rebase:
             self.modules, self.classes, self.functions = {}, {}, {}
             self.snapshot()
-        if any(a is not b for a, b in zip(_tracers(), self.tracers, strict=True)):
+        # Both are _tracers() 4-tuples (no zip strict=: this file also runs on Python 3.8).
+        if any(a is not b for a, b in zip(_tracers(), self.tracers)):  # noqa: B905
             self.note("trace", f"a trace or profile function is installed while the runner runs ({where})")
         if item is not None:
             known = self.items.get(id(item))

@@ -14,9 +14,17 @@ a crash of the import.
 
 Each task gets an `[environment]` (unless `env=False`): the test requirements the repository
 declares at the instance's `environment_setup_commit` (else `base_commit`), read as
-`inhabit.envs.requirements` reads them (pyproject.toml, setup.cfg, requirements files, tox.ini;
-setup.py metadata is not executed), locked once per repository and commit. The report lists, per
-instance, the environment it got or why it got none.
+`inhabit.envs.requirements` reads them (pyproject.toml, setup.cfg, requirements files, tox.ini),
+plus, for a project with a setup.py whose static files name no test extra, what its build
+backend reports (`inhabit.envs.backend`: install_requires and the test extra of setup.py; this
+runs the repository's setup.py on the host), locked once per repository, commit and Python.
+
+The Python version is the instance's own `python` field (e.g. "3.8"), else `python=` (the
+CLI's --python), else inhabit's own; the environment is built with that interpreter where this
+machine has it (`inhabit.envs.pythons`). SWE-bench's `version` field is the project's release
+(e.g. "2.19"), not a Python version, so it is not read. The report lists, per instance, the
+environment it got (id and Python) or why it got none (one line: a requirement that does not
+resolve, a Python the machine lacks, ...).
 """
 
 from __future__ import annotations
@@ -41,7 +49,8 @@ class ImportReport:
     tasks: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
     environments: dict[str, str] = field(default_factory=dict)
-    """Instance id -> the environment id its task got, or "none: <why>"."""
+    """Instance id -> "<environment id> (python X.Y)" for the environment its task got, or
+    "none: <why>"."""
 
 
 def _ids(value: object) -> list[str]:
@@ -123,17 +132,23 @@ def _import_one(inst: dict, repos: Path, out: Path, command: str | None) -> str:
 def _environment(
     inst: dict, repos: Path, root: Path, python: str | None, wheelhouse: str | Path | None, locks: dict
 ) -> str:
-    """Lock the requirements declared at the instance's setup commit into the task; returns the
-    id, or "none: <why>"."""
-    from inhabit.envs.lock import lock_requirements
+    """Lock the requirements declared at the instance's setup commit into the task; returns
+    "<id> (python X.Y)", or "none: <why>"."""
+    from inhabit.envs.backend import backend_requirements
+    from inhabit.envs.lock import lock_requirements, own_python
+    from inhabit.envs.pythons import find_python
     from inhabit.envs.requirements import project_requirements
     from inhabit.envs.task_env import write_environment
     from inhabit.errors import EnvError
 
     commit = inst.get("environment_setup_commit") or inst["base_commit"]
-    key = (inst["repo"], commit, python)
+    version = inst.get("python") or python or own_python()
+    key = (inst["repo"], commit, str(version))
     if key not in locks:
         try:
+            if not isinstance(version, str):  # JSON 3.10 is the number 3.1
+                raise EnvError(f'the python field must be a string such as "3.10", not {version!r}')
+            find_python(version)  # a Python this machine lacks: one line, before any resolving
             with tempfile.TemporaryDirectory(prefix="inhabit-swe-env-") as tmp:
                 clone = _clone(repos, inst["repo"])
                 assert clone is not None  # _import_one found it
@@ -142,15 +157,17 @@ def _environment(
                     raise EnvError(f"git archive {commit} failed: {archive.stderr.decode()[-200:]}")
                 subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True, timeout=300)
                 reqs = project_requirements(tmp)
+                if not any(" extra " in r.source for r in reqs):  # setup.py may declare them
+                    reqs = backend_requirements(tmp, python=version, wheelhouse=wheelhouse) + reqs
             if not reqs:
                 raise EnvError(f"the repository declares no test requirements at {commit[:12]}")
-            locks[key] = ("ok", lock_requirements(reqs, python=python, wheelhouse=wheelhouse))
+            locks[key] = ("ok", lock_requirements(reqs, python=version, wheelhouse=wheelhouse))
         except EnvError as e:
             locks[key] = ("none", str(e))
     kind, text = locks[key]
     if kind == "none":
         return f"none: {text}"
-    return write_environment(root, text, python)
+    return f"{write_environment(root, text, version)} (python {version})"
 
 
 def import_swebench(
