@@ -53,8 +53,11 @@ def _tox_extras(root: Path) -> list[str]:
 def _compile(
     root: Path, source: str, extras: Sequence[str], interpreter: Path, wheelhouse
 ) -> tuple[int, str, str]:
+    # Reading setup.py's metadata is a build of the repository itself (the module docstring says
+    # so), which uv's wheels-only mode refuses; the requirements found here are then locked, and
+    # installed, wheels-only like any others (inhabit.envs.lock).
     args = [uv_binary(), "pip", "compile", source, "--no-header", "--annotation-style", "line", "--quiet",
-            "--python", str(interpreter), *source_args(wheelhouse),
+            "--python", str(interpreter), *source_args(wheelhouse, allow_build=True),
             "--find-links", str(own_wheelhouse(cache_dir() / "build-wheels" / own_python(), ("setuptools",)))]  # fmt: skip
     for extra in extras:
         args += ["--extra", extra]
