@@ -131,7 +131,10 @@ def midtrain(cfg: MidtrainConfig, *, resume: bool = False) -> dict[str, Any]:
     if not resume:
         for name in OUTPUTS:
             p = run_dir / name
-            shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
+            if p.is_dir():
+                shutil.rmtree(p)
+            else:
+                p.unlink(missing_ok=True)
     (run_dir / "config.json").write_text(cfg.model_dump_json(indent=2))
     with Display(cfg.metrics.progress, cfg.steps) as display:
         corpus = corpus_for(cfg, display)
