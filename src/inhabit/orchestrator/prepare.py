@@ -21,7 +21,7 @@ from typing import Any
 
 from inhabit.errors import ConfigError, OrchestratorError
 from inhabit.log import get_logger
-from inhabit.orchestrator.config import RunConfig
+from inhabit.orchestrator.config import ModelConfig, RunConfig
 from inhabit.sandbox.base import SandboxProvider
 from inhabit.tasks.task import Task, load_task
 
@@ -69,13 +69,27 @@ def _quickstart_tasks(cfg: RunConfig, cache: Path) -> tuple[list[Any], list[Task
     return q_train, train, held, q_held
 
 
-def _tokenizer(cfg: RunConfig) -> Any:
+def model_tokenizer(mc: ModelConfig) -> Any:
+    """The tokenizer of a model built from `mc` (`model.tokenizer`)."""
     from inhabit.models.tokenizer import default_tokenizer
     from inhabit.orchestrator.quickstart.bootstrap import quickstart_native_tokenizer, quickstart_tokenizer
 
-    if cfg.model.tokenizer == "quickstart-native":
+    if mc.tokenizer == "quickstart-native":
         return quickstart_native_tokenizer()
-    return quickstart_tokenizer() if cfg.model.tokenizer == "quickstart" else default_tokenizer()
+    return quickstart_tokenizer() if mc.tokenizer == "quickstart" else default_tokenizer()
+
+
+def build_start_model(mc: ModelConfig) -> tuple[Any, Any]:
+    """(model, tokenizer) of a tiny model built from `mc.preset` or `mc.spec` with random init; the
+    vocabulary is the tokenizer's, rounded up to a multiple of 64."""
+    from inhabit.models.tiny import build_tiny_model
+
+    tok = model_tokenizer(mc)
+    spec = mc.preset if mc.preset is not None else mc.spec
+    assert spec is not None, "ModelConfig allows a built model only with a preset or a spec"
+    vocab = max(len(tok), 64)
+    vocab = (vocab + 63) // 64 * 64
+    return build_tiny_model(spec, vocab_size=vocab, seed=mc.init_seed), tok
 
 
 def prepare(
@@ -161,7 +175,7 @@ def _build_model(
     out: Path,
     say: Callable[[str], None],
 ) -> dict[str, Any]:
-    from inhabit.models.tiny import build_tiny_model, count_parameters, save_model_folder
+    from inhabit.models.tiny import count_parameters, save_model_folder
 
     mc = cfg.model
     if cfg.threads:  # torch's thread count is per OS thread, and prepare may run in a worker thread
@@ -169,12 +183,8 @@ def _build_model(
 
         torch.set_num_threads(cfg.threads)
     t0 = time.monotonic()
-    tok = _tokenizer(cfg)
-    spec = mc.preset if mc.preset is not None else mc.spec
-    assert spec is not None
-    vocab = max(len(tok), 64)
-    vocab = (vocab + 63) // 64 * 64
-    model = build_tiny_model(spec, vocab_size=vocab, seed=mc.init_seed)
+    model, tok = build_start_model(mc)
+    vocab = model.config.vocab_size
     info: dict[str, Any] = {
         "parameters": str(count_parameters(model)),
         "tokenizer_s": round(time.monotonic() - t0, 2),

@@ -12,9 +12,11 @@ Modules (import them directly; this package imports nothing heavy):
 * `optim`: AdamW and the warm-up/decay schedule.
 * `metrics`: `StepMetrics` (what every step logs: loss, ratios, engine/trainer mismatch, routing
   disagreement, staleness, throughput).
-* `trainer`: `Trainer` (`train_step`, `sft_step`, `measure`, `version`, `state_dict_for_engine`,
+* `trainer`: `Trainer` (`train_step`, `sft_step`, `sft_measure`, `measure`, `version`, `state_dict_for_engine`,
   `save`, `load`, `export_model`).
 * `checkpoint`: atomic checkpoint folders, `latest_checkpoint`, `checkpoint_name`.
+* `corpus`: text corpora built from files on this machine (deduplicated, split by file),
+  `build_corpus`, `Corpus`; `lm_data`: their documents as packed next-token samples.
 
 Typical loop (what the orchestrator does):
 

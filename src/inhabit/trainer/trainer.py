@@ -165,6 +165,11 @@ class Trainer:
         )
         return metrics
 
+    def sft_measure(self, samples: Sequence[Sample]) -> StepMetrics:
+        """What `sft_step` would report on `samples` (`loss`: NLL per loss token), without updating:
+        a held-out evaluation. No gradient, no optimizer step, no version bump."""
+        return self._run(samples, update=False, sft=True)
+
     def measure(self, samples: Sequence[Sample]) -> StepMetrics:
         """The metrics a train step would report on `samples` (mismatch, ratios), without updating."""
         return self._run(samples, update=False)

@@ -11,7 +11,7 @@ from inhabit.errors import ConfigError
 from inhabit.orchestrator.config import RunConfig
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs"
-RUN_CONFIGS = sorted(p for p in CONFIGS.glob("*.toml") if "[model]" in p.read_text())
+RUN_CONFIGS = sorted(p for p in CONFIGS.glob("*.toml") if "[tasks]" in p.read_text())  # `inhabit train` runs
 
 
 EXAMPLES = sorted((CONFIGS / "examples").glob("*.toml"))
@@ -43,6 +43,7 @@ OTHER_CONFIGS = {
     "reward.toml": ("inhabit.rewards.compose", "RewardConfig", []),
     "online.toml": ("inhabit.online.config", "OnlineConfig", []),
     "scale.toml": ("inhabit.orchestrator.scale.config", "ScaleConfig", []),
+    "midtrain.toml": ("inhabit.orchestrator.midtrain.config", "MidtrainConfig", []),
 }
 
 

@@ -70,3 +70,21 @@ def test_sft_steps_lower_the_nll_whatever_the_rl_temperature(tok) -> None:
         assert trainer.version == steps
     assert losses[1.0][0] == pytest.approx(losses[0.5][0]), "SFT scores at temperature 1"
     assert losses[1.0][-1] < 0.8 * losses[1.0][0], losses
+
+
+def test_sft_measure_reports_the_step_loss_without_updating() -> None:
+    import torch
+
+    from inhabit.trainer.lm_data import lm_sample
+
+    from .conftest import build
+
+    samples = [lm_sample(list(range(1 + i, 40 + i))) for i in range(3)]
+    trainer = Trainer(build("dense-1m"), TrainerConfig(lr=1e-2, micro_batch_tokens=64))
+    before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    measured = trainer.sft_measure(samples)
+    assert trainer.version == 0 and trainer.steps == 0 and measured.grad_norm == 0.0
+    assert all(torch.equal(v, before[k]) for k, v in trainer.model.state_dict().items())
+    stepped = trainer.sft_step(samples)  # same forward, then an update: the same NLL
+    assert stepped.loss == pytest.approx(measured.loss, rel=1e-6) and trainer.version == 1
+    assert trainer.sft_measure(samples).loss < measured.loss
