@@ -52,6 +52,7 @@ from inhabit.envs.requirements import project_requirements
 from inhabit.envs.store import BuiltEnv, EnvStore
 from inhabit.envs.task_env import write_environment
 from inhabit.log import get_logger
+from inhabit.rewards.infra import is_test_path
 from inhabit.sandbox.base import SandboxProvider, create_sandbox
 from inhabit.sandbox.pool import SandboxPool
 from inhabit.tasks.build import write_task
@@ -112,6 +113,9 @@ class BuildReport:
     """Passing baseline tests reported by only one of the two baseline runs."""
     flaky_dropped: int = 0
     """Tests reported by both baseline runs with different outcomes."""
+    code_file_tests_dropped: int = 0
+    """Tests that live in code files (doctests): grading restores the files of required tests, which
+    would undo a fix there, so they are never required."""
     baseline_s: float = 0.0
     coverage_selection: bool = False
     candidates: int = 0
@@ -417,7 +421,11 @@ async def build_tasks(
             }
             with state_path.open("a") as f:
                 f.write(json.dumps(header) + "\n")
-        passing = set(header["passing"])
+        # A doctest's file is the code a mutant changes; as a required test its file would be
+        # restored by grading (undoing the fix) and the fix flagged as a test edit.
+        in_code = {n for n in header["passing"] if not is_test_path(n.split("::", 1)[0])}
+        passing = set(header["passing"]) - in_code
+        report.code_file_tests_dropped = len(in_code)
         report.baseline_tests = len(passing)
         report.baseline_failing_dropped = len(header["failing"])
         report.unstable_ids_dropped = len(header.get("unstable", ()))

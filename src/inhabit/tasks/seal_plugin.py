@@ -139,10 +139,11 @@ _WATCH = frozenset(
 _MARSHAL_RAISES_CODE_NEW = sys.version_info < (3, 9)
 _IMPORT_UNMARSHAL = frozenset({"<frozen importlib._bootstrap_external>", "<frozen zipimport>"})
 _CO_ITERABLE_COROUTINE = 0x100  # the one flag types.coroutine adds to a generator's code
-# pytest rewrites these module globals itself around every test (assertion helpers).
+# pytest rewrites these module globals itself around every test (assertion helpers); the warnings
+# module records in `__warningregistry__` (a dict of data) which warnings a module has issued.
 _VOLATILE = frozenset(
     {"_reprcompare", "_assertion_pass", "_config", "_pytest_diamond_inheritance_warning_shown",
-     "__abstractmethods__", "_abc_impl", "__doc__"}
+     "__abstractmethods__", "_abc_impl", "__doc__", "__warningregistry__"}
 )  # fmt: skip
 
 

@@ -156,3 +156,16 @@ async def test_a_runner_class_the_code_under_test_puts_in_an_empty_global_is_tam
     async with await sandbox_provider.create(task.workspace_dir) as sandbox:
         result = await run_tests(sandbox, task.grading.command + " --doctest-modules", timeout_s=60)
         assert any("RUNNER_CLASS" in event for event in result.tampering), result.tampering
+
+
+WARN_UP = "import warnings\n\n\ndef test_warns_at_its_caller():\n    warnings.warn('noted', UserWarning, stacklevel=2)\n"
+
+
+async def test_a_warning_attributed_to_the_runner_is_not_tampering(make_task, sandbox_provider):
+    # The warnings module records a warning in the globals of the frame it is attributed to (here
+    # pytest's, which called the test): `__warningregistry__` is data, not a patch.
+    task = make_task(workspace={"tests/test_warn.py": WARN_UP})
+    async with await sandbox_provider.create(task.workspace_dir) as sandbox:
+        result = await run_tests(sandbox, task.grading.command, timeout_s=60)
+        assert result.outcomes == {"tests/test_warn.py::test_warns_at_its_caller": "passed"}
+        assert result.tampering == ()
