@@ -21,7 +21,8 @@ tests and read the test and facade files in one turn, read every window of the m
 next) needs 5, whatever the module's length.
 
 Long variants (`long_share` of the tasks) pad every helper module with 70 record-processing
-functions (`padding`), about 600 lines a module. Measured with the quickstart tokenizer
+functions (`padding`), about 600 lines a module, placed before the module's own functions so
+that the bug lies past the first 400-line read (a constant's bug stays in the header). Measured with the quickstart tokenizer
 (`inhabit.models.tokenizer.default_tokenizer`, seed 0): a long package's source is 18k-30k tokens
 (normal variants: about 1.6k-3k) and the buggy module alone about 5.9k, so reading that one module
 overflows the quickstart model's 1,024-token window or a 4,096-token `HarnessConfig.context_budget`,
@@ -154,8 +155,11 @@ def _pick_modules(rng: random.Random, pool: tuple[ModuleTemplate, ...], long: bo
         m = _Module(t, rng.choice(t.modules), names, rng.choice(t.facade_names))
         m.source = Template(t.source).substitute(names)
         if long:
-            taken = set(names.values())
-            m.source += "\n\n" + "\n\n".join(padding(rng, LONG_PADDING, taken))
+            # The filler goes between the module's header (docstring, constants) and its own
+            # functions, so the bug sits past the first 400-line window: one read does not show it.
+            header, _, functions = m.source.partition("\n\n\ndef ")
+            filler = "\n\n".join(padding(rng, LONG_PADDING, set(names.values())))
+            m.source = f"{header}\n\n\n{filler}\n\ndef {functions}"
         m.facade = Template(t.facade).substitute(names, M=m.name, F=m.facade_name)
         mods.append(m)
     return mods
