@@ -5,12 +5,19 @@ are the same bytes for the same seed; the quickstart family comes through the sa
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from inhabit.cli import app
+from inhabit.contracts import Message, Policy, PolicyTurn
+from inhabit.harness.config import HarnessConfig
+from inhabit.harness.loop import run_episode
+from inhabit.harness.parse import render_call
+from inhabit.harness.prompts import SUMMARY_PROMPT
+from inhabit.rewards.grading import grade
 from inhabit.tasks.check import check_task
 from inhabit.tasks.families import multistep
 from inhabit.tasks.families.multistep import READ_WINDOW, generate, write_multistep_tasks
@@ -121,3 +128,77 @@ async def test_generated_tasks_pass_task_check(tmp_path: Path, sandbox_provider,
         task = load_task(root)
         assert task.hidden_files() == [f"tests/test_{t.package}_hidden.py"]
         assert not any(f.endswith("_hidden.py") for f in task.workspace_files())
+
+
+class SequentialPolicy(Policy):
+    """The test's own input: one tool call a turn from a script, a fixed line as each summary.
+
+    Tokens are counted as characters / 4, and a request larger than the window raises, as a real
+    engine would."""
+
+    def __init__(self, turns: list[str], window: int) -> None:
+        self.turns = list(turns)
+        self.context_window = window
+
+    def count_tokens(self, messages: Sequence[Message]) -> int:
+        return sum(len(m.content) // 4 + 4 for m in messages)
+
+    async def next_turn(
+        self, messages: Sequence[Message], *, max_tokens: int, stop: Sequence[str] = ()
+    ) -> PolicyTurn:
+        if self.count_tokens(messages) + max_tokens > self.context_window:
+            raise RuntimeError("request exceeds the window")
+        if messages[-1].content == SUMMARY_PROMPT:
+            return PolicyTurn(
+                text="summary: the facade calls the helper; the bug is in its module", completion_tokens=12
+            )
+        text = self.turns.pop(0)
+        return PolicyTurn(text=text, completion_tokens=len(text) // 4)
+
+
+async def test_a_sequential_agent_meets_the_long_budget_exactly_through_summaries(
+    tmp_path: Path, sandbox_provider, fast_command: str
+):
+    """A long variant, solved one call a turn through the real harness in a 6,000-token window:
+    it takes exactly the task's turn budget, the context overflows (the harness summarizes), and
+    the fix grades 1."""
+    t = next(
+        t for t in generate(10, 11, long_share=1.0) if t.workspace[t.bug["module"]].count(t.bug["new"]) == 1
+    )
+    (root,) = write_multistep_tasks(tmp_path, [t], command=fast_command)
+    task = load_task(root)
+    test_file = next(n for n in t.fail_to_pass if "_hidden.py" not in n).split("::")[0]
+    facade = f"{t.package}/{Path(test_file).stem.removeprefix('test_')}.py"
+    module = t.bug["module"]
+    script = [
+        render_call("run_tests", {}),
+        render_call("read_file", {"path": test_file}),
+        render_call("read_file", {"path": facade}),
+        render_call("read_file", {"path": module}),
+        render_call("read_file", {"path": module, "start_line": str(READ_WINDOW + 1)}),
+        render_call("edit_file", {"path": module, "old": t.bug["new"], "new": t.bug["old"]}),
+        render_call("run_tests", {}),
+        render_call("finish", {"message": "fixed"}),
+    ]
+    assert len(script) == t.turn_budget
+    config = HarnessConfig(max_turns=t.turn_budget, max_turn_tokens=200, summary_max_tokens=100)
+    sandbox = await sandbox_provider.create(task.workspace_dir)
+    try:
+        traj = await run_episode(
+            SequentialPolicy(script, window=6000),
+            sandbox,
+            t.instruction,
+            config=config,
+            test_command=fast_command,
+        )
+        assert traj.status == "finished", traj.error
+        assert len(traj.summaries) >= 1
+        assert [c.tool for c in traj.tool_calls] == [
+            "run_tests", "read_file", "read_file", "read_file", "read_file", "edit_file", "run_tests", "finish",
+        ]  # fmt: skip
+        # Only the first run_tests reports failing tests (the bug); every other call succeeds.
+        assert [i for i, c in enumerate(traj.tool_calls) if c.error] == [0]
+        result = await grade(task, sandbox, sandbox_provider)
+        assert result.reward == 1.0, result
+    finally:
+        await sandbox.close()
