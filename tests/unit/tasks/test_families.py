@@ -130,8 +130,8 @@ async def test_generated_tasks_pass_task_check(tmp_path: Path, sandbox_provider,
         assert not any(f.endswith("_hidden.py") for f in task.workspace_files())
 
 
-class SequentialPolicy(Policy):
-    """The test's own input: one tool call a turn from a script, a fixed line as each summary.
+class ScriptPolicy(Policy):
+    """The test's own input: turns from a script, a fixed line as each summary.
 
     Tokens are counted as characters / 4, and a request larger than the window raises, as a real
     engine would."""
@@ -185,7 +185,7 @@ async def test_a_sequential_agent_meets_the_long_budget_exactly_through_summarie
     sandbox = await sandbox_provider.create(task.workspace_dir)
     try:
         traj = await run_episode(
-            SequentialPolicy(script, window=6000),
+            ScriptPolicy(script, window=6000),
             sandbox,
             t.instruction,
             config=config,
@@ -200,5 +200,42 @@ async def test_a_sequential_agent_meets_the_long_budget_exactly_through_summarie
         assert [i for i, c in enumerate(traj.tool_calls) if c.error] == [0]
         result = await grade(task, sandbox, sandbox_provider)
         assert result.reward == 1.0, result
+    finally:
+        await sandbox.close()
+
+
+async def test_an_agent_that_batches_needs_five_turns(tmp_path: Path, sandbox_provider, fast_command: str):
+    """The same kind of task with independent calls sharing a turn: 5 turns, under the budget."""
+    t = next(
+        t for t in generate(10, 11, long_share=1.0) if t.workspace[t.bug["module"]].count(t.bug["new"]) == 1
+    )
+    (root,) = write_multistep_tasks(tmp_path, [t], command=fast_command)
+    task = load_task(root)
+    test_file = next(n for n in t.fail_to_pass if "_hidden.py" not in n).split("::")[0]
+    facade = f"{t.package}/{Path(test_file).stem.removeprefix('test_')}.py"
+    module = t.bug["module"]
+    script = [
+        render_call("run_tests", {}) + render_call("read_file", {"path": test_file})
+        + render_call("read_file", {"path": facade}),
+        render_call("read_file", {"path": module})
+        + render_call("read_file", {"path": module, "start_line": str(READ_WINDOW + 1)}),
+        render_call("edit_file", {"path": module, "old": t.bug["new"], "new": t.bug["old"]}),
+        render_call("run_tests", {}),
+        render_call("finish", {"message": "fixed"}),
+    ]  # fmt: skip
+    config = HarnessConfig(max_turns=t.turn_budget, max_turn_tokens=200, summary_max_tokens=100)
+    sandbox = await sandbox_provider.create(task.workspace_dir)
+    try:
+        traj = await run_episode(
+            ScriptPolicy(script, window=16000),
+            sandbox,
+            t.instruction,
+            config=config,
+            test_command=fast_command,
+        )
+        assert traj.status == "finished", traj.error
+        assert len(script) == 5 < t.turn_budget
+        assert len(traj.tool_calls) == 8
+        assert (await grade(task, sandbox, sandbox_provider)).reward == 1.0
     finally:
         await sandbox.close()
