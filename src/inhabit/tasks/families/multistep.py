@@ -21,12 +21,13 @@ tests and read the test and facade files in one turn, read every window of the m
 next) needs 5, whatever the module's length.
 
 Long variants (`long_share` of the tasks) pad every helper module with 70 record-processing
-functions (`padding`), about 600 lines a module, placed before the module's own functions so
-that the bug lies past the first 400-line read (a constant's bug stays in the header). Measured with the quickstart tokenizer
-(`inhabit.models.tokenizer.default_tokenizer`, seed 0): a long package's source is 18k-30k tokens
-(normal variants: about 1.6k-3k) and the buggy module alone about 5.9k, so reading that one module
-overflows the quickstart model's 1,024-token window or a 4,096-token `HarnessConfig.context_budget`,
-and the harness summarizes in a real episode. A long module takes two 400-line reads: its budget is 8.
+functions (`padding`), about 600 lines a module, placed before the module's own functions so that
+the bug lies past the first 400-line read (a constant's bug stays in the header). Measured with
+the quickstart tokenizer (`inhabit.models.tokenizer.default_tokenizer`, seed 0): a long package's
+source is 18k-30k tokens (normal variants: about 1.6k-3k) and the buggy module alone about 5.9k,
+so reading that one module overflows the quickstart model's 1,024-token window or a 4,096-token
+`HarnessConfig.context_budget`, and an episode that reads it summarizes (tests/unit/tasks/
+test_families.py runs one). A long module takes two 400-line reads: its budget is 8.
 
 Deterministic per (seed, split): the same arguments write the same bytes.
 """
