@@ -1,5 +1,5 @@
-"""`inhabit tasks ...`: build task directories from real code (`build`), HumanEval
-(`import-humaneval`) and SWE-bench-format instances (`import-swebench`).
+"""`inhabit tasks ...`: build task directories from real code (`build`), generated families
+(`generate`), HumanEval (`import-humaneval`) and SWE-bench-format instances (`import-swebench`).
 
 Heavy imports stay inside command bodies so `inhabit --help` stays fast.
 """
@@ -10,7 +10,8 @@ from pathlib import Path
 
 import typer
 
-tasks_app = typer.Typer(help="Build task directories: from a project by mutation, HumanEval, SWE-bench.",
+tasks_app = typer.Typer(help="Build task directories: from a project by mutation, generated families, "
+                        "HumanEval, SWE-bench.",
                         no_args_is_help=True)  # fmt: skip
 
 _BACKEND_HELP = "Sandbox backend: auto, bwrap or process."
@@ -126,6 +127,48 @@ def build(
     ):
         table.add_row(escape(k), escape(str(v)))
     Console().print(table)
+
+
+@tasks_app.command("generate")
+def generate_cmd(
+    family: str = typer.Option(..., "--family", help="multistep or quickstart."),
+    count: int = typer.Option(..., "--count", min=1, help="Tasks to write."),
+    out: Path = typer.Option(..., "--out", help="Folder for the task directories (created)."),
+    seed: int = typer.Option(0, "--seed", help="Same seed, same bytes."),
+    split: str = typer.Option(
+        "train", "--split", help="multistep: train or held-out (other packages, never copies of train)."
+    ),
+    long_share: float = typer.Option(
+        0.25,
+        "--long-share",
+        help="multistep: share of long variants, whose modules overflow a small context.",
+    ),
+) -> None:
+    """Write a generated task family (docs/evaluation.md, "Generated task families")."""
+    import time
+
+    if family not in ("multistep", "quickstart"):
+        raise typer.BadParameter("choose multistep or quickstart", param_hint="--family")
+    if family == "quickstart" and split != "train":
+        raise typer.BadParameter(
+            "the quickstart family has one pool; hold out its last tasks (split_tasks) instead",
+            param_hint="--split",
+        )
+    if not 0.0 <= long_share <= 1.0:
+        raise typer.BadParameter("must be within [0, 1]", param_hint="--long-share")
+    start = time.perf_counter()
+    if family == "quickstart":
+        from inhabit.tasks.families.quickstart import generate, write_quick_task
+
+        out.mkdir(parents=True, exist_ok=True)
+        roots = [write_quick_task(out, t) for t in generate(count, seed)]
+    else:
+        from inhabit.tasks.families.multistep import generate as generate_multistep
+        from inhabit.tasks.families.multistep import write_multistep_tasks
+
+        roots = write_multistep_tasks(out, generate_multistep(count, seed, split, long_share))
+    took = time.perf_counter() - start
+    typer.echo(f"wrote {len(roots)} {family} tasks to {out} in {took:.1f} s")
 
 
 @tasks_app.command("import-humaneval")
