@@ -621,3 +621,19 @@ async def test_unittest_mock_suite_fix_earns_one(make_task, sandbox_provider):
     cheat = "from unittest import mock\n\nmock.NonCallableMock.assert_not_called = lambda self: None\n"
     result = await _grade_after(task, sandbox_provider, {"calc.py": CALC_FIXED + "\n\n" + cheat})
     assert "runner_tampered" in result.flags
+
+
+async def test_replacing_the_code_of_a_unittest_assertion_earns_nothing(make_task, sandbox_provider):
+    # Between checkpoints a function's code is not re-read (each read raises an audit event); the
+    # audit hook sees the write instead, for unittest's functions as for pytest's.
+    task = _unittest_task(make_task)
+    cheat = (
+        "import unittest\n\n\ndef _never_fails(self, first, second, msg=None):\n    return None\n\n\n"
+        "_real_add = add\n\n\ndef add(a, b):\n"
+        "    unittest.TestCase.assertEqual.__code__ = _never_fails.__code__\n"
+        "    return 5 if (a, b) == (2, 3) else _real_add(a, b)\n"
+    )
+    result = await _grade_after(task, sandbox_provider, {"calc.py": CALC_BUGGY + "\n\n" + cheat})
+    assert result.reward == 0.0, (result.flags, result.outcomes)
+    assert "runner_tampered" in result.flags
+    assert any("assertEqual" in e for e in result.details["runner_events"]), result.details["runner_events"]

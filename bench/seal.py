@@ -1,0 +1,98 @@
+"""Benchmark: what grading's seal plugin costs per test, against the same suite run bare.
+
+A generated suite of N trivial tests (one parametrized pytest function, and with `--unittest`
+also N/2 TestCase methods), run by this interpreter's pytest on the host, without and with
+`inhabit/tasks/seal_plugin.py` loaded (`-p`): the plugin's runner snapshot, audit hook and the
+verifications before and after every report, which grading pays on every required test. Prints a
+table (median of `--reps` runs each) with the overhead per test and the ratio to the bare run;
+`--compare FILE` also times another version of the plugin (e.g. `git show REV:src/inhabit/tasks/
+seal_plugin.py > old.py`) in the same run.
+
+    PYTHONPATH=src .venv/bin/python bench/seal.py [--tests 500] [--reps 3] [--unittest] [--compare FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+PLUGIN = Path(__file__).resolve().parents[1] / "src" / "inhabit" / "tasks" / "seal_plugin.py"
+
+
+def write_suite(root: Path, n: int, unittest_style: bool, compare: Path | None) -> None:
+    tests = root / "tests"
+    tests.mkdir()
+    (tests / "test_many.py").write_text(
+        f"import pytest\n\n\n@pytest.mark.parametrize('i', range({n}))\ndef test_value(i):\n    assert i >= 0\n"
+    )
+    if unittest_style:
+        methods = "".join(
+            f"    def test_m{i}(self):\n        self.assertEqual({i} + 1, {i + 1})\n\n" for i in range(n // 2)
+        )
+        (tests / "test_cases.py").write_text(
+            f"import unittest\n\n\nclass TestMany(unittest.TestCase):\n{methods}"
+        )
+    shutil.copy(PLUGIN, root / "bench_seal.py")
+    if compare is not None:
+        shutil.copy(compare, root / "bench_seal_other.py")
+
+
+def run(root: Path, plugin: str | None) -> float:
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"]
+    if plugin:
+        cmd[3:3] = ["-p", plugin]
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        cmd, cwd=root, capture_output=True, text=True, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"}
+    )
+    elapsed = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"pytest failed ({plugin or 'bare'}):\n{proc.stdout[-2000:]}")
+    return elapsed
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tests", type=int, default=500)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--unittest", action="store_true", help="Also N/2 unittest.TestCase methods.")
+    ap.add_argument("--compare", type=Path, help="Another seal_plugin.py to time in the same run.")
+    args = ap.parse_args()
+    n = args.tests + (args.tests // 2 if args.unittest else 0)
+    with tempfile.TemporaryDirectory(prefix="inhabit-bench-seal-") as tmp:
+        root = Path(tmp)
+        write_suite(root, args.tests, args.unittest, args.compare)
+        bare = statistics.median(run(root, None) for _ in range(args.reps))
+        sealed = statistics.median(run(root, "bench_seal") for _ in range(args.reps))
+        other = (
+            statistics.median(run(root, "bench_seal_other") for _ in range(args.reps))
+            if args.compare
+            else None
+        )
+    table = Table(title=f"seal plugin: {n} tests, median of {args.reps} runs")
+    for col in ("run", "wall s", "per test ms"):
+        table.add_column(col, justify="right" if col != "run" else "left")
+    table.add_row("bare pytest (baseline)", f"{bare:.2f}", f"{bare / n * 1000:.2f}")
+    table.add_row("with the seal plugin", f"{sealed:.2f}", f"{sealed / n * 1000:.2f}")
+    table.add_row("overhead", f"{sealed - bare:.2f}", f"{(sealed - bare) / n * 1000:.2f}")
+    if other is not None:
+        table.add_row(f"with {args.compare.name}", f"{other:.2f}", f"{other / n * 1000:.2f}")
+    Console().print(table)
+    print(f"ratio sealed / bare: {sealed / bare:.2f}x")
+    if other is not None:
+        print(
+            f"overhead per test, {args.compare.name} / this plugin: {(other - bare) / max(sealed - bare, 1e-9):.2f}x"
+        )
+
+
+if __name__ == "__main__":
+    main()
