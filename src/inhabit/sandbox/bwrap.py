@@ -370,19 +370,23 @@ class BwrapSandboxProvider(SandboxProvider):
         key = (env, _env_build(env))
         view = self._env_views.get(key)
         if view is None:
-            view = env
-            if self.tmpfs_volumes:
-                n = len(self._env_views)
-                src, top, view = self._fs / f"envsrc{n}", self._fs / f"envtop{n}", self._fs / f"env{n}"
-                try:
-                    for d in (src, top, view):
-                        d.mkdir(mode=0o755)
-                    mounts.bind_ro(env, src)
-                    mounts.mount_overlay([top, src], None, None, view, relative_to=self._fs)
-                except OSError as e:
-                    raise SandboxError(f"could not mount the task environment {env}: {e}") from e
+            view = self._read_only_view(env, f"the task environment {env}") if self.tmpfs_volumes else env
             self._env_views[key] = view
         return ["--ro-bind", str(view), self.machine.env_dir, *self._interpreter_argv(env)]
+
+    def _read_only_view(self, source: Path, what: str) -> Path:
+        """A new view of `source` on the provider's tmpfs (root only): a read-only bind under an
+        empty top layer in a read-only overlay named relative to that tmpfs (see `_env_argv`)."""
+        n = len(self._env_views)
+        src, top, view = self._fs / f"envsrc{n}", self._fs / f"envtop{n}", self._fs / f"env{n}"
+        try:
+            for d in (src, top, view):
+                d.mkdir(mode=0o755)
+            mounts.bind_ro(source, src)
+            mounts.mount_overlay([top, src], None, None, view, relative_to=self._fs)
+        except OSError as e:
+            raise SandboxError(f"could not mount {what}: {e}") from e
+        return view
 
     def _interpreter_argv(self, env: Path) -> list[str]:
         """bwrap arguments that show the interpreter of the environment `env` when it is not the
@@ -403,16 +407,7 @@ class BwrapSandboxProvider(SandboxProvider):
             return ["--ro-bind", str(real), str(prefix)]
         view = self._env_views.get(real)
         if view is None:
-            n = len(self._env_views)
-            src, top, view = self._fs / f"envsrc{n}", self._fs / f"envtop{n}", self._fs / f"env{n}"
-            try:
-                for d in (src, top, view):
-                    d.mkdir(mode=0o755)
-                mounts.bind_ro(real, src)
-                mounts.mount_overlay([top, src], None, None, view, relative_to=self._fs)
-            except OSError as e:
-                raise SandboxError(f"could not mount the interpreter {prefix} of {env}: {e}") from e
-            self._env_views[real] = view
+            view = self._env_views[real] = self._read_only_view(real, f"the interpreter {prefix} of {env}")
         if not self.machine.host_python_links:
             return ["--ro-bind", str(view), str(prefix)]
         place = f"{self.machine.python_dir}{sysview.venv_version(env) or '-env'}"  # never python_dir itself
