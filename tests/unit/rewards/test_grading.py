@@ -520,14 +520,13 @@ UNITTEST_CALC = "import unittest\n\nfrom calc import add, sub\n\n\nclass TestCal
 UNITTEST_HIDDEN = "import unittest\n\nfrom calc import add\n\n\nclass TestHidden(unittest.TestCase):\n    def test_add_neg(self):\n        self.assertEqual(add(-2, -3), -5)\n"  # fmt: skip
 
 
-def _unittest_task(make_task):
+def _unittest_task(make_task, hidden=("tests/test_hidden.py", UNITTEST_HIDDEN, "TestHidden::test_add_neg")):
+    """The calc task with TestCase-style tests; `hidden` is (path, source, Class::method)."""
+    path, source, test = hidden
     return make_task(
         workspace={"calc.py": CALC_BUGGY, "tests/test_calc.py": UNITTEST_CALC},
-        hidden={"tests/test_hidden.py": UNITTEST_HIDDEN},
-        fail_to_pass=[
-            "tests/test_calc.py::TestCalc::test_add",
-            "tests/test_hidden.py::TestHidden::test_add_neg",
-        ],
+        hidden={path: source},
+        fail_to_pass=["tests/test_calc.py::TestCalc::test_add", f"{path}::{test}"],
         pass_to_pass=["tests/test_calc.py::TestCalc::test_sub"],
     )
 
@@ -611,15 +610,7 @@ UNITTEST_MOCK = (
 async def test_unittest_mock_suite_fix_earns_one(make_task, sandbox_provider):
     # unittest.mock joins the snapshot when a test file names it; its `call` object answers any
     # attribute (even `__code__`) with a new object, which the snapshot must not take for code.
-    task = make_task(
-        workspace={"calc.py": CALC_BUGGY, "tests/test_calc.py": UNITTEST_CALC},
-        hidden={"tests/test_mock.py": UNITTEST_MOCK},
-        fail_to_pass=[
-            "tests/test_calc.py::TestCalc::test_add",
-            "tests/test_mock.py::TestCalcMock::test_add_spied",
-        ],
-        pass_to_pass=["tests/test_calc.py::TestCalc::test_sub"],
-    )
+    task = _unittest_task(make_task, ("tests/test_mock.py", UNITTEST_MOCK, "TestCalcMock::test_add_spied"))
     result = await _grade_after(task, sandbox_provider, {"calc.py": CALC_FIXED})
     assert result.reward == 1.0, (result.flags, result.outcomes, result.details)
     assert result.flags == []
