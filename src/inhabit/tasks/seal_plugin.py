@@ -26,10 +26,11 @@ takes an identity snapshot of the runner (every attribute of the pytest, _pytest
 installed-plugin modules and of their classes, every function's code and defaults; the callables
 of unittest's modules and classes, whose assertion methods decide TestCase-style outcomes) and installs
 an audit hook (`sys.addaudithook`, which cannot be removed). Reported, as "kind: detail":
-  * patched   a runner module or class attribute, or a runner function's code or defaults, differs
-              from the snapshot (checked after collection, before each test's report is made, at
-              each report and before sealing); a runner or test function's __code__ was replaced;
-              a collected test item got a new type, function or `runtest`;
+  * patched   a runner module or class attribute differs from the snapshot (checked after
+              collection, before each test's report is made, at each report and before sealing),
+              or a runner function's code or defaults do (after collection and before sealing);
+              a runner or test function's code or defaults were replaced (the audit hook, at
+              once); a collected test item got a new type, function or `runtest`;
   * plugin    a pytest plugin or hook implementation defined in workspace code that is not a test
               file or conftest (registered through the plugin manager or pushed into its lists);
   * frame     workspace code got a frame of the runner (sys._getframe, a traceback's tb_frame, a
@@ -178,10 +179,16 @@ def _code_of(obj):
     return code if isinstance(code, types.CodeType) else None
 
 
+def _is_stdlib_runner(module_name):
+    return module_name.split(".")[0] == _STDLIB_RUNNER
+
+
 def _is_runner_module(name):
-    root = name.split(".")[0]
     return (
-        root in _RUNNER_PREFIXES or root == _STDLIB_RUNNER or name.startswith("pytest_") or name == __name__
+        name.split(".")[0] in _RUNNER_PREFIXES
+        or _is_stdlib_runner(name)
+        or name.startswith("pytest_")
+        or name == __name__
     )
 
 
@@ -222,7 +229,7 @@ class _Guard:
         self.files = {}
         self.own = False  # this module joins the snapshot once it is fully defined (end of file)
         for name, mod in list(sys.modules.items()):
-            if _is_runner_module(name) and name.split(".")[0] != _STDLIB_RUNNER:
+            if _is_runner_module(name) and not _is_stdlib_runner(name):
                 self.add_runner_code(mod)
         self.snapshot()
         sys.addaudithook(self.audit)
@@ -265,7 +272,7 @@ class _Guard:
 
     def code_only(self, module_name):
         """Whether only a module's callables and classes are compared (see `compare`)."""
-        return module_name in self.plugin_modules or module_name.split(".")[0] == _STDLIB_RUNNER
+        return module_name in self.plugin_modules or _is_stdlib_runner(module_name)
 
     def origin(self, filename):
         """'runner', 'stdlib', 'library', 'test' or 'workspace' for a code object's file name."""
@@ -376,10 +383,7 @@ class _Guard:
             obj, name = args[0], args[1]
             code = _code_of(obj)
             origin = self.origin(code.co_filename) if code is not None else None
-            if (
-                origin == "stdlib"
-                and (getattr(obj, "__module__", None) or "").split(".")[0] == _STDLIB_RUNNER
-            ):
+            if origin == "stdlib" and _is_stdlib_runner(getattr(obj, "__module__", None) or ""):
                 origin = "runner"  # unittest's functions: its assertions decide TestCase outcomes
             if not name.startswith("__") or origin not in ("runner", "test"):
                 return
