@@ -167,8 +167,8 @@ class EngineRunner:
         composer: Any = None,
     ) -> None:
         self.engine, self.tokenizer, self.provider = engine, tokenizer, provider
-        # The run's `[reward]` table (a RewardComposer), or None: grading's test reward alone.
-        self.composer = composer
+        # The episode: with the run's `[reward]` table (a RewardComposer), graded and composed;
+        # None: `run_rollout`, grading's test reward alone.
         self.rollout_fn = functools.partial(run_rollout, composer=composer) if composer is not None else None
         # rollout.max_tokens caps every model turn (the harness's own cap may be lower).
         self.harness = harness.model_copy(

@@ -138,7 +138,7 @@ def _assert_equal(node: ast.stmt) -> tuple[ast.expr, ast.expr] | None:
     return None
 
 
-def _opening_pairs(fn: ast.FunctionDef, method: bool) -> list[tuple[ast.expr, ast.expr]] | None:
+def _opening_pairs(fn: ast.FunctionDef, method: bool) -> list[tuple[ast.expr, ast.expr]]:
     """The `a == b` pairs of the asserts that open a test (a function's `assert a == b`, a
     method's `self.assertEqual(a, b)`); other opening asserts are passed over."""
     pairs = []
