@@ -295,9 +295,7 @@ class Trainer:
                 stats = stats.merge(st)
                 acc.merge(a)
         metrics = self._metrics(samples, acc, stats, losses, grad_norms, n_micro, k if update else 0, t0)
-        kl_ref = (
-            kl_sum / max(1, sum(s.num_loss_tokens for s in samples)) if self.reference is not None else None
-        )
+        kl_ref = kl_sum / max(1, metrics.loss_tokens) if self.reference is not None else None
         return dataclasses.replace(metrics, stale_dropped=stale_dropped, kl_ref=kl_ref)
 
     def _score(self, mb: MicroBatch, acc: MismatchAccumulator | None) -> torch.Tensor:
@@ -404,19 +402,19 @@ class Trainer:
     def _reference_logprobs(self, mb: MicroBatch) -> torch.Tensor:
         """[B, T] logprobs of each token under the starting policy (the KL anchor's reference), with
         its own routing for MoE models (the recorded routes are the rollout policy's)."""
-        sel = mb.loss_mask[:, 1:]
-        with torch.no_grad(), self._autocast():
-            logits = self._reference_scorer(mb.input_ids, mb.attention_mask, sel)
-        logp = torch.log_softmax(logits.float() / self.config.temperature, dim=-1)
-        return self._scatter(mb, logp)
+        with torch.no_grad():
+            return self._standard_logprobs(mb, self.config.temperature, self._reference_scorer)[0]
 
-    def _standard_logprobs(self, mb: MicroBatch, temp: float) -> tuple[torch.Tensor, torch.Tensor]:
-        """([B, T] token logprobs, [loss tokens, V] log-distribution) of the model's own forward."""
+    def _standard_logprobs(
+        self, mb: MicroBatch, temp: float, scorer: Scorer | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """([B, T] token logprobs, [loss tokens, V] log-distribution) of the model's own forward
+        (or of `scorer`'s: the KL anchor's reference)."""
         # Only positions that predict a generated token go through the LM head. `scorer` is the
         # model's root (FSDP's hooks run there when the trainer is data-parallel).
         sel = mb.loss_mask[:, 1:]
         with self._autocast():
-            logits = self.scorer(mb.input_ids, mb.attention_mask, sel)
+            logits = (scorer or self.scorer)(mb.input_ids, mb.attention_mask, sel)
         logp = torch.log_softmax(logits.float() / temp, dim=-1)
         return self._scatter(mb, logp), logp
 
