@@ -160,6 +160,11 @@ class RolloutRunner(Protocol):
         """`size` (default: the configured G) rollouts of `task`; `purpose` "train" or "eval:<label>"."""
         ...
 
+    async def close(self) -> None:
+        """Release what the rollouts hold beyond the engine and sandboxes (the judges' clients);
+        the placement calls it when the attempt ends."""
+        ...
+
 
 # ---------------------------------------------------------------------------------------- trainer
 class TrainerLost(OrchestratorError):

@@ -170,6 +170,7 @@ class EngineRunner:
         # The episode: with the run's `[reward]` table (a RewardComposer), graded and composed;
         # None: `run_rollout`, grading's test reward alone.
         self.rollout_fn = functools.partial(run_rollout, composer=composer) if composer is not None else None
+        self._composer = composer  # closed by `close` (its judges hold HTTP clients)
         # rollout.max_tokens caps every model turn (the harness's own cap may be lower).
         self.harness = harness.model_copy(
             update={"max_turn_tokens": min(harness.max_turn_tokens, rollout.max_tokens)}
@@ -221,6 +222,12 @@ class EngineRunner:
             self.log_file.write(traj)
         self._count_failure(traj)
         return traj
+
+    async def close(self) -> None:
+        """Release what the episodes hold beyond the engine and sandboxes: the judges' clients."""
+        composer, self._composer, self.rollout_fn = self._composer, None, None
+        if composer is not None:
+            await composer.close()
 
     def _count_failure(self, traj: Trajectory) -> None:
         # A failed rollout is data, but an unbroken run of them means nothing works (an engine that

@@ -117,6 +117,7 @@ class LocalPlacement:
         from inhabit.placement.trainer_local import unpin
 
         try:
+            await parts.runner.close()
             await parts.engine.close()
             await parts.trainer.close()
         finally:

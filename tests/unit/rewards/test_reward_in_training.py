@@ -78,3 +78,26 @@ def test_the_reward_table_of_a_run_config(tmp_path):
     assert [j.config.name for j in composer.judges] == ["style"]
     plain = load_config(RunConfig, path, []).model_copy(update={"reward": None})
     assert reward_composer(plain) is None
+
+
+async def test_the_runner_closes_the_judges_clients_when_the_run_ends(tmp_path, sandbox_provider):
+    from inhabit.config import load_config
+    from inhabit.orchestrator.config import RunConfig
+    from inhabit.rollouts import EngineRunner, reward_composer
+
+    path = tmp_path / "run.toml"
+    path.write_text(
+        (ROOT / "configs" / "quickstart.toml").read_text()
+        + '\n[reward]\n[[reward.judges]]\nname = "style"\nbase_url = "http://127.0.0.1:1/v1"\nmodel = "m"\n'
+    )
+    cfg = load_config(RunConfig, path, [])
+    composer = reward_composer(cfg)
+    client = composer.judges[0]._client
+    # The engine and tokenizer are not touched before an episode runs.
+    runner = EngineRunner(
+        None, None, sandbox_provider, harness=cfg.harness, rollout=cfg.rollout, composer=composer
+    )
+    assert runner.rollout_fn is not None and not client.is_closed()
+    await runner.close()
+    assert client.is_closed() and runner.rollout_fn is None
+    await runner.close()  # twice is harmless
