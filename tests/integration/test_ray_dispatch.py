@@ -16,17 +16,9 @@ ray = pytest.importorskip("ray")
 
 from inhabit.orchestrator.config import RunConfig  # noqa: E402
 from inhabit.placement.config import RayConfig  # noqa: E402
+from ray_fixtures import ray_run_config, ray_session, tiny_model_folder  # noqa: E402
 
 pytestmark = pytest.mark.ray
-
-SPEC = dict(
-    hidden_size=32,
-    num_layers=1,
-    num_heads=2,
-    num_kv_heads=1,
-    intermediate_size=64,
-    max_position_embeddings=512,
-)
 
 
 def slow_task(root, name: str, slow_first: int, sleep_s: float):
@@ -61,44 +53,11 @@ def slow_task(root, name: str, slow_first: int, sleep_s: float):
 
 @pytest.fixture(scope="module")
 def parts(tmp_path_factory):
-    from inhabit.models.tiny import TinyModelSpec, build_tiny_model, save_model_folder
-    from inhabit.orchestrator.quickstart.bootstrap import quickstart_tokenizer
-    from inhabit.placement.cluster import RayPlacement, runtime_env
-
     root = tmp_path_factory.mktemp("dispatch")
-    tok = quickstart_tokenizer()
-    save_model_folder(
-        build_tiny_model(TinyModelSpec(**SPEC), vocab_size=(len(tok) + 63) // 64 * 64), tok, root / "model"
-    )
-    cfg = RunConfig.model_validate(
-        {
-            "model": {"path": str(root / "model")},
-            "tasks": {"source": "dir", "dir": str(root)},
-            "harness": {"max_turns": 1},
-            "engine": {"max_model_len": 512, "seed": 0, "num_threads": 1},
-            "sandbox": {"backend": "process"},
-            "rollout": {"group_size": 2, "concurrency": 8, "max_tokens": 8, "timeout_s": 280},
-            "placement": {
-                "backend": "ray",
-                "ray": {
-                    "engines": 2, "env_servers": 1, "bind_host": "127.0.0.1",
-                    "engine": {"num_cpus": 0, "resources": {"rollout": 1}},
-                    "env_server": {"num_cpus": 0, "resources": {"sandbox": 1}},
-                },
-            },
-        }
-    )  # fmt: skip
-    ray.init(
-        num_cpus=1, resources={"rollout": 2, "sandbox": 1}, include_dashboard=False,
-        runtime_env=runtime_env(), log_to_driver=False,
-    )  # fmt: skip
-    placement = RayPlacement(cfg)
-    placement.store_url = str(root / "weights")  # empty store: engines keep their initial weights
-    try:
+    model = tiny_model_folder(root / "model")
+    cfg = ray_run_config(model, root, engines=2, concurrency=8, timeout_s=280)
+    with ray_session(cfg, root / "weights") as placement:
         yield root, cfg, placement
-    finally:
-        placement.shutdown()
-        ray.shutdown()
 
 
 async def runner_for(cfg: RunConfig, placement, **ray_over):

@@ -16,17 +16,9 @@ ray = pytest.importorskip("ray")
 
 from env_fixtures import TINYDEP, write_quad_task  # noqa: E402
 from inhabit.envs.wheels import write_wheel  # noqa: E402
+from ray_fixtures import ray_run_config, ray_session, tiny_model_folder  # noqa: E402
 
 pytestmark = pytest.mark.ray
-
-SPEC = dict(
-    hidden_size=32,
-    num_layers=1,
-    num_heads=2,
-    num_kv_heads=1,
-    intermediate_size=64,
-    max_position_embeddings=512,
-)
 
 
 @pytest.fixture(scope="module")
@@ -34,10 +26,6 @@ def setup(tmp_path_factory):
     from inhabit.envs.lock import lock_requirements
     from inhabit.envs.requirements import project_requirements
     from inhabit.envs.task_env import write_environment
-    from inhabit.models.tiny import TinyModelSpec, build_tiny_model, save_model_folder
-    from inhabit.orchestrator.config import RunConfig
-    from inhabit.orchestrator.quickstart.bootstrap import quickstart_tokenizer
-    from inhabit.placement.cluster import RayPlacement, runtime_env
 
     root = tmp_path_factory.mktemp("rayenv")
     wheels = root / "wheels"
@@ -51,38 +39,12 @@ def setup(tmp_path_factory):
     write_environment(
         task_dir, lock_requirements(project_requirements(task_dir / "workspace"), wheelhouse=wheels)
     )
-    tok = quickstart_tokenizer()
-    model = build_tiny_model(TinyModelSpec(**SPEC), vocab_size=(len(tok) + 63) // 64 * 64)
-    save_model_folder(model, tok, root / "model")
-    cfg = RunConfig.model_validate(
-        {
-            "model": {"path": str(root / "model")},
-            "tasks": {"source": "dir", "dir": str(root / "tasks")},
-            "harness": {"max_turns": 1},
-            "engine": {"max_model_len": 512, "seed": 0, "num_threads": 1},
-            "sandbox": {"backend": "process"},
-            "rollout": {"group_size": 2, "concurrency": 4, "max_tokens": 8, "timeout_s": 200},
-            "placement": {
-                "backend": "ray",
-                "ray": {
-                    "engines": 1, "env_servers": 1, "bind_host": "127.0.0.1",
-                    "engine": {"num_cpus": 0, "resources": {"rollout": 1}},
-                    "env_server": {"num_cpus": 0, "resources": {"sandbox": 1}},
-                },
-            },
-        }
-    )  # fmt: skip
-    ray.init(
-        num_cpus=1, resources={"rollout": 1, "sandbox": 1}, include_dashboard=False,
-        runtime_env=runtime_env(), log_to_driver=False,
-    )  # fmt: skip
-    placement = RayPlacement(cfg)
-    placement.store_url = str(root / "weights")
+    model = tiny_model_folder(root / "model")
+    cfg = ray_run_config(model, root / "tasks", engines=1, concurrency=4, timeout_s=200)
     try:
-        yield root, cfg, placement, task_dir
+        with ray_session(cfg, root / "weights") as placement:
+            yield root, cfg, placement, task_dir
     finally:
-        placement.shutdown()
-        ray.shutdown()
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
