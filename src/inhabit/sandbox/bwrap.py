@@ -167,6 +167,7 @@ class BwrapSandboxProvider(SandboxProvider):
         scratch_dir: str | Path | None = None,
         workspace_mode: str = "auto",
         machine: MachineProfile | None = None,
+        supervisor: bool = True,
     ):
         problem = bwrap_problem()
         if problem:
@@ -188,6 +189,10 @@ class BwrapSandboxProvider(SandboxProvider):
         os.chmod(self.root, 0o711)
         self.cgroups = cgroups.detect()
         self.core_to_file = _core_to_file()
+        # One bwrap per sandbox with a supervisor inside (`inhabit.sandbox.supervisor`), else
+        # one per exec; how many execs took which path, and how many supervisors started.
+        self.supervise = supervisor
+        self.exec_counts: collections.Counter[str] = collections.Counter()
         self._sandboxes: dict[str, BwrapSandbox] = {}
         self._snapshots: dict[str, Snapshot] = {}
         self._idmapped: collections.OrderedDict[Path, Path] = collections.OrderedDict()

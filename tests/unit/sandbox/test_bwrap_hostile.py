@@ -272,6 +272,8 @@ async def test_cpu_time_is_capped(provider_factory, workspace):
 async def test_timeout_kills_command_and_children(bw, workspace):
     marker = f"{900 + secrets.randbelow(99)}.{secrets.randbelow(10**6)}"
     async with await bw.create(workspace) as sb:
+        await sb.exec("true")  # the sandbox's own processes (its supervisor), if any, are up
+        resident = _cgroup_pids(bw, sb)
         r = await sb.exec(
             f"sleep {marker} & (sleep {marker} &) ; setsid sleep {marker} & sleep {marker}", timeout_s=1
         )
@@ -279,9 +281,15 @@ async def test_timeout_kills_command_and_children(bw, workspace):
         assert wait_gone(marker) == []
         if bw.cgroups is not None:  # dying processes leave the cgroup's list within moments
             deadline = time.monotonic() + 5
-            while not bw.cgroups.is_empty(sb._groups) and time.monotonic() < deadline:
+            while _cgroup_pids(bw, sb) != resident and time.monotonic() < deadline:
                 await asyncio.sleep(0.02)
-            assert bw.cgroups.is_empty(sb._groups)
+            assert _cgroup_pids(bw, sb) == resident
+
+
+def _cgroup_pids(prov, sb) -> set[int]:
+    if prov.cgroups is None:
+        return set()
+    return {int(p) for g in sb._groups for p in (g / "cgroup.procs").read_text().split()}
 
 
 async def test_output_flood_is_capped(bw, workspace):

@@ -1,0 +1,228 @@
+"""The program that runs as PID 1 of a bwrap sandbox and starts each exec's command (never imported).
+
+`inhabit.sandbox.supervisor` sends this file's text over the control socket to `python3 -I -S -c`
+inside the sandbox, so it uses the standard library only, runs on Python 3.8+, imports nothing of
+inhabit and writes no file. It must stay small: read it whole before changing it.
+
+Control channel: an AF_UNIX SOCK_SEQPACKET socket inherited as fd `argv[1]` (no path, so nothing
+in the sandbox's filesystem names it), close-on-exec here, so no command inherits it. This process
+makes itself non-dumpable, so a sandboxed process (same uid, no capabilities) cannot open
+/proc/1/fd/*, read /proc/1/mem nor ptrace it; as PID 1 of its pid namespace it receives no signal
+from inside but the SIGCHLD it handles (which only makes it reap). Its children share that.
+
+Per request `{"id", "argv", "env", "cwd", "rlimits"}` with the fds (stdin or none, stdout, stderr):
+fork an exec-init E (child subreaper), which forks the command C (own session, the fds as 0-2,
+default signals, the exec's rlimits) and waits for it. When C exits, E kills whatever C left
+(everything orphaned below a subreaper reparents to it: setsid, double fork), reaps it, and only
+then reports C's wait status: nothing started by an exec outlives it. `{"kill": id}` SIGKILLs that
+E; a killed E's processes reparent here, and any child of this process that is not a live E is
+killed on sight, so a lost E (killed from inside, e.g. `kill -9 -1`) leaves nothing either.
+"""
+
+import ctypes
+import json
+import os
+import resource
+import select
+import signal
+import socket
+import sys
+import time
+
+PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 4, 36
+
+
+def _prctl(option, value):
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(option, value, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl")
+
+
+def _children(ppid):
+    """Pids whose parent is `ppid` (no /proc/*/children on every kernel: scan stat)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open("/proc/" + entry + "/stat", "rb") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            if int(stat.rsplit(b")", 1)[1].split()[1]) == ppid:
+                found.append(int(entry))
+    return found
+
+
+def _reap():
+    """Reap every exited child; returns {pid: wait status}."""
+    done = {}
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return done
+        if pid == 0:
+            return done
+        done[pid] = status
+
+
+def _command(req, fds):
+    """In the forked child C: become the command (never returns)."""
+    try:
+        os.setsid()
+        stdin = fds[0] if req["stdin"] else os.open("/dev/null", os.O_RDONLY)
+        os.dup2(stdin, 0)
+        os.dup2(fds[-2], 1)
+        os.dup2(fds[-1], 2)
+        os.chdir(req["cwd"])
+        for what, soft, hard in req["rlimits"]:  # hard None: keep it (it may only go down)
+            try:
+                resource.setrlimit(what, (soft, resource.getrlimit(what)[1] if hard is None else hard))
+            except (ValueError, OSError):
+                pass
+        for s in range(1, signal.NSIG):
+            try:
+                signal.signal(s, signal.SIG_DFL)
+            except (OSError, ValueError, RuntimeError):
+                pass
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        argv = req["argv"]
+        try:
+            os.execvpe(argv[0], argv, req["env"])
+        except OSError as e:  # as the shell says it, with its exit codes
+            what = "not found" if isinstance(e, FileNotFoundError) else "Permission denied"
+            os.write(2, f"sh: 1: {argv[0]}: {what}\n".encode())
+            os._exit(127 if isinstance(e, FileNotFoundError) else 126)
+    finally:
+        os._exit(127)
+
+
+def _exec_init(ctl, req, fds):
+    """In the forked child E: run the command, kill what it left, report its status."""
+    signal.set_wakeup_fd(-1)  # the supervisor's; E waits by blocking
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    try:
+        _prctl(PR_SET_CHILD_SUBREAPER, 1)
+        try:
+            pid = os.fork()
+        except OSError as e:  # e.g. the process limit
+            ctl.send(json.dumps({"id": req["id"], "error": str(e)}).encode())
+            os._exit(0)
+        if pid == 0:
+            _command(req, fds)
+        for fd in fds:
+            os.close(fd)
+        status = None
+        while status is None:
+            got, st = os.waitpid(-1, 0)
+            if got == pid:
+                status = st
+        while True:  # orphans of C are our children now; each round kills one more level
+            kids = _children(os.getpid())
+            for child in kids:
+                try:
+                    os.kill(child, signal.SIGKILL)
+                except OSError:
+                    pass
+            try:
+                if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                    time.sleep(0.0005)  # killed, not yet dead
+            except ChildProcessError:
+                break
+        ctl.send(json.dumps({"id": req["id"], "status": status}).encode())
+        os._exit(0)
+    finally:
+        os._exit(1)  # not reported: the supervisor reports this exec as lost
+
+
+def main(ctl):
+    """Serve requests on the control socket `ctl` until the host closes it."""
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(s, signal.SIG_IGN)
+    _prctl(PR_SET_DUMPABLE, 0)
+    ctl.set_inheritable(False)
+    for name in os.listdir("/proc/self/fd"):  # e.g. the user namespace fd bwrap was given
+        if int(name) > 2 and int(name) != ctl.fileno():
+            try:
+                os.close(int(name))
+            except OSError:
+                pass
+    wake_r, wake_w = os.pipe()
+    for w in (wake_r, wake_w):
+        os.set_blocking(w, False)
+        os.set_inheritable(w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    inits = {}  # E's pid -> request id
+    ctl.send(b'{"ready": true}')
+    while True:
+        ready = select.select([ctl, wake_r], [], [])[0]
+        if wake_r in ready:
+            while True:
+                try:
+                    if not os.read(wake_r, 512):
+                        break
+                except BlockingIOError:
+                    break
+        if ctl in ready:
+            msg, anc, _, _ = ctl.recvmsg(4 << 20, socket.CMSG_SPACE(4 * 3))
+            if not msg:
+                return  # the host closed the channel: the sandbox is closing
+            fds = []
+            for level, kind, data in anc:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    fds += [int.from_bytes(data[i : i + 4], sys.byteorder) for i in range(0, len(data), 4)]
+            for f in fds:
+                os.set_inheritable(f, False)
+            req = json.loads(msg)
+            if "kill" in req:
+                for pid, rid in inits.items():
+                    if rid == req["kill"]:
+                        os.kill(pid, signal.SIGKILL)
+            else:
+                try:
+                    pid = os.fork()
+                except OSError as e:  # e.g. the process limit
+                    for f in fds:
+                        os.close(f)
+                    ctl.send(json.dumps({"id": req["id"], "error": str(e)}).encode())
+                    continue
+                if pid == 0:
+                    _exec_init(ctl, req, fds)
+                inits[pid] = req["id"]
+                for f in fds:
+                    os.close(f)
+        lost = []
+        _collect(inits, _reap(), lost)
+        if lost:
+            _sweep(inits, lost)
+        for rid in lost:  # E was killed (by the host's kill or from inside) before it reported
+            ctl.send(json.dumps({"id": rid, "lost": True}).encode())
+
+
+def _collect(inits, reaped, lost):
+    """Forget the Es among `reaped`; the ids of those that exited without reporting go to `lost`."""
+    for pid, status in reaped.items():
+        rid = inits.pop(pid, None)
+        if rid is not None and status != 0:
+            lost.append(rid)
+
+
+def _sweep(inits, lost):
+    """Kill every child of ours that is not a live E (what a killed E left), until none is left."""
+    while True:
+        strays = [p for p in _children(os.getpid()) if p not in inits]
+        if not strays:
+            return
+        for p in strays:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except OSError:
+                pass
+        _collect(inits, _reap(), lost)
+
+
+# Run by the bootstrap (`BOOTSTRAP` in inhabit.sandbox.supervisor), which received this text on the
+# control socket and holds that socket as `_ctl`.
+if __name__ == "__main__":
+    main(globals()["_ctl"])
