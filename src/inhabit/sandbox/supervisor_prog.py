@@ -29,7 +29,7 @@ import socket
 import sys
 import time
 
-PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 4, 36
+PR_SET_DUMPABLE, PR_SET_NAME, PR_SET_CHILD_SUBREAPER = 4, 15, 36
 
 
 def _prctl(option, value):
@@ -97,12 +97,23 @@ def _command(req, fds):
         os._exit(127)
 
 
+def _say_signal(stderr, status):
+    """What the one-bwrap-per-exec path's init shell (dash) says when its command dies of a signal."""
+    if os.WIFSIGNALED(status) and os.WTERMSIG(status) not in (signal.SIGINT, signal.SIGPIPE):
+        text = signal.strsignal(os.WTERMSIG(status)) or f"Signal {os.WTERMSIG(status)}"
+        try:
+            os.write(stderr, (text + (" (core dumped)" if os.WCOREDUMP(status) else "") + "\n").encode())
+        except OSError:
+            pass
+
+
 def _exec_init(ctl, req, fds):
     """In the forked child E: run the command, kill what it left, report its status."""
     signal.set_wakeup_fd(-1)  # the supervisor's; E waits by blocking
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     try:
         _prctl(PR_SET_CHILD_SUBREAPER, 1)
+        _prctl(PR_SET_NAME, b"inhabit-exec")  # not `python3`: `pkill python3` inside spares it
         try:
             pid = os.fork()
         except OSError as e:  # e.g. the process limit
@@ -110,13 +121,15 @@ def _exec_init(ctl, req, fds):
             os._exit(0)
         if pid == 0:
             _command(req, fds)
-        for fd in fds:
+        for fd in fds[:-1]:
             os.close(fd)
         status = None
         while status is None:
             got, st = os.waitpid(-1, 0)
             if got == pid:
                 status = st
+        _say_signal(fds[-1], status)
+        os.close(fds[-1])
         while True:  # orphans of C are our children now; each round kills one more level
             kids = _children(os.getpid())
             for child in kids:
@@ -140,6 +153,7 @@ def main(ctl):
     for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(s, signal.SIG_IGN)
     _prctl(PR_SET_DUMPABLE, 0)
+    _prctl(PR_SET_NAME, b"inhabit-init")
     ctl.set_inheritable(False)
     for name in os.listdir("/proc/self/fd"):  # e.g. the user namespace fd bwrap was given
         if int(name) > 2 and int(name) != ctl.fileno():
