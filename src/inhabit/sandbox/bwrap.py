@@ -168,6 +168,7 @@ class BwrapSandboxProvider(SandboxProvider):
         workspace_mode: str = "auto",
         machine: MachineProfile | None = None,
         supervisor: bool = True,
+        supervise_after: int = 1,
     ):
         problem = bwrap_problem()
         if problem:
@@ -190,8 +191,12 @@ class BwrapSandboxProvider(SandboxProvider):
         self.cgroups = cgroups.detect()
         self.core_to_file = _core_to_file()
         # One bwrap per sandbox with a supervisor inside (`inhabit.sandbox.supervisor`), else
-        # one per exec; how many execs took which path, and how many supervisors started.
+        # one per exec; how many execs took which path, and how many supervisors started. The
+        # supervisor starts with a sandbox's exec number `supervise_after + 1`: starting it costs
+        # more than one exec with its own bwrap (a Python start), so a sandbox that runs a single
+        # command (a grading run, a burst of one-shot sandboxes) never pays for it.
         self.supervise = supervisor
+        self.supervise_after = supervise_after
         self.exec_counts: collections.Counter[str] = collections.Counter()
         self._sandboxes: dict[str, BwrapSandbox] = {}
         self._snapshots: dict[str, Snapshot] = {}

@@ -123,6 +123,7 @@ class BwrapSandbox(Sandbox):
         # after a snapshot/restore remount or its death; None reason = usable.
         self._sup_task: asyncio.Task[Supervisor] | None = None
         self._no_supervisor: str | None = None if provider.supervise else "off"
+        self._execs = 0  # started so far: the first `provider.supervise_after` take their own bwrap
         self._closed = False
         self._cleanup_handle = cleanup.register(self._cleanup_sync)
 
@@ -204,6 +205,11 @@ class BwrapSandbox(Sandbox):
     async def close(self) -> None:
         if self._closed:
             return
+        if self._sup_task is not None:
+            # Let the supervisor exit (its namespace ends with it) and wait here, off the worker
+            # threads, so the cgroup sweep below finds nothing left to wait for.
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._stop_supervisor(), 5)
         for pgid in list(self._pgids):  # quick signals now; the cgroup sweep runs in the thread
             kill_group(pgid)
         done: asyncio.Future[None] | None = None
@@ -356,7 +362,8 @@ class BwrapSandbox(Sandbox):
             oom_before = cg.oom_kills(self._groups) if cg is not None else 0
             pids_before = cg.pids_refusals(self._groups) if cg is not None else 0
             result = None
-            if self._no_supervisor is None:
+            self._execs += 1
+            if self._no_supervisor is None and self._execs > self._p.supervise_after:
                 result = await self._exec_supervised(cmd, full_env, inner_cwd, timeout, stdin)
             if result is None:
                 self._p.exec_counts["per_exec_bwrap"] += 1

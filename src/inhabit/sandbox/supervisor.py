@@ -24,7 +24,7 @@ import contextlib
 import fcntl
 import functools
 import itertools
-import json
+import marshal
 import os
 import signal
 import socket
@@ -39,7 +39,7 @@ from inhabit.sandbox.base import ExecResult
 from inhabit.sandbox.runner import _Capture, kill_group
 
 # What PID 1 runs: take the program from the control socket (no file in the sandbox names it).
-BOOTSTRAP = "import socket,sys;_ctl=socket.socket(fileno=int(sys.argv[1]));exec(_ctl.recv(1<<20))"
+BOOTSTRAP = "import _socket,sys;_ctl=_socket.socket(fileno=int(sys.argv[1]));exec(_ctl.recv(1<<20))"
 MAX_REQUEST = 1 << 20
 START_TIMEOUT_S = 60.0
 KILL_GRACE_S = 10.0
@@ -100,7 +100,7 @@ class Supervisor:
     ):
         self.proc, self.sock, self.loop, self._on_exit_cb = proc, sock, loop, on_exit
         self.pgid = proc.pid
-        self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._pending: dict[int, asyncio.Future[tuple[str, str]]] = {}
         self._ids = itertools.count(1)
         self._stderr = b""
         self.gone: str | None = None  # why it is no longer usable
@@ -160,7 +160,7 @@ class Supervisor:
             if isinstance(e, (TimeoutError, OSError)):
                 raise SupervisorGone(f"the sandbox supervisor did not start: {e}", sup.stderr) from e
             raise
-        if "ready" not in ready.result():
+        if ready.result()[0] != "ready":
             raise SupervisorGone("the sandbox supervisor did not start", sup.stderr)
         return sup
 
@@ -186,10 +186,12 @@ class Supervisor:
             if not data:
                 self._lost("the sandbox supervisor exited")
                 return
-            msg = json.loads(data)
-            fut = self._pending.get(msg.get("id", 0))
+            # "ready", "R <id> <wait status>", "L <id>" (lost) or "E <id> <why>" (could not fork)
+            kind, _, rest = data.decode(errors="replace").partition(" ")
+            rid, _, value = rest.partition(" ")
+            fut = self._pending.get(int(rid) if rid.isdigit() else 0)
             if fut is not None and not fut.done():
-                fut.set_result(msg)
+                fut.set_result((kind, value))
 
     def _on_stderr(self) -> None:
         assert self.proc.stderr is not None
@@ -223,7 +225,7 @@ class Supervisor:
             kill_group(self.pgid)  # bwrap's own group; the namespace goes with its PID 1
         for fut in self._pending.values():
             if not fut.done():
-                fut.set_result({"lost": True, "why": why})
+                fut.set_result(("L", why))
 
     # -- control -------------------------------------------------------------------------------
 
@@ -246,7 +248,7 @@ class Supervisor:
     def _send_kill(self, rid: int) -> None:
         if self.gone is None:
             with contextlib.suppress(OSError):
-                self.sock.send(json.dumps({"kill": rid}).encode(), socket.MSG_DONTWAIT)
+                self.sock.send(marshal.dumps({"kill": rid}), socket.MSG_DONTWAIT)
 
     async def run(
         self,
@@ -263,16 +265,15 @@ class Supervisor:
         if self.gone is not None:
             raise SupervisorGone(self.gone, self.stderr)
         rid = next(self._ids)
-        msg = json.dumps(
-            {
-                "id": rid,
-                "argv": list(argv),
-                "env": dict(env),
-                "cwd": cwd,
-                "rlimits": rlimits,
-                "stdin": stdin is not None,
-            }
-        ).encode()
+        req = {
+            "id": rid,
+            "argv": list(argv),
+            "env": dict(env),
+            "cwd": cwd,
+            "rlimits": [list(r) for r in rlimits],
+            "stdin": stdin is not None,
+        }
+        msg = marshal.dumps(req, 2)  # basic types only: any Python 3 reads it
         if len(msg) > MAX_REQUEST:
             raise RequestTooLarge(f"request of {len(msg)} bytes")
         loop = self.loop
@@ -334,11 +335,12 @@ class Supervisor:
                     os.close(f)
         cap.finish()
         stderr = cap.text(2)
-        if "status" in reply:
-            code = exit_code(reply["status"])
-        elif "error" in reply:  # the supervisor could not fork (e.g. the process limit)
+        kind, value = reply
+        if kind == "R":
+            code = exit_code(int(value))
+        elif kind == "E":  # the supervisor could not fork (e.g. the process limit)
             code = 1
-            stderr += f"inhabit: could not start the command: {reply['error']}\n"
+            stderr += f"inhabit: could not start the command: {value}\n"
         else:
             code = -signal.SIGKILL
         return ExecResult(

@@ -2,7 +2,9 @@
 
 `inhabit.sandbox.supervisor` sends this file's text over the control socket to `python3 -I -S -c`
 inside the sandbox, so it uses the standard library only, runs on Python 3.8+, imports nothing of
-inhabit and writes no file. It must stay small: read it whole before changing it.
+inhabit and writes no file. It imports only modules built in C (`_socket`, `_signal`, `_ctypes`,
+`marshal`...): `socket`, `signal`, `json` and `ctypes` would triple its start-up time (enum and re).
+It must stay small: read it whole before changing it.
 
 Control channel: an AF_UNIX SOCK_SEQPACKET socket inherited as fd `argv[1]` (no path, so nothing
 in the sandbox's filesystem names it), close-on-exec here, so no command inherits it. This process
@@ -10,22 +12,23 @@ makes itself non-dumpable, so a sandboxed process (same uid, no capabilities) ca
 /proc/1/fd/*, read /proc/1/mem nor ptrace it; as PID 1 of its pid namespace it receives no signal
 from inside but the SIGCHLD it handles (which only makes it reap). Its children share that.
 
-Per request `{"id", "argv", "env", "cwd", "rlimits"}` with the fds (stdin or none, stdout, stderr):
+Per request (a marshal'd dict `{"id", "argv", "env", "cwd", "rlimits", "stdin"}`) with the fds (stdin or none, stdout, stderr):
 fork an exec-init E (child subreaper), which forks the command C (own session, the fds as 0-2,
 default signals, the exec's rlimits) and waits for it. When C exits, E kills whatever C left
 (everything orphaned below a subreaper reparents to it: setsid, double fork), reaps it, and only
-then reports C's wait status: nothing started by an exec outlives it. `{"kill": id}` SIGKILLs that
+then reports C's wait status (`R id status`): nothing started by an exec outlives it. `{"kill": id}` SIGKILLs that
 E; a killed E's processes reparent here, and any child of this process that is not a live E is
-killed on sight, so a lost E (killed from inside, e.g. `kill -9 -1`) leaves nothing either.
+killed on sight, so a lost E (killed from inside, e.g. `kill -9 -1`) leaves nothing either and
+is reported as `L id`. Replies are plain ASCII, so the host never unmarshals what comes from here.
 """
 
-import ctypes
-import json
+import _ctypes
+import _signal as signal
+import _socket
+import marshal
 import os
 import resource
 import select
-import signal
-import socket
 import sys
 import time
 
@@ -33,9 +36,9 @@ PR_SET_DUMPABLE, PR_SET_NAME, PR_SET_CHILD_SUBREAPER = 4, 15, 36
 
 
 def _prctl(option, value):
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(option, value, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl")
+    prctl = _ctypes.dlsym(_ctypes.dlopen(None), "prctl")
+    if _ctypes.call_function(prctl, (option, value, 0, 0, 0)) != 0:
+        raise OSError(f"prctl({option}) failed")
 
 
 def _children(ppid):
@@ -117,7 +120,7 @@ def _exec_init(ctl, req, fds):
         try:
             pid = os.fork()
         except OSError as e:  # e.g. the process limit
-            ctl.send(json.dumps({"id": req["id"], "error": str(e)}).encode())
+            ctl.send(b"E %d %s" % (req["id"], str(e).encode()))
             os._exit(0)
         if pid == 0:
             _command(req, fds)
@@ -142,7 +145,7 @@ def _exec_init(ctl, req, fds):
                     time.sleep(0.0005)  # killed, not yet dead
             except ChildProcessError:
                 break
-        ctl.send(json.dumps({"id": req["id"], "status": status}).encode())
+        ctl.send(b"R %d %d" % (req["id"], status))
         os._exit(0)
     finally:
         os._exit(1)  # not reported: the supervisor reports this exec as lost
@@ -154,7 +157,7 @@ def main(ctl):
         signal.signal(s, signal.SIG_IGN)
     _prctl(PR_SET_DUMPABLE, 0)
     _prctl(PR_SET_NAME, b"inhabit-init")
-    ctl.set_inheritable(False)
+    os.set_inheritable(ctl.fileno(), False)
     for name in os.listdir("/proc/self/fd"):  # e.g. the user namespace fd bwrap was given
         if int(name) > 2 and int(name) != ctl.fileno():
             try:
@@ -168,7 +171,7 @@ def main(ctl):
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     inits = {}  # E's pid -> request id
-    ctl.send(b'{"ready": true}')
+    ctl.send(b"ready")
     while True:
         ready = select.select([ctl, wake_r], [], [])[0]
         if wake_r in ready:
@@ -179,16 +182,16 @@ def main(ctl):
                 except BlockingIOError:
                     break
         if ctl in ready:
-            msg, anc, _, _ = ctl.recvmsg(4 << 20, socket.CMSG_SPACE(4 * 3))
+            msg, anc, _, _ = ctl.recvmsg(4 << 20, _socket.CMSG_SPACE(4 * 3))
             if not msg:
                 return  # the host closed the channel: the sandbox is closing
             fds = []
             for level, kind, data in anc:
-                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
                     fds += [int.from_bytes(data[i : i + 4], sys.byteorder) for i in range(0, len(data), 4)]
             for f in fds:
                 os.set_inheritable(f, False)
-            req = json.loads(msg)
+            req = marshal.loads(msg)
             if "kill" in req:
                 for pid, rid in inits.items():
                     if rid == req["kill"]:
@@ -199,7 +202,7 @@ def main(ctl):
                 except OSError as e:  # e.g. the process limit
                     for f in fds:
                         os.close(f)
-                    ctl.send(json.dumps({"id": req["id"], "error": str(e)}).encode())
+                    ctl.send(b"E %d %s" % (req["id"], str(e).encode()))
                     continue
                 if pid == 0:
                     _exec_init(ctl, req, fds)
@@ -211,7 +214,7 @@ def main(ctl):
         if lost:
             _sweep(inits, lost)
         for rid in lost:  # E was killed (by the host's kill or from inside) before it reported
-            ctl.send(json.dumps({"id": rid, "lost": True}).encode())
+            ctl.send(b"L %d" % rid)
 
 
 def _collect(inits, reaped, lost):

@@ -15,7 +15,7 @@ import signal
 import time
 
 import pytest
-from tests.unit.sandbox.conftest import make_provider, small_limits
+from tests.unit.sandbox.conftest import small_limits
 from tests.unit.sandbox.test_bwrap_hostile import procs_with, wait_gone
 
 from inhabit.sandbox.bwrap import BwrapSandboxProvider, bwrap_problem
@@ -23,9 +23,9 @@ from inhabit.sandbox.bwrap import BwrapSandboxProvider, bwrap_problem
 pytestmark = pytest.mark.skipif(bwrap_problem() is not None, reason="bwrap does not work on this host")
 
 
-@pytest.fixture(params=["bwrap", "bwrap-copy"])
+@pytest.fixture(params=["auto", "copy"])
 def prov(request):
-    p = make_provider(request.param)
+    p = BwrapSandboxProvider(limits=small_limits(), workspace_mode=request.param, supervise_after=0)
     assert p.supervise
     yield p
     p._cleanup_sync()
@@ -61,6 +61,17 @@ async def test_timeout_kills_the_tree_and_the_supervisor_stays(prov, workspace):
         assert wait_gone(marker) == []
         assert (await sb.exec("echo again")).stdout == "again\n"
     assert prov.exec_counts["supervisor_starts"] == 1
+
+
+async def test_the_first_exec_takes_its_own_bwrap_by_default(provider_factory, workspace):
+    prov = provider_factory("bwrap")
+    async with await prov.create(workspace) as one_shot:
+        assert (await one_shot.exec("echo 1")).stdout == "1\n"
+    assert prov.exec_counts == {"per_exec_bwrap": 1}
+    async with await prov.create(workspace) as sb:
+        for i in range(3):
+            assert (await sb.exec(f"echo {i}")).stdout == f"{i}\n"
+    assert prov.exec_counts == {"per_exec_bwrap": 2, "supervised": 2, "supervisor_starts": 1}
 
 
 async def test_output_is_capped(prov, workspace):
@@ -157,8 +168,7 @@ print("fds", sorted(os.listdir("/proc/self/fd")))
     assert prov.exec_counts["supervisor_starts"] == 1  # the SIGKILL to PID 1 did nothing
 
 
-async def test_a_request_too_large_for_the_channel_takes_the_old_path(provider_factory, workspace):
-    prov = provider_factory("bwrap")
+async def test_a_request_too_large_for_the_channel_takes_the_old_path(prov, workspace):
     args = ["x" * 100_000] * 12  # 1.2 MB of arguments: more than one control message holds
     async with await prov.create(workspace) as sb:
         r = await sb.exec(["python3", "-c", "import sys; print(len(sys.argv), len(sys.argv[1]))", *args])
@@ -187,7 +197,9 @@ async def test_both_paths_give_the_same_results(workspace, mode):
     (workspace / "sub" / "f.txt").write_text("in sub\n")
     results = {}
     for supervise in (True, False):
-        prov = BwrapSandboxProvider(limits=small_limits(), workspace_mode=mode, supervisor=supervise)
+        prov = BwrapSandboxProvider(
+            limits=small_limits(), workspace_mode=mode, supervisor=supervise, supervise_after=0
+        )
         try:
             async with await prov.create(workspace) as sb:
                 got = []
