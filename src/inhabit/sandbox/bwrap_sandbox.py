@@ -443,7 +443,8 @@ class BwrapSandbox(Sandbox):
         if task is None:
             return
         if not task.done():
-            task.cancel()  # Supervisor.start kills what it started
+            with contextlib.suppress(RuntimeError):  # its loop closed (cleanup at exit)
+                task.cancel()  # Supervisor.start kills what it started
         elif not task.cancelled() and task.exception() is None:
             task.result().kill()
 

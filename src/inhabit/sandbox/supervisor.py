@@ -147,7 +147,14 @@ class Supervisor:
         finally:
             os.close(fd)
         on_start(proc.pid)
-        sup = cls(proc, host, loop, on_exit)
+        try:
+            sup = cls(proc, host, loop, on_exit)
+        except OSError as e:  # e.g. no pidfd_open (Linux < 5.3): the caller takes the old path
+            kill_group(proc.pid)
+            proc.wait()
+            on_exit(proc.pid)
+            host.close()
+            raise SupervisorGone(f"could not watch the supervisor: {e}") from e
         ready = loop.create_future()
         sup._pending[0] = ready
         try:
@@ -225,7 +232,8 @@ class Supervisor:
             kill_group(self.pgid)  # bwrap's own group; the namespace goes with its PID 1
         for fut in self._pending.values():
             if not fut.done():
-                fut.set_result(("L", why))
+                with contextlib.suppress(RuntimeError):  # its loop closed (cleanup at exit)
+                    fut.set_result(("L", why))
 
     # -- control -------------------------------------------------------------------------------
 

@@ -235,3 +235,41 @@ async def test_both_paths_give_the_same_results(workspace, mode):
     # A command that does not exist: 127 both ways (the message names the shell that said it).
     assert new[-1].exit_code == old[-1].exit_code == 127
     assert "no-such-command: not found" in new[-1].stderr and "not found" in old[-1].stderr
+
+
+_EXIT_SCRIPT = """
+import asyncio, os, sys
+from inhabit.sandbox.bwrap import BwrapSandboxProvider
+async def main():
+    prov = BwrapSandboxProvider(supervise_after=0)
+    sb = await prov.create(sys.argv[1])
+    print(prov.root, flush=True)
+    asyncio.ensure_future(sb.exec("setsid sleep {marker} & sleep {marker}"))
+    await asyncio.sleep(1.0)
+    print("ready", flush=True)
+    sys.exit(0)  # nothing closed: the atexit cleanup must end the supervised exec
+asyncio.run(main())
+"""
+
+
+def test_interpreter_exit_mid_exec_leaves_nothing(workspace):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    marker = _marker()
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[3] / "src")}
+    proc = subprocess.run(
+        [sys.executable, "-c", _EXIT_SCRIPT.format(marker=marker), str(workspace)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    root, ready = proc.stdout.split()
+    assert ready == "ready"
+    assert wait_gone(marker) == []
+    assert not Path(root).exists()
+    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
