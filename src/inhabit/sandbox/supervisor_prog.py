@@ -13,7 +13,7 @@ makes itself non-dumpable, so a sandboxed process (same uid, no capabilities) ca
 from inside but the SIGCHLD it handles (which only makes it reap). Its children share that.
 
 Per request (a marshal'd dict `{"id", "argv", "env", "cwd", "rlimits", "stdin"}`) with the fds (stdin or none, stdout, stderr):
-fork an exec-init E (child subreaper), which forks the command C (own session, the fds as 0-2,
+fork an exec-init E (child subreaper), which spawns the command C (own session, the fds as 0-2,
 default signals, the exec's rlimits) and waits for it. When C exits, E kills whatever C left
 (everything orphaned below a subreaper reparents to it: setsid, double fork), reaps it, and only
 then reports C's wait status (`R id status`): nothing started by an exec outlives it. `{"kill": id}` SIGKILLs that
@@ -35,9 +35,13 @@ import time
 PR_SET_DUMPABLE, PR_SET_NAME, PR_SET_CHILD_SUBREAPER = 4, 15, 36
 
 
+_PRCTL = []
+
+
 def _prctl(option, value):
-    prctl = _ctypes.dlsym(_ctypes.dlopen(None), "prctl")
-    if _ctypes.call_function(prctl, (option, value, 0, 0, 0)) != 0:
+    if not _PRCTL:  # looked up once, before the first fork
+        _PRCTL.append(_ctypes.dlsym(_ctypes.dlopen(None), "prctl"))
+    if _ctypes.call_function(_PRCTL[0], (option, value, 0, 0, 0)) != 0:
         raise OSError(f"prctl({option}) failed")
 
 
@@ -69,35 +73,54 @@ def _reap():
         done[pid] = status
 
 
-def _command(req, fds):
-    """In the forked child C: become the command (never returns)."""
-    try:
-        os.setsid()
-        stdin = fds[0] if req["stdin"] else os.open("/dev/null", os.O_RDONLY)
-        os.dup2(stdin, 0)
-        os.dup2(fds[-2], 1)
-        os.dup2(fds[-1], 2)
-        os.chdir(req["cwd"])
-        for what, soft, hard in req["rlimits"]:  # hard None: keep it (it may only go down)
-            try:
-                resource.setrlimit(what, (soft, resource.getrlimit(what)[1] if hard is None else hard))
-            except (ValueError, OSError):
-                pass
-        for s in range(1, signal.NSIG):
-            try:
-                signal.signal(s, signal.SIG_DFL)
-            except (OSError, ValueError, RuntimeError):
-                pass
-        signal.pthread_sigmask(signal.SIG_SETMASK, [])
-        argv = req["argv"]
+def _which(name, path):
+    """What the shell would run for `name`: (path, None), or (None, (exit code, its message))."""
+    if "/" in name:
+        return name, None
+    denied = False
+    for d in path.split(":"):
+        p = (d or ".") + "/" + name
+        if os.path.isfile(p):
+            if os.access(p, os.X_OK):
+                return p, None
+            denied = True
+    return None, (126, "Permission denied") if denied else (127, "not found")
+
+
+def _spawn(req, fds):
+    """Start the command C; returns its pid, or the wait status of a command that could not start.
+
+    posix_spawn (a vfork: no copy of this process): a new session, the exec's pipes as 0-2, every
+    signal default and none blocked. Its working directory and rlimits are set on E first (E
+    uses next to no CPU time itself, and may only lower its limits, as C would)."""
+    os.chdir(req["cwd"])
+    for what, soft, hard in req["rlimits"]:  # hard None: keep it (it may only go down)
         try:
-            os.execvpe(argv[0], argv, req["env"])
-        except OSError as e:  # as the shell says it, with its exit codes
-            what = "not found" if isinstance(e, FileNotFoundError) else "Permission denied"
-            os.write(2, f"sh: 1: {argv[0]}: {what}\n".encode())
-            os._exit(127 if isinstance(e, FileNotFoundError) else 126)
-    finally:
-        os._exit(127)
+            resource.setrlimit(what, (soft, resource.getrlimit(what)[1] if hard is None else hard))
+        except (ValueError, OSError):
+            pass
+    stdin = fds[0] if req["stdin"] else os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
+    argv, env = req["argv"], req["env"]
+    path, failed = _which(argv[0], env.get("PATH", "/usr/bin:/bin"))
+    if path is not None:
+        dup2 = os.POSIX_SPAWN_DUP2
+        kw = {
+            "file_actions": [(dup2, stdin, 0), (dup2, fds[-2], 1), (dup2, fds[-1], 2)],
+            "setsid": True,
+            "setsigmask": (),
+            "setsigdef": [s for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP)],
+        }
+        try:
+            return os.posix_spawn(path, argv, env, **kw)
+        except OSError as e:
+            if e.errno == 8:  # ENOEXEC: no #! line, so the shell runs it as a script (as dash does)
+                try:
+                    return os.posix_spawn("/bin/sh", ["/bin/sh", path, *argv[1:]], env, **kw)
+                except OSError:
+                    pass
+            failed = (127, "not found") if e.errno == 2 else (126, "Permission denied")
+    os.write(fds[-1], f"sh: 1: {argv[0]}: {failed[1]}\n".encode())
+    return -(failed[0] << 8)  # a wait status, negative so as not to look like a pid
 
 
 def _say_signal(stderr, status):
@@ -118,15 +141,13 @@ def _exec_init(ctl, req, fds):
         _prctl(PR_SET_CHILD_SUBREAPER, 1)
         _prctl(PR_SET_NAME, b"inhabit-exec")  # not `python3`: `pkill python3` inside spares it
         try:
-            pid = os.fork()
+            pid = _spawn(req, fds)
         except OSError as e:  # e.g. the process limit
             ctl.send(b"E %d %s" % (req["id"], str(e).encode()))
             os._exit(0)
-        if pid == 0:
-            _command(req, fds)
         for fd in fds[:-1]:
             os.close(fd)
-        status = None
+        status = None if pid > 0 else -pid
         while status is None:
             got, st = os.waitpid(-1, 0)
             if got == pid:
@@ -134,17 +155,17 @@ def _exec_init(ctl, req, fds):
         _say_signal(fds[-1], status)
         os.close(fds[-1])
         while True:  # orphans of C are our children now; each round kills one more level
-            kids = _children(os.getpid())
-            for child in kids:
-                try:
-                    os.kill(child, signal.SIGKILL)
-                except OSError:
-                    pass
             try:
-                if os.waitpid(-1, os.WNOHANG)[0] == 0:
-                    time.sleep(0.0005)  # killed, not yet dead
+                got = os.waitpid(-1, os.WNOHANG)[0]
             except ChildProcessError:
-                break
+                break  # none left (the common case, without a scan of /proc)
+            if got == 0:
+                for child in _children(os.getpid()):
+                    try:
+                        os.kill(child, signal.SIGKILL)
+                    except OSError:
+                        pass
+                time.sleep(0.0005)  # killed, not yet dead
         ctl.send(b"R %d %d" % (req["id"], status))
         os._exit(0)
     finally:

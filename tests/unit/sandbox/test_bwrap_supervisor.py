@@ -19,6 +19,7 @@ from tests.unit.sandbox.conftest import small_limits
 from tests.unit.sandbox.test_bwrap_hostile import procs_with, wait_gone
 
 from inhabit.sandbox.bwrap import BwrapSandboxProvider, bwrap_problem
+from inhabit.sandbox.signals import LIBC_RESERVED
 
 pytestmark = pytest.mark.skipif(bwrap_problem() is not None, reason="bwrap does not work on this host")
 
@@ -193,15 +194,25 @@ async def test_a_request_too_large_for_the_channel_takes_the_old_path(prov, work
     assert prov.exec_counts["per_exec_bwrap"] == 1 and prov.exec_counts["supervised"] == 1
 
 
-_SAME = [
+_SAME: list[str | list[str]] = [
     "echo out; echo err >&2; exit 3",
     "kill -TERM $$",
     "id; umask; pwd; hostname; echo $HOME $PATH $PYTHONDONTWRITEBYTECODE",
     "ulimit -t; ulimit -c; ulimit -Hc; ulimit -f; ulimit -n",
-    "grep -E '^(Sig(Ign|Blk)|NoNewPrivs|Cap(Prm|Eff|Bnd|Amb))' /proc/self/status",
+    # Signal state as a program can see it: the C library's own signals (32, 33) aside, which
+    # posix_spawn leaves ignored and no program can use (see test_fidelity).
+    "python3 -c \"import re\nfor l in open('/proc/self/status'):\n"
+    "    if re.match('(Sig(Ign|Blk|Cgt)|NoNewPrivs|Cap(Prm|Eff|Bnd|Amb)):', l):\n"
+    f'        print(l.split()[0], int(l.split()[1], 16) & ~{LIBC_RESERVED})"',
+    "grep -E '^(NoNewPrivs|Cap(Prm|Eff|Bnd|Amb))' /proc/self/status",
     "ls /proc/self/fd; cat /tmp/seen 2>&1; echo x > /tmp/seen",
     "cat; echo; cat sub/f.txt",
     "python3 -c 'import sys, os; print(sys.prefix, os.getcwd(), sys.flags.dont_write_bytecode)'",
+    "printf '#!/bin/sh\\necho script $1\\n' > s.sh; printf 'echo no shebang $1\\n' > n.sh; chmod +x s.sh n.sh; "
+    "./s.sh a; ./n.sh b; sh -c 'exec ./n.sh c'; : > t.sh; chmod -x t.sh; ./t.sh; echo $?",
+    ["./n.sh", "as argv"],  # no #! line: run by the shell, as dash's exec does
+    ["./s.sh", "as argv"],
+    ["python3", "-c", "import sys; print(sys.argv[1:]); sys.exit(130)", "a b", ""],
     "yes | head -c 100000",
     "sleep 30",
 ]
@@ -220,7 +231,9 @@ async def test_both_paths_give_the_same_results(workspace, mode):
             async with await prov.create(workspace) as sb:
                 got = []
                 for cmd in _SAME:
-                    r = await sb.exec(cmd, stdin=b"piped", env={"X": "1"}, timeout_s=1)
+                    r = await sb.exec(
+                        cmd, stdin=b"piped", env={"X": "1"}, timeout_s=1 if cmd == "sleep 30" else None
+                    )
                     got.append(
                         (r.exit_code, r.stdout, r.stderr, r.timed_out, r.stdout_truncated, r.limit_hit)
                     )
