@@ -119,8 +119,9 @@ class BwrapSandbox(Sandbox):
         self._groups: list[Path] = []
         self._pgids: set[int] = set()
         self._gate = Gate()
-        # The supervisor (see `inhabit.sandbox.supervisor`): started by the first exec, again
-        # after a snapshot/restore remount or its death; None reason = usable.
+        # The supervisor (see `inhabit.sandbox.supervisor`): started by exec number
+        # `provider.supervise_after + 1`, again after a snapshot/restore remount or its death.
+        # `_no_supervisor` is why this sandbox cannot use one (None: it can).
         self._sup_task: asyncio.Task[Supervisor] | None = None
         self._no_supervisor: str | None = None if provider.supervise else "off"
         self._execs = 0  # started so far: the first `provider.supervise_after` take their own bwrap
