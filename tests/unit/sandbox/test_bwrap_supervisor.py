@@ -18,6 +18,7 @@ import pytest
 from tests.unit.sandbox.conftest import small_limits
 from tests.unit.sandbox.test_bwrap_hostile import procs_with, wait_gone
 
+from inhabit.errors import SandboxError
 from inhabit.sandbox.bwrap import BwrapSandboxProvider, bwrap_problem
 from inhabit.sandbox.signals import LIBC_RESERVED
 
@@ -183,6 +184,16 @@ print("fds", sorted(os.listdir("/proc/self/fd")))
         assert r.stdout == "end\n"
         assert (await sb.exec("echo alive")).ok
     assert prov.exec_counts["supervisor_starts"] == 1  # the SIGKILL to PID 1 did nothing
+
+
+async def test_a_launch_failure_is_an_error_not_a_fallback(prov, workspace):
+    if prov.cgroups is None:
+        pytest.skip("needs cgroups")
+    async with await prov.create(workspace) as sb:
+        prov.cgroups.remove(sb._groups)  # the sandbox's cgroups vanish before its supervisor starts
+        with pytest.raises(SandboxError, match="could not start a command"):
+            await sb.exec("true")
+    assert prov.exec_counts["per_exec_bwrap"] == 0
 
 
 async def test_a_request_too_large_for_the_channel_takes_the_old_path(prov, workspace):
