@@ -307,14 +307,18 @@ class Supervisor:
             with contextlib.suppress(OSError):
                 os.close(f)
         cap = _Capture(output_bytes)
+        # File objects own our ends from here on (closing one twice is harmless; an fd twice is not).
+        files = [os.fdopen(out_r, "rb", 0), os.fdopen(err_r, "rb", 0)]
+        if stdin is not None:
+            files.append(os.fdopen(in_w, "wb", 0))
         transports: list[asyncio.BaseTransport] = []
         timed_out = False
         try:
-            for fd, r in ((1, out_r), (2, err_r)):
-                t, _ = await loop.connect_read_pipe(functools.partial(_Pipe, cap, fd), os.fdopen(r, "rb", 0))
+            for fd, f in ((1, files[0]), (2, files[1])):
+                t, _ = await loop.connect_read_pipe(functools.partial(_Pipe, cap, fd), f)
                 transports.append(t)
             if stdin is not None:
-                w, _ = await loop.connect_write_pipe(asyncio.BaseProtocol, os.fdopen(in_w, "wb", 0))
+                w, _ = await loop.connect_write_pipe(asyncio.BaseProtocol, files[2])
                 transports.append(w)
                 with contextlib.suppress(OSError, RuntimeError):
                     w.write(stdin)  # type: ignore[attr-defined]
@@ -338,9 +342,9 @@ class Supervisor:
             self._pending.pop(rid, None)
             for t in transports:
                 t.close()
-            for f in ours[len(transports) :]:  # not handed to a transport yet
+            for f in files:
                 with contextlib.suppress(OSError):
-                    os.close(f)
+                    f.close()
         cap.finish()
         stderr = cap.text(2)
         kind, value = reply
