@@ -385,6 +385,17 @@ class BwrapSandbox(Sandbox):
         """Run through the supervisor; None where this exec must take the per-exec path."""
         try:
             sup = await self._supervisor()
+        except SupervisorGone as e:
+            self._check_open()  # closed meanwhile: say so, not why the supervisor is gone
+            if _LAUNCH_FAILED in e.stderr:
+                raise SandboxError(
+                    f"could not start a command in sandbox {self.sandbox_id}: {e.stderr[-500:]}"
+                ) from e
+            # It cannot start here: this sandbox runs each exec the old way from now on.
+            log.warning("sandbox %s: no supervisor (%s); one bwrap per exec", self.sandbox_id, e)
+            self._no_supervisor = f"{e}: {e.stderr[-300:]}"
+            return None
+        try:
             return await sup.run(
                 argv=cmd,
                 env=env,
@@ -394,17 +405,10 @@ class BwrapSandbox(Sandbox):
                 timeout_s=timeout,
                 output_bytes=self._limits.output_bytes,
             )
-        except RequestTooLarge:
-            return None
-        except SupervisorGone as e:
-            self._check_open()  # closed meanwhile: say so, not why the supervisor is gone
-            if _LAUNCH_FAILED in e.stderr:
-                raise SandboxError(
-                    f"could not start a command in sandbox {self.sandbox_id}: {e.stderr[-500:]}"
-                ) from e
-            # It could not start here (or died twice): this sandbox runs each exec the old way.
-            log.warning("sandbox %s: no supervisor (%s); one bwrap per exec", self.sandbox_id, e)
-            self._no_supervisor = f"{e}: {e.stderr[-300:]}"
+        except (RequestTooLarge, SupervisorGone):
+            # Too large for the channel, or it died before the command was sent: this exec takes
+            # its own bwrap (the next one starts a new supervisor).
+            self._check_open()
             return None
 
     async def _supervisor(self) -> Supervisor:

@@ -257,6 +257,7 @@ def _sweep(inits, lost):
                 os.kill(p, signal.SIGKILL)
             except OSError:
                 pass
+        time.sleep(0.0005)  # killed, maybe not yet dead
         _collect(inits, _reap(), lost)
 
 
