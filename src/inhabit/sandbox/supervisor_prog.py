@@ -139,7 +139,7 @@ def _exec_init(ctl, req, fds):
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     try:
         _prctl(PR_SET_CHILD_SUBREAPER, 1)
-        _prctl(PR_SET_NAME, b"inhabit-exec")  # not `python3`: `pkill python3` inside spares it
+        _prctl(PR_SET_NAME, b"init")  # not `python3` (`pkill python3` spares it), nor a tell
         try:
             pid = _spawn(req, fds)
         except OSError as e:  # e.g. the process limit
@@ -177,7 +177,7 @@ def main(ctl):
     for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(s, signal.SIG_IGN)
     _prctl(PR_SET_DUMPABLE, 0)
-    _prctl(PR_SET_NAME, b"inhabit-init")
+    _prctl(PR_SET_NAME, b"init")
     os.set_inheritable(ctl.fileno(), False)
     for name in os.listdir("/proc/self/fd"):  # e.g. the user namespace fd bwrap was given
         if int(name) > 2 and int(name) != ctl.fileno():

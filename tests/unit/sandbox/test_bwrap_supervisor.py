@@ -135,6 +135,19 @@ async def test_supervisor_death_is_detected_and_it_restarts(prov, workspace):
         assert prov.exec_counts["supervisor_starts"] == 3
 
 
+async def test_no_tells_in_the_process_table(prov, workspace):
+    host = os.uname().nodename
+    words = ["inhabit", "bwrap", "bubblewrap", "sandbox", str(prov.root), *([host] if len(host) > 3 else [])]
+    async with await prov.create(workspace) as sb:
+        await sb.exec("true")
+        r = await sb.exec(
+            "sleep 5 & for p in /proc/[0-9]*; do cat $p/comm; tr '\\0' ' ' < $p/cmdline; echo; "
+            "tr '\\0' '\\n' < $p/environ; done 2>/dev/null; ps -eo comm,args"
+        )
+    assert "init" in r.stdout and "sleep 5" in r.stdout
+    assert not [w for w in words if w.lower() in r.stdout.lower()], r.stdout
+
+
 async def test_kill_all_from_inside_ends_the_execs_in_flight_and_leaves_nothing(prov, workspace):
     marker = _marker()
     async with await prov.create(workspace) as sb:
