@@ -55,7 +55,7 @@ def wait_gone(marker: str, timeout: float = 5.0) -> list[int]:
     return left
 
 
-@pytest.fixture(params=["bwrap", "bwrap-copy"])
+@pytest.fixture(params=["bwrap", "bwrap-copy", "bwrap-supervised"])
 def hostile(request, provider_factory):
     return provider_factory(request.param)
 
