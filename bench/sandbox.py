@@ -14,8 +14,15 @@ discard. Measured for the sandbox backend (default: auto = bwrap):
 
 Goals (issue 2, on a 2-core machine): create p50 < 20 ms and >= 10x faster than the baseline;
 exec overhead < 2x bare python3; burst >= 50 sandboxes/s; with an environment mounted, create
-p50 < 2 ms. Prints a table and writes
-bench/results/sandbox.json. Timings on a shared machine are noisy: compare within one run.
+p50 < 2 ms.
+
+bwrap only, the supervisor (issue 16 §2: one bwrap per sandbox, each exec a fork inside it) against
+one bwrap per exec (`supervisor=False`), in the same run: exec of `python3 -c pass` and `true`
+in a long-lived sandbox (both paths and the bare interpreter interleaved), create p50, and the burst
+(alternating rounds of each; also with the supervisor started by each sandbox's first exec,
+`supervise_after=0`, rather than its second). Goals: exec <= 1.3x bare; burst >= 200 sandboxes/s with 32 in flight;
+create p50 < 2 ms. Prints tables and writes bench/results/sandbox.json. Timings on a shared
+machine are noisy: compare within one run.
 
     PYTHONPATH=src .venv/bin/python bench/sandbox.py [--backend auto] [--files 5000] [--mb 50]
 """
@@ -104,6 +111,94 @@ async def baseline(ws: Path, scratch: Path, n: int, burst: int, python: str) -> 
 
 async def measure(backend: str, ws: Path, n: int, burst: int, python: str, use_pool: bool) -> dict:
     provider = create_provider(SandboxConfig(backend=backend, limits=SandboxLimits()))  # type: ignore[arg-type]
+    bwrap = hasattr(provider, "supervise")
+    res = await _measure(provider, ws, n, burst, python, use_pool)
+    if bwrap:  # the supervisor against one bwrap per exec, in this run
+        res |= await supervisor_ab(ws, n, burst, python)
+    return res
+
+
+async def supervisor_ab(ws: Path, n: int, burst: int, python: str) -> dict:
+    """The bwrap supervisor against one bwrap per exec: interleaved execs, alternating bursts."""
+    provs = {
+        k: create_provider(SandboxConfig(backend="bwrap", limits=SandboxLimits(), supervisor=k == "sup"))
+        for k in ("sup", "per_exec")
+    }
+    out: dict = {}
+    try:
+        snaps, seeds = {}, {}
+        for k, prov in provs.items():
+            seeds[k] = await prov.create(ws)
+            snaps[k] = await seeds[k].snapshot()
+            creates = []
+            for _ in range(n):
+                t = time.perf_counter()
+                sb = await prov.create(snaps[k])
+                creates.append(time.perf_counter() - t)
+                await sb.close()
+            out[f"ab_{k}_create_p50_ms"] = ms(pct(creates, 0.5))
+        times: dict[str, list[float]] = {
+            "sup": [],
+            "per_exec": [],
+            "bare": [],
+            "sup_true": [],
+            "per_exec_true": [],
+        }
+        for k in ("sup", "per_exec"):
+            for _ in range(3):
+                await seeds[k].exec(["python3", "-c", "pass"])  # warm caches (and the supervisor)
+        for _ in range(n):
+            for k in ("sup", "per_exec"):
+                t = time.perf_counter()
+                r = await seeds[k].exec(["python3", "-c", "pass"])
+                times[k].append(time.perf_counter() - t)
+                assert r.ok, r
+                t = time.perf_counter()
+                await seeds[k].exec(["true"])
+                times[f"{k}_true"].append(time.perf_counter() - t)
+            t = time.perf_counter()
+            await run_proc(python, "-c", "pass")
+            times["bare"].append(time.perf_counter() - t)
+        for k, xs in times.items():
+            out[f"ab_{k}_exec_p50_ms"] = ms(pct(xs, 0.5))
+        for sb in seeds.values():
+            await sb.close()
+        # And the supervisor started by every sandbox's first exec (why it is not the default).
+        from inhabit.sandbox.bwrap import BwrapSandboxProvider
+
+        provs["sup0"] = BwrapSandboxProvider(limits=SandboxLimits(), supervise_after=0)
+        snaps["sup0"] = await (await provs["sup0"].create(ws)).snapshot()
+        rates: dict[str, list[float]] = {k: [] for k in provs}
+        for _ in range(2):
+            for k, prov in provs.items():
+                rates[k].append(await _burst(prov, snaps[k], burst // 2))
+        for k, xs in rates.items():
+            out[f"ab_{k}_burst_per_s"] = round(statistics.mean(xs), 1)
+        out["ab_counts"] = {k: dict(prov.exec_counts) for k, prov in provs.items()}  # type: ignore[attr-defined]
+    finally:
+        for prov in provs.values():
+            await prov.close()
+    return out
+
+
+async def _burst(provider, snap: str, count: int) -> float:  # type: ignore[no-untyped-def]
+    """Sandboxes per second that are created, run `true` and are closed, 32 in flight."""
+    sem = asyncio.Semaphore(32)
+
+    async def one() -> None:
+        async with sem:
+            sb = await provider.create(snap)
+            try:
+                await sb.exec(["true"])
+            finally:
+                await sb.close()
+
+    t = time.perf_counter()
+    await asyncio.gather(*(one() for _ in range(count)))
+    return count / (time.perf_counter() - t)
+
+
+async def _measure(provider, ws: Path, n: int, burst: int, python: str, use_pool: bool) -> dict:  # type: ignore[no-untyped-def]
     out: dict = {"backend": type(provider).__name__}
     if hasattr(provider, "describe"):
         out["describe"] = provider.describe()
@@ -154,19 +249,7 @@ async def measure(backend: str, ws: Path, n: int, burst: int, python: str, use_p
         out["restore_p50_ms"] = ms(pct(restores, 0.5))
         await seed.close()
 
-        sem = asyncio.Semaphore(32)
-
-        async def one() -> None:
-            async with sem:
-                sb = await provider.create(snap)
-                try:
-                    await sb.exec(["true"])
-                finally:
-                    await sb.close()
-
-        t = time.perf_counter()
-        await asyncio.gather(*(one() for _ in range(burst)))
-        out["burst_per_s"] = round(burst / (time.perf_counter() - t), 1)
+        out["burst_per_s"] = round(await _burst(provider, snap, burst), 1)
         if use_pool:
             out.update(await _pool_burst(provider, snap, burst))
     finally:
@@ -309,7 +392,48 @@ def report(res: dict, base: dict, meta: dict) -> dict:
     console.print(t)
     for goal, met in goals.items():
         console.print(f"  {'[green]met[/]' if met else '[red]NOT met[/]'}  {goal}")
+    if "ab_sup_exec_p50_ms" in res:
+        goals |= supervisor_report(res, console)
     return {"meta": meta, "inhabit": res, "baseline": base, "ratios": ratios, "goals_met": goals}
+
+
+def supervisor_report(res: dict, console: Console) -> dict[str, bool]:
+    """The supervisor A/B table (bwrap) and the goals of issue 16 §2."""
+    bare = res["ab_bare_exec_p50_ms"]
+    t = Table(title="bwrap: supervisor (one bwrap per sandbox) vs one bwrap per exec, same run")
+    for col in ("metric", "supervisor", "per-exec bwrap", "bare"):
+        t.add_column(col, justify="left" if col == "metric" else "right")
+    sup, old = res["ab_sup_exec_p50_ms"], res["ab_per_exec_exec_p50_ms"]
+    t.add_row(
+        "exec python3 -c pass p50 (ms)",
+        f"{sup} ({round(sup / bare, 2)}x bare)",
+        f"{old} ({round(old / bare, 2)}x bare)",
+        str(bare),
+    )
+    t.add_row(
+        "exec true p50 (ms)",
+        str(res["ab_sup_true_exec_p50_ms"]),
+        str(res["ab_per_exec_true_exec_p50_ms"]),
+        "",
+    )
+    t.add_row("create p50 (ms)", str(res["ab_sup_create_p50_ms"]), str(res["ab_per_exec_create_p50_ms"]), "")
+    t.add_row(
+        "burst, 32 in flight (sandboxes/s)",
+        str(res["ab_sup_burst_per_s"]),
+        str(res["ab_per_exec_burst_per_s"]),
+        "",
+    )
+    t.add_row("burst, supervisor from the first exec (sandboxes/s)", str(res["ab_sup0_burst_per_s"]), "", "")
+    console.print(t)
+    goals = {
+        "supervisor: exec python3 -c pass <= 1.3x bare": sup <= 1.3 * bare,
+        "supervisor: burst >= 200 sandboxes/s with 32 in flight": res["ab_sup_burst_per_s"] >= 200,
+        "supervisor: create p50 < 2 ms": res["ab_sup_create_p50_ms"] < 2,
+    }
+    for goal, met in goals.items():
+        console.print(f"  {'[green]met[/]' if met else '[red]NOT met[/]'}  {goal}")
+    console.print(f"  execs by path: {res['ab_counts']}")
+    return goals
 
 
 async def main() -> None:

