@@ -499,7 +499,7 @@ class EmbeddedEngine(InferenceEngine):
                 s.prompt_routes = routes[:, :-1].permute(1, 0, 2).tolist()
         self._running.extend(seqs)
         logits = torch.stack([r[0] for r in results])
-        last_routes = [None if r[2] is None else r[2][:, -1] for r in results]
+        last_routes = [None if r[2] is None else r[2][:, -1].tolist() for r in results]
         self._sample_and_record(list(range(base, base + len(seqs))), logits, last_routes)
 
     def _decode_step(self) -> None:
@@ -509,16 +509,15 @@ class EmbeddedEngine(InferenceEngine):
             return
         dev = self.config.device
         ids = torch.tensor([[s.tokens[-1]] for s in self._running], device=dev)
-        cache = self._kv.decode_cache(n)
-        mask = cache.attention_mask(_DTYPES[self.config.dtype], dev)
         if self._lean is not None:
-            logits = self._lean.forward(
-                ids, cache.rows, cache.pos, mask, cache.kv_len, self._kv.keys, self._kv.values
-            )
+            rows, pos, kv_len = self._kv.decode_rows(n)
+            mask = self._kv.decode_mask(pos, kv_len, _DTYPES[self.config.dtype], dev)
+            logits = self._lean.forward(ids, rows, pos, mask, kv_len, self._kv.keys, self._kv.values)
         else:
+            cache = self._kv.decode_cache(n)
             out = self.model(
                 input_ids=ids,
-                attention_mask=mask,
+                attention_mask=cache.attention_mask(_DTYPES[self.config.dtype], dev),
                 position_ids=cache.positions[:, None].to(dev),
                 past_key_values=cache,
                 use_cache=True,
@@ -528,7 +527,7 @@ class EmbeddedEngine(InferenceEngine):
         self.steps += 1
         self.decoded_rows += n
         routes = self._take_routes()  # (L, n, 1, k)
-        per_row = [None if routes is None else routes[:, i, 0] for i in range(n)]
+        per_row = [None] * n if routes is None else routes[:, :, 0].transpose(0, 1).tolist()
         self._sample_and_record(list(range(n)), logits, per_row)
 
     def _det_decode_step(self, n: int) -> None:
@@ -540,7 +539,7 @@ class EmbeddedEngine(InferenceEngine):
         self._kv.commit_decode(n)
         self.steps += 1
         self.decoded_rows += n
-        per_row = [None if routes is None or not self.is_moe else routes[:, i] for i in range(n)]
+        per_row = [None] * n if routes is None or not self.is_moe else routes.transpose(0, 1).tolist()
         self._sample_and_record(list(range(n)), logits, per_row)
 
     def _sample_and_record(self, rows: list[int], logits: torch.Tensor, routes: list) -> None:
@@ -558,7 +557,7 @@ class EmbeddedEngine(InferenceEngine):
                 k = s.req.sampling.top_logprobs
                 s.top.append(dict(zip(top[1][j, :k].tolist(), top[0][j, :k].tolist(), strict=True)))
             s.versions.append(self._version)
-            route = rt.tolist() if rt is not None else None
+            route = rt  # [layer][k] expert ids, or None
             if route is not None:
                 s.routes.append(route)
             if s.on_event is not None:

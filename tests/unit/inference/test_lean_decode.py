@@ -43,9 +43,19 @@ async def test_lean_decode_equals_stock_forward(which, request, tokenizer, promp
             assert a.routed_experts is not None
 
 
-def test_lean_logits_equal_stock_logits_on_one_step(dense_model):
-    """One decode step over rows of different lengths: logits and cache writes are identical."""
+@pytest.mark.parametrize("swap", [False, True])
+def test_lean_logits_equal_stock_logits_on_one_step(dense_model, tokenizer, swap):
+    """One decode step over rows of different lengths: logits and cache writes are identical; after
+    a weight swap (in place, as the engine's) the fused projections follow the new weights."""
+    from inhabit.inference.weights_io import copy_into
+    from inhabit.models.tiny import build_tiny_model
+
     cfg = dense_model.config
+    lean = lean_decode.LeanDecode(dense_model)
+    if swap:
+        other = build_tiny_model("dense-1m", vocab_size=len(tokenizer), seed=5)
+        with torch.no_grad():
+            copy_into(dense_model, other.state_dict())
     torch.manual_seed(0)
 
     def cache():
@@ -60,11 +70,9 @@ def test_lean_logits_equal_stock_logits_on_one_step(dense_model):
     with torch.inference_mode():
         torch.manual_seed(1)
         a = cache()
-        da = a.decode_cache(3)
-        mask = da.attention_mask(torch.float32, "cpu")
-        got = lean_decode.LeanDecode(dense_model).forward(
-            ids, da.rows, da.pos, mask, da.kv_len, a.keys, a.values
-        )
+        rows, pos, kv_len = a.decode_rows(3)
+        mask = a.decode_mask(pos, kv_len, torch.float32, "cpu")
+        got = lean.forward(ids, rows, pos, mask, kv_len, a.keys, a.values)
         torch.manual_seed(1)
         b = cache()
         db = b.decode_cache(3)
