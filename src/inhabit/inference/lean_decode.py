@@ -49,6 +49,7 @@ def supports(model: Any) -> bool:
     base = getattr(model, model.base_model_prefix, None)
     return base is not None and all(
         type(layer.mlp).__name__ in ("Qwen3MLP", "Qwen3MoeSparseMoeBlock", "Qwen3MoeMLP")
+        and layer.self_attn.q_norm.variance_epsilon == layer.self_attn.k_norm.variance_epsilon
         for layer in base.layers
     )
 
@@ -56,36 +57,23 @@ def supports(model: Any) -> bool:
 class _Layer:
     """One decoder layer's modules, and its fused projection weights (see module docstring)."""
 
-    __slots__ = (
-        "dense",
-        "gu",
-        "kn",
-        "ln1",
-        "ln2",
-        "mlp",
-        "nk",
-        "nq",
-        "o",
-        "proj",
-        "qkv",
-        "qkv_b",
-        "qn",
-        "stamp",
-    )
-
     def __init__(self, layer: Any) -> None:
         attn, mlp = layer.self_attn, layer.mlp
         self.ln1, self.ln2 = layer.input_layernorm, layer.post_attention_layernorm
         self.o, self.qn, self.kn, self.mlp = attn.o_proj, attn.q_norm, attn.k_norm, mlp
         self.dense = hasattr(mlp, "gate_proj") and not hasattr(mlp, "experts")
-        self.nq, self.nk = attn.q_proj.out_features, attn.k_proj.out_features
+        self.eps, self.eps2 = self.ln1.variance_epsilon, self.ln2.variance_epsilon
+        self.qk_eps = self.qn.variance_epsilon
         self.proj = [attn.q_proj, attn.k_proj, attn.v_proj] + (
             [mlp.gate_proj, mlp.up_proj] if self.dense else []
         )
         self.fuse()
 
     def sources(self) -> list[torch.Tensor]:
-        return [t for m in self.proj for t in (m.weight, m.bias) if t is not None]
+        return [t for m in self.proj for t in (m.weight, m.bias) if t is not None] + [
+            self.qn.weight,
+            self.kn.weight,
+        ]
 
     def version(self) -> tuple:
         return tuple((t._version, t.data_ptr()) for t in self.sources())
@@ -98,6 +86,10 @@ class _Layer:
         )
         self.gu = (
             torch.cat([self.proj[3].weight.detach(), self.proj[4].weight.detach()]) if self.dense else None
+        )
+        hq, hk = q.out_features // self.qn.weight.shape[0], k.out_features // self.kn.weight.shape[0]
+        self.qk_w = torch.cat(
+            [self.qn.weight.detach().expand(hq, -1), self.kn.weight.detach().expand(hk, -1)]
         )
         self.stamp = self.version()
 
@@ -137,44 +129,45 @@ class LeanDecode:
         n, d = ids.shape[0], self.head_dim
         h = self.embed(ids)  # [n, 1, H]
         cos, sin = self.rotary(h, positions[:, None])
-        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # [n, 1, 1, D]
+        cos = cos.unsqueeze(2)  # [n, 1, 1, D]: broadcast over the heads of [n, 1, heads, D]
+        # rotate_half(x) * sin == roll(x, D/2) * (sin with its first half negated), bit for bit:
+        # a product by -s is the negated product by s.
         half = d // 2
+        sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1).unsqueeze(2)
+        hq, hk = self.num_heads, self.num_kv_heads
         for i, ly in enumerate(self.layers):
             if ly.version() != ly.stamp:  # the model's weights changed since the last fuse
                 ly.fuse()
-            x = _rms(h, ly.ln1)
-            qkv = F.linear(x, ly.qkv, ly.qkv_b)
-            nq, nqk = ly.nq, ly.nq + ly.nk
-            q = _rms(qkv[..., :nq].view(n, 1, -1, d), ly.qn).transpose(1, 2)
-            k = _rms(qkv[..., nq:nqk].view(n, 1, -1, d), ly.kn).transpose(1, 2)
-            v = qkv[..., nqk:].view(n, 1, -1, d).transpose(1, 2)
-            q = (q * cos) + (torch.cat((-q[..., half:], q[..., :half]), dim=-1) * sin)
-            k = (k * cos) + (torch.cat((-k[..., half:], k[..., :half]), dim=-1) * sin)
+            x = _rms(h, ly.ln1.weight, ly.eps)
+            qkv = F.linear(x, ly.qkv, ly.qkv_b)  # [n, 1, (hq + 2 hk) D]
+            # q_norm and k_norm in one call: RMSNorm is per head vector, its weight is per head.
+            qk = _rms(qkv[..., : (hq + hk) * d].view(n, 1, hq + hk, d), ly.qk_w, ly.qk_eps)
+            qk = qk * cos + qk.roll(half, -1) * sin
             kb, vb = keys[i], values[i]
-            kb[rows, :, positions] = k[:, :, 0].to(kb.dtype)
-            vb[rows, :, positions] = v[:, :, 0].to(vb.dtype)
-            kk, vv = kb[:n, :, :kv_len], vb[:n, :, :kv_len]
-            if self.groups > 1:  # sdpa_attention_forward's pack_gqa for a one-token query
-                q = q.reshape(n, self.num_kv_heads, self.groups, d)
-            a = F.scaled_dot_product_attention(q, kk, vv, attn_mask=mask, dropout_p=0.0, scale=self.scaling)
-            a = a.reshape(n, -1, 1, d).transpose(1, 2).contiguous()
-            a = a.reshape(n, 1, -1).contiguous()
-            h = h + F.linear(a, ly.o.weight, ly.o.bias)
-            x = _rms(h, ly.ln2)
+            kb[rows, :, positions] = qk[:, 0, hq:].to(kb.dtype)
+            vb[rows, :, positions] = qkv[:, 0, (hq + hk) * d :].view(n, hk, d).to(vb.dtype)
+            # The query as sdpa_attention_forward packs a one-token query for GQA: [n, kv heads, group, D].
+            q = qk[:, 0, :hq].reshape(n, hk, hq // hk, d) if hq > hk else qk[:, :, :hq].transpose(1, 2)
+            a = F.scaled_dot_product_attention(
+                q, kb[:n, :, :kv_len], vb[:n, :, :kv_len], attn_mask=mask, dropout_p=0.0, scale=self.scaling
+            )
+            h = h + F.linear(a.reshape(n, 1, -1), ly.o.weight, ly.o.bias)
+            x = _rms(h, ly.ln2.weight, ly.eps2)
             if ly.dense and self.act is not None:
                 gu = F.linear(x, ly.gu)
                 inter = gu.shape[-1] // 2
                 h = h + F.linear(self.act(gu[..., :inter]) * gu[..., inter:], ly.mlp.down_proj.weight)
             else:
                 h = h + ly.mlp(x)
-        h = _rms(h, self.norm)
+        h = _rms(h, self.norm.weight, self.norm.variance_epsilon)
         return F.linear(h, self.lm_head.weight, self.lm_head.bias)[:, -1]
 
 
-def _rms(x: torch.Tensor, norm: Any) -> torch.Tensor:
-    # Qwen3RMSNorm.forward, op for op.
+def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    # Qwen3RMSNorm.forward, op for op (the casts are skipped where they are no-ops).
     dtype = x.dtype
-    x = x.to(torch.float32)
+    if dtype != torch.float32:
+        x = x.to(torch.float32)
     var = x.pow(2).mean(-1, keepdim=True)
-    x = x * torch.rsqrt(var + norm.variance_epsilon)
-    return norm.weight * x.to(dtype)
+    x = x * torch.rsqrt(var + eps)
+    return weight * (x if dtype == torch.float32 else x.to(dtype))

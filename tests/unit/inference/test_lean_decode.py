@@ -43,13 +43,18 @@ async def test_lean_decode_equals_stock_forward(which, request, tokenizer, promp
             assert a.routed_experts is not None
 
 
-@pytest.mark.parametrize("swap", [False, True])
-def test_lean_logits_equal_stock_logits_on_one_step(dense_model, tokenizer, swap):
+@pytest.mark.parametrize(("swap", "kv_heads"), [(False, 2), (True, 2), (False, 4)])
+def test_lean_logits_equal_stock_logits_on_one_step(tokenizer, swap, kv_heads):
     """One decode step over rows of different lengths: logits and cache writes are identical; after
     a weight swap (in place, as the engine's) the fused projections follow the new weights."""
     from inhabit.inference.weights_io import copy_into
-    from inhabit.models.tiny import build_tiny_model
+    from inhabit.models.tiny import TinyModelSpec, build_tiny_model
 
+    # kv_heads 4 = num_heads: plain multi-head attention (no GQA packing of the query).
+    spec = TinyModelSpec(
+        arch="dense", hidden_size=128, num_layers=2, num_heads=4, num_kv_heads=kv_heads, intermediate_size=384
+    )
+    dense_model = build_tiny_model(spec, vocab_size=len(tokenizer), seed=0)
     cfg = dense_model.config
     lean = lean_decode.LeanDecode(dense_model)
     if swap:
