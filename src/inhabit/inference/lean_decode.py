@@ -21,7 +21,8 @@ product over the same K in the same order (MKL blocks over N and M, not K, for t
 bit-equality test covers it, and the benchmark's mismatch line too. The stacked copies cost one
 more copy of those weights. They are rebuilt before a step whenever a source parameter changed:
 a weight swap writes the model's parameters in place (weights_io.copy_into), which bumps their
-version counters, and `_stale` compares those counters (and data pointers) every step.
+version counters, and the forward compares those counters with the ones it stacked from, once
+per step (`.data` reassignment, which keeps the counter, is not a supported way to change them).
 """
 
 from __future__ import annotations
@@ -75,8 +76,8 @@ class _Layer:
             self.kn.weight,
         ]
 
-    def version(self) -> tuple:
-        return tuple((t._version, t.data_ptr()) for t in self.sources())
+    def version(self) -> list[int]:
+        return [t._version for t in self.srcs]
 
     def fuse(self) -> None:
         q, k, v = self.proj[:3]
@@ -91,6 +92,7 @@ class _Layer:
         self.qk_w = torch.cat(
             [self.qn.weight.detach().expand(hq, -1), self.kn.weight.detach().expand(hk, -1)]
         )
+        self.srcs = self.sources()
         self.stamp = self.version()
 
 
@@ -136,7 +138,7 @@ class LeanDecode:
         sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1).unsqueeze(2)
         hq, hk = self.num_heads, self.num_kv_heads
         for i, ly in enumerate(self.layers):
-            if ly.version() != ly.stamp:  # the model's weights changed since the last fuse
+            if [t._version for t in ly.srcs] != ly.stamp:  # weights changed since the last fuse
                 ly.fuse()
             x = _rms(h, ly.ln1.weight, ly.eps)
             qkv = F.linear(x, ly.qkv, ly.qkv_b)  # [n, 1, (hq + 2 hk) D]
