@@ -288,6 +288,12 @@ async def main() -> None:
         console.print(
             f"goal >= vLLM-CPU tok/s at 1, 16, 64 concurrent: {parts} -> {'met' if met else 'NOT met'}"
         )
+        per_cpu = ", ".join(
+            f"{c}: {tpc[c] / vllm['tokens_per_cpu_s'][c]:.2f}x"  # type: ignore[index]
+            for c in (1, 16, 64)
+            if c in tpc
+        )
+        console.print(f"tokens per CPU second, engine / vLLM-CPU: {per_cpu}")
     console.print(
         f"load average (1 min) {load_before[0]:.1f} at start, {load_after[0]:.1f} at end; "
         f"{os.cpu_count()} CPUs; best of {args.reps} rounds per side"

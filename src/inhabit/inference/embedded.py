@@ -92,6 +92,7 @@ class _Seq:
     prompt_routes: list[list[list[int]]] | None = None
     top: list[dict[int, float]] = field(default_factory=list)
     cancelled: bool = False
+    row: RowSampling | None = None  # its sampling settings, made once (see _row)
     finish: str | None = None
 
 
@@ -548,21 +549,21 @@ class EmbeddedEngine(InferenceEngine):
         top_k = max(s.req.sampling.top_logprobs for s in seqs)
         tokens, logps, top = sample_tokens(logits, params, self.config.logprobs_mode, top_k)
         finished: list[tuple[int, str]] = []
-        for j, (row, s, tok, lp, rt) in enumerate(
+        version = self._version
+        for j, (row, s, tok, lp, route) in enumerate(
             zip(rows, seqs, tokens.tolist(), logps.tolist(), routes, strict=True)
         ):
             s.tokens.append(tok)
             s.logprobs.append(lp)
-            if s.req.sampling.top_logprobs and top is not None:
-                k = s.req.sampling.top_logprobs
+            k = s.req.sampling.top_logprobs
+            if k and top is not None:
                 s.top.append(dict(zip(top[1][j, :k].tolist(), top[0][j, :k].tolist(), strict=True)))
-            s.versions.append(self._version)
-            route = rt  # [layer][k] expert ids, or None
-            if route is not None:
+            s.versions.append(version)
+            if route is not None:  # [layer][k] expert ids
                 s.routes.append(route)
             if s.on_event is not None:
-                top_now = s.top[-1] if s.req.sampling.top_logprobs and s.top else None
-                s.on_event(TokenEvent(s.req.request_id, tok, lp, self._version, route, top_now))
+                top_now = s.top[-1] if k and s.top else None
+                s.on_event(TokenEvent(s.req.request_id, tok, lp, version, route, top_now))
             reason = self._finish_reason(s)
             if reason:
                 finished.append((row, reason))
@@ -683,15 +684,21 @@ def _make_capture(model: Any) -> Any:
 
 
 def _row(s: _Seq) -> RowSampling:
+    # Made once per request: every field is fixed, and `completion` is the request's own token
+    # list, which grows in place.
+    if s.row is not None:
+        return s.row
     sp = s.req.sampling
     if not sp.adjusted():
-        return RowSampling(sp.temperature, sp.top_p, s.generator)
-    return RowSampling(
-        sp.temperature,
-        sp.top_p,
-        s.generator,
-        sp.presence_penalty,
-        sp.frequency_penalty,
-        sp.logit_bias,
-        s.tokens,
-    )
+        s.row = RowSampling(sp.temperature, sp.top_p, s.generator)
+    else:
+        s.row = RowSampling(
+            sp.temperature,
+            sp.top_p,
+            s.generator,
+            sp.presence_penalty,
+            sp.frequency_penalty,
+            sp.logit_bias,
+            s.tokens,
+        )
+    return s.row
