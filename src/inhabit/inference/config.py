@@ -53,6 +53,14 @@ class EngineConfig(Config):
     num_threads: int | None = Field(
         None, ge=1, le=512, description="torch intra-op threads for the decode worker (default: torch's)."
     )
+    lean_decode: bool = Field(
+        True,
+        description=(
+            "Run decode steps of Qwen3 / Qwen3-MoE models through inference/lean_decode.py (the same "
+            "ops as transformers' forward, bit for bit, without its per-call Python); other models, "
+            "or False, use the model's own forward."
+        ),
+    )
     deterministic: bool = Field(
         False,
         description=(

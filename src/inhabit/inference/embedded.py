@@ -5,8 +5,9 @@ One decode worker (a dedicated thread) owns the model and runs the step loop; `g
 number of coroutines (or event loops) can share one engine. Each loop iteration:
 
 1. applies pending weight swaps (so a swap lands between steps, never inside one),
-2. admits waiting requests up to `max_batch_size` and prefills their prompts (left-padded,
-   in batches capped by `prefill_token_budget`), sampling each one's first token,
+2. admits waiting requests up to `max_batch_size` and prefills their prompts (left-padded, in
+   batches of similar lengths capped by `prefill_token_budget`: prefill_plan.py), sampling each
+   one's first token,
 3. runs one decode step over every running request (one token each; see kv_cache.py),
 4. retires finished requests (their slots go to others) and resolves their futures.
 
@@ -51,6 +52,7 @@ from inhabit.inference.config import EngineConfig
 from inhabit.inference.engine import Completion, GenerationRequest, InferenceEngine
 from inhabit.inference.errors import EngineClosed, EngineOverloaded, InvalidRequest
 from inhabit.inference.kv_cache import SlotKVCache, prefill_mask
+from inhabit.inference.prefill_plan import plan_prefill
 from inhabit.inference.sampling import RowSampling, make_generator, sample_tokens
 from inhabit.inference.stops import StopChecker, completion_text
 from inhabit.inference.weights_io import copy_into, read_state_dict, to_model_layout
@@ -90,6 +92,7 @@ class _Seq:
     prompt_routes: list[list[list[int]]] | None = None
     top: list[dict[int, float]] = field(default_factory=list)
     cancelled: bool = False
+    row: RowSampling | None = None  # its sampling settings, made once (see _row)
     finish: str | None = None
 
 
@@ -172,6 +175,12 @@ class EmbeddedEngine(InferenceEngine):
         else:
             self._capture = _make_capture(model) if self.config.capture_routing else None
             self.is_moe = self._capture is not None
+        self._lean = None
+        if self.config.lean_decode and self._inv is None:
+            from inhabit.inference import lean_decode
+
+            if lean_decode.supports(self.model):
+                self._lean = lean_decode.LeanDecode(self.model)
         self._lock = threading.Condition()
         self._waiting: collections.deque[_Seq] = collections.deque()
         self._running: list[_Seq] = []
@@ -399,20 +408,12 @@ class EmbeddedEngine(InferenceEngine):
 
     def _prefill(self, sequences: list[list[int]]) -> list[tuple[torch.Tensor, list, Any]]:
         """Forward left-padded prompts; per sequence (last logits, per-layer KV, routes (L,T,k))."""
-        results: list[tuple[torch.Tensor, list, Any]] = []
-        order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
-        chunks: list[list[int]] = [[]]
-        for i in order:
-            longest = len(sequences[i])
-            if chunks[-1] and (len(chunks[-1]) + 1) * longest > self.config.prefill_token_budget:
-                chunks.append([])
-            chunks[-1].append(i)
+        chunks = plan_prefill([len(s) for s in sequences], self.config.prefill_token_budget)
         by_index: dict[int, tuple[torch.Tensor, list, Any]] = {}
         for chunk in chunks:
             for i, r in zip(chunk, self._prefill_batch([sequences[i] for i in chunk]), strict=True):
                 by_index[i] = r
-        results = [by_index[i] for i in range(len(sequences))]
-        return results
+        return [by_index[i] for i in range(len(sequences))]
 
     def _prefill_batch(self, seqs: list[list[int]]) -> list[tuple[torch.Tensor, list, Any]]:
         from transformers import DynamicCache
@@ -499,7 +500,7 @@ class EmbeddedEngine(InferenceEngine):
                 s.prompt_routes = routes[:, :-1].permute(1, 0, 2).tolist()
         self._running.extend(seqs)
         logits = torch.stack([r[0] for r in results])
-        last_routes = [None if r[2] is None else r[2][:, -1] for r in results]
+        last_routes = [None if r[2] is None else r[2][:, -1].tolist() for r in results]
         self._sample_and_record(list(range(base, base + len(seqs))), logits, last_routes)
 
     def _decode_step(self) -> None:
@@ -509,20 +510,26 @@ class EmbeddedEngine(InferenceEngine):
             return
         dev = self.config.device
         ids = torch.tensor([[s.tokens[-1]] for s in self._running], device=dev)
-        cache = self._kv.decode_cache(n)
-        out = self.model(
-            input_ids=ids,
-            attention_mask=cache.attention_mask(_DTYPES[self.config.dtype], dev),
-            position_ids=cache.positions[:, None].to(dev),
-            past_key_values=cache,
-            use_cache=True,
-        )
+        if self._lean is not None:
+            rows, pos, kv_len = self._kv.decode_rows(n)
+            mask = self._kv.decode_mask(pos, kv_len, _DTYPES[self.config.dtype], dev)
+            logits = self._lean.forward(ids, rows, pos, mask, kv_len, self._kv.keys, self._kv.values)
+        else:
+            cache = self._kv.decode_cache(n)
+            out = self.model(
+                input_ids=ids,
+                attention_mask=cache.attention_mask(_DTYPES[self.config.dtype], dev),
+                position_ids=cache.positions[:, None].to(dev),
+                past_key_values=cache,
+                use_cache=True,
+            )
+            logits = out.logits[:, -1]
         self._kv.commit_decode(n)
         self.steps += 1
         self.decoded_rows += n
         routes = self._take_routes()  # (L, n, 1, k)
-        per_row = [None if routes is None else routes[:, i, 0] for i in range(n)]
-        self._sample_and_record(list(range(n)), out.logits[:, -1], per_row)
+        per_row = [None] * n if routes is None else routes[:, :, 0].transpose(0, 1).tolist()
+        self._sample_and_record(list(range(n)), logits, per_row)
 
     def _det_decode_step(self, n: int) -> None:
         assert self._inv is not None
@@ -533,7 +540,7 @@ class EmbeddedEngine(InferenceEngine):
         self._kv.commit_decode(n)
         self.steps += 1
         self.decoded_rows += n
-        per_row = [None if routes is None or not self.is_moe else routes[:, i] for i in range(n)]
+        per_row = [None] * n if routes is None or not self.is_moe else routes.transpose(0, 1).tolist()
         self._sample_and_record(list(range(n)), logits, per_row)
 
     def _sample_and_record(self, rows: list[int], logits: torch.Tensor, routes: list) -> None:
@@ -542,21 +549,21 @@ class EmbeddedEngine(InferenceEngine):
         top_k = max(s.req.sampling.top_logprobs for s in seqs)
         tokens, logps, top = sample_tokens(logits, params, self.config.logprobs_mode, top_k)
         finished: list[tuple[int, str]] = []
-        for j, (row, s, tok, lp, rt) in enumerate(
+        version = self._version
+        for j, (row, s, tok, lp, route) in enumerate(
             zip(rows, seqs, tokens.tolist(), logps.tolist(), routes, strict=True)
         ):
             s.tokens.append(tok)
             s.logprobs.append(lp)
-            if s.req.sampling.top_logprobs and top is not None:
-                k = s.req.sampling.top_logprobs
+            k = s.req.sampling.top_logprobs
+            if k and top is not None:
                 s.top.append(dict(zip(top[1][j, :k].tolist(), top[0][j, :k].tolist(), strict=True)))
-            s.versions.append(self._version)
-            route = rt.tolist() if rt is not None else None
-            if route is not None:
+            s.versions.append(version)
+            if route is not None:  # [layer][k] expert ids
                 s.routes.append(route)
             if s.on_event is not None:
-                top_now = s.top[-1] if s.req.sampling.top_logprobs and s.top else None
-                s.on_event(TokenEvent(s.req.request_id, tok, lp, self._version, route, top_now))
+                top_now = s.top[-1] if k and s.top else None
+                s.on_event(TokenEvent(s.req.request_id, tok, lp, version, route, top_now))
             reason = self._finish_reason(s)
             if reason:
                 finished.append((row, reason))
@@ -677,15 +684,21 @@ def _make_capture(model: Any) -> Any:
 
 
 def _row(s: _Seq) -> RowSampling:
+    # Made once per request: every field is fixed, and `completion` is the request's own token
+    # list, which grows in place.
+    if s.row is not None:
+        return s.row
     sp = s.req.sampling
     if not sp.adjusted():
-        return RowSampling(sp.temperature, sp.top_p, s.generator)
-    return RowSampling(
-        sp.temperature,
-        sp.top_p,
-        s.generator,
-        sp.presence_penalty,
-        sp.frequency_penalty,
-        sp.logit_bias,
-        s.tokens,
-    )
+        s.row = RowSampling(sp.temperature, sp.top_p, s.generator)
+    else:
+        s.row = RowSampling(
+            sp.temperature,
+            sp.top_p,
+            s.generator,
+            sp.presence_penalty,
+            sp.frequency_penalty,
+            sp.logit_bias,
+            s.tokens,
+        )
+    return s.row

@@ -78,6 +78,20 @@ class SlotKVCache:
         self.lengths[dst] = n
         self.lengths[src] = 0
 
+    def decode_rows(self, n_rows: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """(rows, positions, kv_len) of one decode step over rows 0..n_rows-1, on the buffers' device;
+        makes room for the new token (what `decode_cache` does, without a `Cache` object)."""
+        kv_len = max(self.lengths[:n_rows]) + 1
+        self.reserve(kv_len)
+        dev = self.keys[0].device
+        return torch.arange(n_rows, device=dev), torch.tensor(self.lengths[:n_rows], device=dev), kv_len
+
+    @staticmethod
+    def decode_mask(positions: torch.Tensor, kv_len: int, dtype: torch.dtype, device) -> torch.Tensor:
+        """Additive mask [n, 1, 1, kv_len]: row i sees positions 0..positions[i] (its new token last)."""
+        visible = torch.arange(kv_len, device=positions.device)[None, :] <= positions[:, None]
+        return _additive(visible, dtype, device)[:, None, None, :]
+
     def decode_cache(self, n_rows: int) -> DecodeCache:
         """The Cache for one decode step of rows 0..n_rows-1 (each adds one token)."""
         longest = max(self.lengths[:n_rows]) + 1
@@ -133,9 +147,7 @@ class DecodeCache(Cache):
 
     def attention_mask(self, dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
         """Additive mask [n, 1, 1, kv_len]: row i sees positions 0..pos_i (its new token last)."""
-        cols = torch.arange(self.kv_len)
-        visible = cols[None, :] <= self.positions[:, None]
-        return _additive(visible, dtype, device)[:, None, None, :]
+        return SlotKVCache.decode_mask(self.positions, self.kv_len, dtype, device)
 
 
 def prefill_mask(pads: list[int], total: int, dtype: torch.dtype, device) -> torch.Tensor:

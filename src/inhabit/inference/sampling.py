@@ -57,29 +57,42 @@ def sample_tokens(
     if any(r.adjusts() for r in rows):
         logits = _adjust(logits.clone(), rows)
     temps = torch.tensor([r.temperature for r in rows], dtype=torch.float32, device=logits.device)
+    # Shortcuts below skip only work whose result is not used or is exact (x / 1.0 == x), so every
+    # batch samples and reports bit for bit what the general path would.
+    any_greedy = any(r.temperature <= 0 for r in rows)
     greedy = temps <= 0
-    safe_t = torch.where(greedy, torch.ones_like(temps), temps)
-    scaled = logits / safe_t[:, None]
+    if all(r.temperature == 1.0 for r in rows):
+        scaled = logits
+    else:
+        safe_t = torch.where(greedy, torch.ones_like(temps), temps)
+        scaled = logits / safe_t[:, None]
     logp_scaled = torch.log_softmax(scaled, dim=-1)
 
     # One uniform per sampled row, from that row's own generator (greedy rows draw nothing, so a
     # greedy request never shifts another's stream).
-    u = torch.zeros(len(rows), dtype=torch.float64)
-    for i, r in enumerate(rows):
-        if r.temperature > 0:
-            u[i] = torch.rand((), generator=r.generator, dtype=torch.float64)
-    probs = logp_scaled.double().exp()
-    top_ps = [r.top_p for r in rows]
-    if any(p < 1.0 for p in top_ps):
-        tokens = _sample_top_p(probs, torch.tensor(top_ps, dtype=torch.float64), u)
+    if all(r.temperature <= 0 for r in rows):
+        tokens = logits.argmax(dim=-1)
     else:
-        tokens = _inverse_cdf(probs, u)
-    tokens = torch.where(greedy, logits.argmax(dim=-1), tokens)
+        draws = [
+            torch.rand((), generator=r.generator, dtype=torch.float64).item() if r.temperature > 0 else 0.0
+            for r in rows
+        ]
+        u = torch.tensor(draws, dtype=torch.float64)
+        probs = logp_scaled.double().exp()
+        top_ps = [r.top_p for r in rows]
+        if any(p < 1.0 for p in top_ps):
+            tokens = _sample_top_p(probs, torch.tensor(top_ps, dtype=torch.float64), u)
+        else:
+            tokens = _inverse_cdf(probs, u)
+        if any_greedy:
+            tokens = torch.where(greedy, logits.argmax(dim=-1), tokens)
 
     if logprobs_mode == "raw":
-        logp = torch.log_softmax(logits, dim=-1)
-    else:
+        logp = logp_scaled if scaled is logits else torch.log_softmax(logits, dim=-1)
+    elif any_greedy:
         logp = torch.where(greedy[:, None], torch.log_softmax(logits, dim=-1), logp_scaled)
+    else:
+        logp = logp_scaled
     chosen = logp.gather(1, tokens[:, None]).squeeze(1)
     top = torch.topk(logp, min(top_k, logp.shape[-1]), dim=-1) if top_k > 0 else None
     return tokens, chosen, (None if top is None else (top.values, top.indices))

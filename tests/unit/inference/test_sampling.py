@@ -66,3 +66,19 @@ def test_penalties_and_bias_shape_the_sampled_distribution_and_its_logprobs():
         logits[:1], [RowSampling(0.0, 1.0, g(0), presence_penalty=2.0, completion=[1])]
     )
     assert greedy.item() == 0  # token 1 (2.0 - 2.0) now loses to token 0 (1.0)
+
+
+def test_shortcut_batches_equal_the_general_path_bit_for_bit():
+    """An all-T=1 batch (no division, no greedy work) gives exactly what the same rows give in a
+    batch that takes the general path (a T=0.7 row and a greedy row beside them)."""
+    logits = torch.randn(4, 300, generator=torch.Generator().manual_seed(3))
+    for mode in ("tempered", "raw"):
+        fast = sample_tokens(logits[:2], [_row(seed=1), _row(seed=2)], mode, top_k=3)
+        mixed = sample_tokens(
+            logits, [_row(seed=1), _row(seed=2), _row(t=0.7, seed=3), _row(t=0.0)], mode, top_k=3
+        )
+        assert torch.equal(fast[0], mixed[0][:2]) and torch.equal(fast[1], mixed[1][:2])
+        assert torch.equal(fast[2][0], mixed[2][0][:2]) and torch.equal(fast[2][1], mixed[2][1][:2])
+    greedy_only = sample_tokens(logits, [_row(t=0.0)] * 4)
+    assert torch.equal(greedy_only[0], logits.argmax(-1))
+    assert torch.equal(greedy_only[1], torch.log_softmax(logits, -1).max(-1).values)

@@ -1,0 +1,175 @@
+"""The embedded engine's decode step for Qwen3 and Qwen3-MoE without transformers' per-call machinery.
+
+A decode step of a small model on CPU is mostly Python: the stock forward goes through ~60
+`nn.Module` calls per layer-stack, keyword plumbing, deprecation and output-capture decorators,
+mask preparation and a `Cache` object per step. For dense-5m at one request that overhead was
+about half of the step (docs/results.md, "embedded engine vs vLLM-CPU"). `LeanDecode` runs the
+same decode step as a flat loop over the layers' weight tensors.
+
+Numerics: the same torch ops, on the same shapes, in the same order as transformers' Qwen3 decode
+path with the SDPA attention backend (RMSNorm as `Qwen3RMSNorm` computes it, `F.linear` per
+projection, RoPE as `apply_rotary_pos_emb`, GQA packed the way `sdpa_attention_forward` packs a
+one-token query, then `F.scaled_dot_product_attention` with the engine's additive mask), so its
+logits are bit for bit those of `model(...)` over the engine's `DecodeCache`; a unit test holds
+it to `torch.equal`. The MoE feed-forward is the model's own block, called as a module, so the
+routing capture (models/routing.py) records routes exactly as before.
+
+Fused projections: q/k/v of a layer run as one `F.linear` over the three weights stacked, and a
+dense MLP's gate/up likewise (36 -> 21 GEMM calls per step on dense-5m; at one request a call is
+a memory-bound GEMV, so fewer, larger ones are faster). Each output element is still one dot
+product over the same K in the same order (MKL blocks over N and M, not K, for these shapes); the
+bit-equality test covers it, and the benchmark's mismatch line too. The stacked copies cost one
+more copy of those weights. They are rebuilt before a step whenever a source parameter changed:
+a weight swap writes the model's parameters in place (weights_io.copy_into), which bumps their
+version counters, and the forward compares those counters with the ones it stacked from, once
+per step (`.data` reassignment, which keeps the counter, is not a supported way to change them).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+SUPPORTED_MODEL_TYPES = frozenset({"qwen3", "qwen3_moe"})
+
+
+def supports(model: Any) -> bool:
+    """True when `LeanDecode` reproduces this model's decode step (else the engine uses the stock one)."""
+    cfg = getattr(model, "config", None)
+    if getattr(cfg, "model_type", None) not in SUPPORTED_MODEL_TYPES:
+        return False
+    if getattr(cfg, "_attn_implementation", None) != "sdpa":
+        return False
+    if "sliding_attention" in (getattr(cfg, "layer_types", None) or []):
+        return False
+    rope = getattr(cfg, "rope_parameters", None) or {}
+    if rope.get("rope_type", "default") != "default":
+        return False
+    base = getattr(model, model.base_model_prefix, None)
+    return base is not None and all(
+        type(layer.mlp).__name__ in ("Qwen3MLP", "Qwen3MoeSparseMoeBlock", "Qwen3MoeMLP")
+        and layer.self_attn.q_norm.variance_epsilon == layer.self_attn.k_norm.variance_epsilon
+        for layer in base.layers
+    )
+
+
+class _Layer:
+    """One decoder layer's modules, and its fused projection weights (see module docstring)."""
+
+    def __init__(self, layer: Any) -> None:
+        attn, mlp = layer.self_attn, layer.mlp
+        self.ln1, self.ln2 = layer.input_layernorm, layer.post_attention_layernorm
+        self.o, self.qn, self.kn, self.mlp = attn.o_proj, attn.q_norm, attn.k_norm, mlp
+        self.dense = hasattr(mlp, "gate_proj") and not hasattr(mlp, "experts")
+        self.eps, self.eps2 = self.ln1.variance_epsilon, self.ln2.variance_epsilon
+        self.qk_eps = self.qn.variance_epsilon
+        self.proj = [attn.q_proj, attn.k_proj, attn.v_proj] + (
+            [mlp.gate_proj, mlp.up_proj] if self.dense else []
+        )
+        self.fuse()
+
+    def sources(self) -> list[torch.Tensor]:
+        return [t for m in self.proj for t in (m.weight, m.bias) if t is not None] + [
+            self.qn.weight,
+            self.kn.weight,
+        ]
+
+    def version(self) -> list[int]:
+        return [t._version for t in self.srcs]
+
+    def fuse(self) -> None:
+        q, k, v = self.proj[:3]
+        self.qkv = torch.cat([q.weight.detach(), k.weight.detach(), v.weight.detach()])
+        self.qkv_b = (
+            None if q.bias is None else torch.cat([q.bias.detach(), k.bias.detach(), v.bias.detach()])
+        )
+        self.gu = (
+            torch.cat([self.proj[3].weight.detach(), self.proj[4].weight.detach()]) if self.dense else None
+        )
+        hq, hk = q.out_features // self.qn.weight.shape[0], k.out_features // self.kn.weight.shape[0]
+        self.qk_w = torch.cat(
+            [self.qn.weight.detach().expand(hq, -1), self.kn.weight.detach().expand(hk, -1)]
+        )
+        self.srcs = self.sources()
+        self.stamp = self.version()
+
+
+class LeanDecode:
+    """One decode step over rows 0..n-1 of the engine's slot KV cache (see module docstring)."""
+
+    def __init__(self, model: Any) -> None:
+        cfg = model.config
+        self.model = model
+        base = getattr(model, model.base_model_prefix)
+        self.embed = base.embed_tokens
+        self.norm = base.norm
+        self.rotary = base.rotary_emb
+        self.lm_head = model.get_output_embeddings()
+        self.layers = [_Layer(layer) for layer in base.layers]
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        self.num_heads = cfg.num_attention_heads
+        self.num_kv_heads = cfg.num_key_value_heads
+        self.groups = self.num_heads // self.num_kv_heads
+        self.scaling = self.head_dim**-0.5
+        self.act = F.silu if cfg.hidden_act == "silu" else None
+
+    def forward(
+        self,
+        ids: torch.Tensor,
+        rows: torch.Tensor,
+        positions: torch.Tensor,
+        mask: torch.Tensor,
+        kv_len: int,
+        keys: list[torch.Tensor],
+        values: list[torch.Tensor],
+    ) -> torch.Tensor:
+        """Logits [n, V] of one new token per row: `ids` [n, 1] at `positions` [n] (long), KV written
+        into `keys[l][rows, :, positions]` and attended over the first `kv_len` positions under the
+        additive `mask` [n, 1, 1, kv_len]."""
+        n, d = ids.shape[0], self.head_dim
+        h = self.embed(ids)  # [n, 1, H]
+        cos, sin = self.rotary(h, positions[:, None])
+        cos = cos.unsqueeze(2)  # [n, 1, 1, D]: broadcast over the heads of [n, 1, heads, D]
+        # rotate_half(x) * sin == roll(x, D/2) * (sin with its first half negated), bit for bit:
+        # a product by -s is the negated product by s.
+        half = d // 2
+        sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1).unsqueeze(2)
+        hq, hk = self.num_heads, self.num_kv_heads
+        for i, ly in enumerate(self.layers):
+            if [t._version for t in ly.srcs] != ly.stamp:  # weights changed since the last fuse
+                ly.fuse()
+            x = _rms(h, ly.ln1.weight, ly.eps)
+            qkv = F.linear(x, ly.qkv, ly.qkv_b)  # [n, 1, (hq + 2 hk) D]
+            # q_norm and k_norm in one call: RMSNorm is per head vector, its weight is per head.
+            qk = _rms(qkv[..., : (hq + hk) * d].view(n, 1, hq + hk, d), ly.qk_w, ly.qk_eps)
+            qk = qk * cos + qk.roll(half, -1) * sin
+            kb, vb = keys[i], values[i]
+            kb[rows, :, positions] = qk[:, 0, hq:].to(kb.dtype)
+            vb[rows, :, positions] = qkv[:, 0, (hq + hk) * d :].view(n, hk, d).to(vb.dtype)
+            # The query as sdpa_attention_forward packs a one-token query for GQA: [n, kv heads, group, D].
+            q = qk[:, 0, :hq].reshape(n, hk, hq // hk, d) if hq > hk else qk[:, :, :hq].transpose(1, 2)
+            a = F.scaled_dot_product_attention(
+                q, kb[:n, :, :kv_len], vb[:n, :, :kv_len], attn_mask=mask, dropout_p=0.0, scale=self.scaling
+            )
+            h = h + F.linear(a.reshape(n, 1, -1), ly.o.weight, ly.o.bias)
+            x = _rms(h, ly.ln2.weight, ly.eps2)
+            if ly.dense and self.act is not None:
+                gu = F.linear(x, ly.gu)
+                inter = gu.shape[-1] // 2
+                h = h + F.linear(self.act(gu[..., :inter]) * gu[..., inter:], ly.mlp.down_proj.weight)
+            else:
+                h = h + ly.mlp(x)
+        h = _rms(h, self.norm.weight, self.norm.variance_epsilon)
+        return F.linear(h, self.lm_head.weight, self.lm_head.bias)[:, -1]
+
+
+def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    # Qwen3RMSNorm.forward, op for op (the casts are skipped where they are no-ops).
+    dtype = x.dtype
+    if dtype != torch.float32:
+        x = x.to(torch.float32)
+    var = x.pow(2).mean(-1, keepdim=True)
+    x = x * torch.rsqrt(var + eps)
+    return weight * (x if dtype == torch.float32 else x.to(dtype))
