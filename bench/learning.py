@@ -130,7 +130,8 @@ def midtrained_model(cfg: RunConfig, root: Path, steps: int) -> Path:
     data["model"]["spec"] = spec
     data["model"]["tokenizer"] = cfg.model.tokenizer
     summary = midtrain(MidtrainConfig.model_validate(data))
-    print(f"midtrain: {steps} steps, held-out perplexity {summary.get('held_out_ppl')}")
+    before, after = summary["held_out_ppl_before"], summary["held_out_ppl_after"]
+    print(f"midtrain: {steps} steps, held-out perplexity {before:.1f} -> {after:.1f}")
     return Path(summary["model_dir"])
 
 
