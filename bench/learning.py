@@ -6,8 +6,8 @@ evaluated on the same held-out split (other packages than the train split's):
 
     (a) bootstrap   the bootstrapped model as it is
     (b) SFT         (a) trained further on the same expert transcripts, next-token, for as much wall
-                    clock as (c)'s RL took (the bootstrap's batch size and learning rate, cosine over
-                    the steps that time allowed at the bootstrap's measured step rate)
+                    clock as (c)'s RL took (the bootstrap's batch size and learning rate; the cosine
+                    spans twice the steps the bootstrap's step rate predicts, the clock stops it)
     (c) RL          (a) plus `inhabit train`'s async RL (the config's steps)
 
 and each of those with and without `inhabit midtrain` before the bootstrap (the midtrained model
@@ -101,8 +101,10 @@ def sft_arm(cfg: RunConfig, model_dir: Path, info: dict[str, Any], seconds: floa
     trajs = [Trajectory.from_json(x) for x in (model_dir / EXPERT_FILE).read_text().splitlines()]
     examples = [e for t in trajs for e in transcript_examples(tok, t)]
     bc = cfg.model.bootstrap
+    # The cosine runs over the steps the bootstrap's step rate predicts; the wall clock is the limit
+    # (a step rate measured at another load must not end the arm early: twice the prediction).
     step_s = info["bootstrap_s"] / bc.steps
-    steps = max(1, int(seconds / step_s))
+    steps = max(1, int(2 * seconds / step_s))
     t0 = time.monotonic()
     losses = train_bootstrap(
         model, examples, steps=steps, batch_size=bc.batch_size, lr=bc.lr, seed=cfg.seed + 1,
