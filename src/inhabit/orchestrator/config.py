@@ -34,7 +34,8 @@ from inhabit.trainer.config import TrainerConfig
 
 
 class BootstrapConfig(Config):
-    """Next-token training on the scripted expert's transcripts (quickstart tasks only)."""
+    """Next-token training on the scripted expert's transcripts (the generated families only:
+    tasks.source quickstart or multistep)."""
 
     steps: int = Field(0, ge=0, description="Optimizer steps; 0 = no bootstrap (start from the init).")
     batch_size: int = Field(8, ge=1, description="Transcripts per step.")
@@ -45,6 +46,13 @@ class BootstrapConfig(Config):
         le=1,
         description="Share of train tasks that also get a careless expert transcript (an edit guessed "
         "without reading the module, which mostly fails); 1.0: every task has both habits.",
+    )
+    share: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="Share of the train split the expert plays (the first tasks of it): with less than "
+        "1, RL also trains on tasks whose transcripts the bootstrap never saw.",
     )
 
 
@@ -81,20 +89,28 @@ class ModelConfig(Config):
 class TasksConfig(Config):
     """Where tasks come from."""
 
-    source: Literal["dir", "quickstart"] = Field(
-        "dir", description="dir: task directories under `dir`; quickstart: the generated bug-fix family."
+    source: Literal["dir", "quickstart", "multistep"] = Field(
+        "dir",
+        description="dir: task directories under `dir`; quickstart: the generated one-bug module family; "
+        "multistep: the generated family of a bug hidden in a small package (held-out: other packages).",
     )
     dir: str | None = Field(None, description="Folder whose subfolders are task directories (format 1).")
     held_out_dir: str | None = Field(None, description="Folder of held-out task directories (source=dir).")
-    count: int = Field(400, ge=2, description="Quickstart: tasks to generate (train + held-out).")
-    held_out: int = Field(64, ge=0, description="Quickstart: of those, held out for evaluation.")
-    seed: int = Field(0, ge=0, description="Quickstart: generator seed.")
+    count: int = Field(400, ge=2, description="Generated families: tasks to generate (train + held-out).")
+    held_out: int = Field(64, ge=0, description="Generated families: of those, held out for evaluation.")
+    seed: int = Field(0, ge=0, description="Generated families: generator seed.")
+    long_share: float = Field(
+        0.25,
+        ge=0,
+        le=1,
+        description="Multistep: share of long variants (whose modules overflow the context).",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> TasksConfig:
         if self.source == "dir" and not self.dir:
             raise ValueError("tasks.source='dir' needs tasks.dir (a folder of task directories)")
-        if self.source == "quickstart" and self.held_out >= self.count:
+        if self.source != "dir" and self.held_out >= self.count:
             raise ValueError("tasks.held_out must be smaller than tasks.count")
         return self
 

@@ -33,7 +33,12 @@ from inhabit.log import get_logger
 from inhabit.orchestrator.buffer import GroupBuffer
 from inhabit.orchestrator.config import RunConfig
 from inhabit.tasks.task import Task
-from inhabit.trainer.samples import count_split_turns, group_samples, is_trainable
+from inhabit.trainer.samples import (
+    count_split_turns,
+    count_summary_segment_samples,
+    group_samples,
+    is_trainable,
+)
 from inhabit.types import Trajectory
 
 log = get_logger(__name__)
@@ -307,6 +312,7 @@ class Pipeline:
             },
             "samples": len(samples),
             "split_turns": count_split_turns(samples),
+            "summary_segment_samples": count_summary_segment_samples(samples),
             "updated": metrics is not None,
             "policy_version_lag": {"mean": sum(lags) / len(lags), "max": max(lags)},
             "engine_version": self.runner.engine.version,

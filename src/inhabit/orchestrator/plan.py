@@ -74,8 +74,8 @@ def _engines(cfg: RunConfig) -> str:
 def plan(cfg: RunConfig) -> list[tuple[str, str]]:
     """(what, value) rows describing the run `cfg` would make."""
     t, r = cfg.tasks, cfg.rollout
-    if t.source == "quickstart":
-        tasks = f"generated quickstart family: {t.count - t.held_out} train + {t.held_out} held-out (seed {t.seed})"
+    if t.source != "dir":
+        tasks = f"generated {t.source} family: {t.count - t.held_out} train + {t.held_out} held-out (seed {t.seed})"
     else:
         tasks = f"train: {_task_dirs(t.dir)}; held-out: {_task_dirs(t.held_out_dir)}"
     per_step = r.tasks_per_step * r.group_size

@@ -1,8 +1,10 @@
 """Everything a run needs before its first step: tasks, tokenizer and the starting model folder.
 
-For `tasks.source = "quickstart"` the task family is generated into `<run_dir>/cache/tasks-*`,
-and a built model with `model.bootstrap.steps > 0` is trained on the scripted expert's transcripts
-(through the real harness, on the train split only) and saved to `<run_dir>/cache/bootstrap-*`.
+For `tasks.source = "quickstart"` or `"multistep"` the task family is generated into
+`<run_dir>/cache/tasks-*`, and with `model.bootstrap.steps > 0` the model (built, or loaded from
+`model.path`, e.g. a midtrained one) is trained on the family's scripted expert's transcripts
+(through the real harness, on the train split only, or its first `bootstrap.share`) and saved to
+`<run_dir>/cache/model-*`.
 Both are keyed by the settings that shape them and reused when present, so a second run skips
 straight to RL; a run from nothing builds them (minutes on a CPU).
 """
@@ -26,6 +28,9 @@ from inhabit.sandbox.base import SandboxProvider
 from inhabit.tasks.task import Task, load_task
 
 log = get_logger(__name__)
+
+EXPERT_FILE = "expert_transcripts.jsonl"
+"""In a bootstrapped model folder: the expert's transcripts it was trained on, one per line."""
 
 
 @dataclass
@@ -69,6 +74,24 @@ def _quickstart_tasks(cfg: RunConfig, cache: Path) -> tuple[list[Any], list[Task
     return q_train, train, held, q_held
 
 
+def _multistep_tasks(cfg: RunConfig, cache: Path) -> tuple[list[Any], list[Task], list[Task]]:
+    """(generated train tasks, train, held-out): the held-out split is its own packages' stream."""
+    from inhabit.tasks.families.multistep import generate, write_multistep_tasks
+
+    tc = cfg.tasks
+    ms_train = generate(tc.count - tc.held_out, tc.seed, "train", tc.long_share)
+    ms_held = generate(tc.held_out, tc.seed, "held-out", tc.long_share)
+    root = cache / f"tasks-{_key('multistep', tc.count, tc.held_out, tc.seed, tc.long_share, 'v1')}"
+    if not (root / ".done").exists():
+        shutil.rmtree(root, ignore_errors=True)
+        write_multistep_tasks(root / "train", ms_train)
+        write_multistep_tasks(root / "held-out", ms_held)
+        (root / ".done").write_text("ok\n")
+    train = [load_task(root / "train" / t.id) for t in ms_train]
+    held = [load_task(root / "held-out" / t.id) for t in ms_held]
+    return ms_train, train, held
+
+
 def model_tokenizer(mc: ModelConfig) -> Any:
     """The tokenizer of a model built from `mc` (`model.tokenizer`)."""
     from inhabit.models.tokenizer import default_tokenizer
@@ -101,16 +124,23 @@ def prepare(
     q_train: list[Any] = []
     if cfg.tasks.source == "quickstart":
         q_train, train, held, _ = _quickstart_tasks(cfg, cache)
+    elif cfg.tasks.source == "multistep":
+        q_train, train, held = _multistep_tasks(cfg, cache)
     else:
         train, held = _load_dir(cfg.tasks.dir), _load_dir(cfg.tasks.held_out_dir)
     say(f"tasks: {len(train)} train, {len(held)} held-out")
     mc = cfg.model
-    if mc.path is not None:
+    if mc.bootstrap.steps and cfg.tasks.source == "dir":
+        raise OrchestratorError(
+            "model.bootstrap needs a generated family, tasks.source = 'quickstart' or 'multistep' "
+            "(their scripted experts write the transcripts)"
+        )
+    if mc.path is not None and not mc.bootstrap.steps:
         return Prepared(_model_folder(mc.path, mc.chat_template, cache, say), train, held, info)
-    if mc.bootstrap.steps and cfg.tasks.source != "quickstart":
-        raise OrchestratorError("model.bootstrap needs tasks.source='quickstart' (the scripted expert)")
     key = _key(
         mc.model_dump(),
+        _folder_digest(mc.path) if mc.path is not None else None,
+        cfg.engine.max_model_len if cfg.tasks.source == "multistep" else None,
         cfg.tasks.model_dump() if mc.bootstrap.steps else None,
         cfg.harness.model_dump(),
         "v1",
@@ -122,6 +152,12 @@ def prepare(
         return Prepared(out, train, held, info)
     info = _build_model(cfg, provider, q_train, train, out, say)
     return Prepared(out, train, held, info)
+
+
+def _folder_digest(path: str) -> str:
+    """A digest of a model folder's files (names, sizes, times): a changed start model rebuilds."""
+    files = sorted(p for p in Path(path).rglob("*") if p.is_file())
+    return _key([(str(p.relative_to(path)), p.stat().st_size, p.stat().st_mtime_ns) for p in files])
 
 
 def _model_folder(path: str, template_file: str | None, cache: Path, say: Callable[[str], None]) -> Path:
@@ -183,7 +219,13 @@ def _build_model(
 
         torch.set_num_threads(cfg.threads)
     t0 = time.monotonic()
-    model, tok = build_start_model(mc)
+    if mc.path is not None:
+        from inhabit.models.loading import load_model
+
+        model, tok = load_model(mc.path)
+        say(f"model: starting from {mc.path}")
+    else:
+        model, tok = build_start_model(mc)
     vocab = model.config.vocab_size
     info: dict[str, Any] = {
         "parameters": str(count_parameters(model)),
@@ -191,20 +233,18 @@ def _build_model(
     }
     say(f"model: {info['parameters']} parameters, vocabulary {vocab}")
     if mc.bootstrap.steps:
-        from inhabit.orchestrator.quickstart.bootstrap import train_bootstrap, transcript_example
-        from inhabit.orchestrator.quickstart.expert import expert_transcripts
+        from inhabit.orchestrator.quickstart.bootstrap import train_bootstrap
 
         t1 = time.monotonic()
-        pairs = [(q, Path(t.root)) for q, t in zip(q_train, train, strict=True)]
-        trajs = asyncio.run(
-            expert_transcripts(
-                pairs, provider, cfg.harness, careless=mc.bootstrap.careless, seed=mc.init_seed
-            )
-        )
+        window = cfg.engine.max_model_len or int(model.config.max_position_embeddings)
+        trajs, examples = expert_examples(cfg, provider, q_train, train, tok, window)
         info["expert_transcripts"] = len(trajs)
+        info["expert_examples"] = len(examples)
         info["expert_s"] = round(time.monotonic() - t1, 2)
-        say(f"bootstrap: {len(trajs)} expert transcripts through the harness in {info['expert_s']:.0f} s")
-        examples = [transcript_example(tok, t) for t in trajs]
+        say(
+            f"bootstrap: {len(trajs)} expert transcripts ({len(examples)} context segments) through the "
+            f"harness in {info['expert_s']:.0f} s"
+        )
         t2 = time.monotonic()
         bc = mc.bootstrap
         losses = train_bootstrap(
@@ -218,7 +258,42 @@ def _build_model(
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     save_model_folder(model, tok, tmp)
+    if mc.bootstrap.steps:  # the data the bootstrap saw, for an SFT baseline (bench/learning.py)
+        (tmp / EXPERT_FILE).write_text("".join(t.to_json() + "\n" for t in trajs))
     (tmp / ".done").write_text(json.dumps(info))
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     return info
+
+
+def expert_examples(
+    cfg: RunConfig,
+    provider: SandboxProvider,
+    q_train: list[Any],
+    train: list[Task],
+    tokenizer: Any,
+    window: int,
+) -> tuple[list[Any], list[tuple[list[int], list[bool]]]]:
+    """(transcripts, training examples) of the family's scripted expert on the first
+    `bootstrap.share` of the train split: one example per transcript for the quickstart (its
+    episodes never summarize), one per context segment for multistep (summary segments included);
+    `window` is the context window of the model that will imitate it (where the expert summarizes)."""
+    from inhabit.orchestrator.quickstart.bootstrap import transcript_example, transcript_examples
+
+    bc = cfg.model.bootstrap
+    k = max(1, round(bc.share * len(train)))
+    pairs = [(q, Path(t.root)) for q, t in zip(q_train[:k], train[:k], strict=True)]
+    if cfg.tasks.source == "multistep":
+        from inhabit.orchestrator.quickstart.multistep_expert import multistep_transcripts
+
+        window = min(cfg.harness.context_budget or window, window)
+        trajs = asyncio.run(
+            multistep_transcripts(pairs, provider, cfg.harness, tokenizer, window, seed=cfg.model.init_seed)
+        )
+        return trajs, [e for t in trajs for e in transcript_examples(tokenizer, t)]
+    from inhabit.orchestrator.quickstart.expert import expert_transcripts
+
+    trajs = asyncio.run(
+        expert_transcripts(pairs, provider, cfg.harness, careless=bc.careless, seed=cfg.model.init_seed)
+    )
+    return trajs, [transcript_example(tokenizer, t) for t in trajs]

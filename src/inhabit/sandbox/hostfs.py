@@ -89,7 +89,10 @@ def remove_tree(path: Path) -> None:
             for q in (os.path.dirname(p), p):
                 if _inside(q) and not os.path.islink(q) and os.path.isdir(q):
                     os.chmod(q, 0o700)
-            func(p)
+            # Retry only the removals: rmtree also reports os.open / os.scandir / os.lstat failures
+            # (an entry that vanished under a concurrent sweep), which take other arguments.
+            if func in (os.rmdir, os.unlink, os.remove):
+                func(p)
         except OSError:
             pass
 

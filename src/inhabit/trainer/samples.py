@@ -238,7 +238,7 @@ def trajectory_samples(
     """Every segment's samples, all carrying the episode's `advantage` and reward."""
     out: list[Sample] = []
     for seg in traj.segments:
-        out += segment_samples(
+        samples = segment_samples(
             seg,
             advantage,
             traj.reward or 0.0,
@@ -246,7 +246,16 @@ def trajectory_samples(
             task_id=traj.task_id,
             source=f"{traj.task_id}/{rollout}#{seg.index}",
         )
+        if seg.summary is not None:  # the segment a summary closed: its turns and the summary itself
+            for sample in samples:
+                sample.meta["summary_segment"] = True
+        out += samples
     return out
+
+
+def count_summary_segment_samples(samples: Sequence[Sample]) -> int:
+    """Samples from context segments that a summary closed (`trajectory_samples`)."""
+    return sum(1 for s in samples if s.meta.get("summary_segment"))
 
 
 def group_samples(

@@ -176,3 +176,34 @@ async def test_scratch_dir_the_sandbox_uid_cannot_reach_is_a_clear_error(tmp_pat
         return
     await prov.close()
     assert prov.owner is None, "sandboxes run as a non-root uid, yet the blocked scratch dir was accepted"
+
+
+def test_remove_tree_of_a_tree_another_sweep_is_removing_does_not_raise(tmp_path):
+    """Two removals of one tree at once (two providers sweeping a dead run's scratch dirs): an
+    entry the other removal took first makes rmtree report os.open or os.lstat, which the retry
+    must not call as if it were a removal (it raised TypeError and crashed the provider's start).
+    A race: without the fix this failed in 2 of 3 runs here."""
+    import threading
+
+    from inhabit.sandbox import hostfs
+
+    tree = tmp_path / "tree"
+    for i in range(600):
+        (tree / f"d{i}" / "sub").mkdir(parents=True)
+        (tree / f"d{i}" / "sub" / "f").write_text("x")
+    errors: list[BaseException] = []
+
+    def remove() -> None:
+        try:
+            hostfs.remove_tree(tree)
+        except BaseException as e:  # collected: a thread's exception would otherwise be lost
+            errors.append(e)
+
+    threads = [threading.Thread(target=remove) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    hostfs.remove_tree(tree)
+    assert not tree.exists()

@@ -7,7 +7,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from inhabit.trainer.batching import collate, pack_microbatches
-from inhabit.trainer.samples import Sample, group_samples, segment_samples, split_stale, trajectory_samples
+from inhabit.trainer.samples import (
+    Sample,
+    count_summary_segment_samples,
+    group_samples,
+    segment_samples,
+    split_stale,
+    trajectory_samples,
+)
 from inhabit.types import Segment, Trajectory, TurnRecord
 
 
@@ -90,6 +97,13 @@ def test_summary_segments_are_separate_samples_sharing_the_episode_advantage() -
     assert [s.input_ids.tolist() for s in samples] == [[1, 2, 3, 4, 5, 6], [1, 7, 8]]
     assert [s.advantage for s in samples] == [-0.25, -0.25]
     assert samples[0].source.startswith("t/0#0") and samples[1].source.startswith("t/0#1")
+    # the segment holds no summary text here, so neither sample counts as a summary segment's
+    assert count_summary_segment_samples(samples) == 0
+    t = traj([seg0, seg1], reward=0.0)
+    closed = Segment(index=0, messages=[], turns=seg0, summary="the bug is in b.py")
+    samples = trajectory_samples(t.model_copy(update={"segments": [closed, t.segments[1]]}), advantage=-0.25)
+    assert [bool(s.meta.get("summary_segment")) for s in samples] == [True, False]
+    assert count_summary_segment_samples(samples) == 1
 
 
 def test_group_samples_leave_out_failed_rollouts_before_the_mean() -> None:

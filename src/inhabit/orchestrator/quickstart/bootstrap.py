@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import random
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -72,7 +73,6 @@ def quickstart_native_tokenizer(vocab_size: int = 4096, seed: int = 0) -> Any:
 
 def transcript_example(tokenizer: Any, traj: Trajectory) -> tuple[list[int], list[bool]]:
     """(ids, loss_mask) of the trajectory's last context, loss on assistant tokens only."""
-    from inhabit.models.tokenizer import encode_chat
 
     if traj.tool_format == "native":  # rendered by the model's template with the harness's tools
         from inhabit.trainer.samples import sft_samples
@@ -80,7 +80,23 @@ def transcript_example(tokenizer: Any, traj: Trajectory) -> tuple[list[int], lis
         sample = sft_samples(traj, tokenizer)[-1]
         return sample.input_ids.tolist(), sample.loss_mask.tolist()
 
-    messages = traj.segments[-1].messages
+    return _messages_example(tokenizer, traj.segments[-1].messages)
+
+
+def transcript_examples(tokenizer: Any, traj: Trajectory) -> list[tuple[list[int], list[bool]]]:
+    """One (ids, loss_mask) per context segment of an xml-format trajectory: a summarized episode's
+    earlier segments end with the summary request and the summary, which are trained too."""
+    assert traj.tool_format != "native", "the multistep bootstrap renders the xml format"
+    return [
+        _messages_example(tokenizer, s.messages)
+        for s in traj.segments
+        if any(m.role == "assistant" for m in s.messages)
+    ]
+
+
+def _messages_example(tokenizer: Any, messages: Sequence[Any]) -> tuple[list[int], list[bool]]:
+    from inhabit.models.tokenizer import encode_chat
+
     ids: list[int] = []
     mask: list[bool] = []
     for k in range(1, len(messages) + 1):
@@ -105,8 +121,10 @@ def train_bootstrap(
     seed: int = 0,
     pad_id: int = 0,
     on_step: Callable[[int, float], None] | None = None,
+    time_budget_s: float | None = None,
 ) -> list[float]:
-    """`steps` AdamW updates of masked next-token loss; returns the loss per step."""
+    """`steps` AdamW updates of masked next-token loss (fewer when `time_budget_s` of wall clock runs
+    out first: the equal-compute SFT baseline of bench/learning.py); returns the loss per step."""
     rng = random.Random(seed)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
@@ -119,7 +137,10 @@ def train_bootstrap(
 
     order: list[int] = []
     losses = []
+    t0 = time.monotonic()
     for step in range(steps):
+        if time_budget_s is not None and time.monotonic() - t0 >= time_budget_s:
+            break
         if len(order) < batch_size:
             more = list(range(len(examples)))
             rng.shuffle(more)

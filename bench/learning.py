@@ -1,0 +1,236 @@
+"""The proof that RL adds skill and speed: RL against an equal-compute SFT baseline (issue 15).
+
+Per seed, from one bootstrapped model (configs/multistep.toml: the multistep family, the model
+bootstrapped on the sequential scripted expert's transcripts of half the train split), three arms
+evaluated on the same held-out split (other packages than the train split's):
+
+    (a) bootstrap   the bootstrapped model as it is
+    (b) SFT         (a) trained further on the same expert transcripts, next-token, for as much wall
+                    clock as (c)'s RL took (the bootstrap's batch size and learning rate; the cosine
+                    spans twice the steps the bootstrap's step rate predicts, the clock stops it)
+    (c) RL          (a) plus `inhabit train`'s async RL (the config's steps)
+
+and each of those with and without `inhabit midtrain` before the bootstrap (the midtrained model
+is built once, from the run config's model shape, and shared by the seeds). Reported per arm:
+held-out success, mean turns and generated tokens per solved episode, share of action turns with
+parallel calls (more than one tool call), summaries per episode. Goals, printed met / not met:
+RL beats equal-compute SFT by >= 10 held-out points on every seed; RL cuts mean turns per solved
+episode by >= 30% against the bootstrap with success not lower (a model that solves nothing has no
+turns per solved episode: not met).
+
+    .venv/bin/python bench/learning.py [--seeds 3] [--midtrain both|off|on] [overrides, e.g. steps=20]
+
+Every arm runs through the orchestrator's own pieces: `prepare` (tasks, expert, bootstrap, cached
+under the run folders), `train` (RL and the held-out evaluations, which write trajectories.jsonl),
+`train_bootstrap` (the SFT arm) and `midtrain`. Writes bench/results/learning.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from inhabit.config import load_config
+from inhabit.observability.progress import RunDisplay
+from inhabit.orchestrator.config import RunConfig
+from inhabit.orchestrator.prepare import EXPERT_FILE, prepare
+from inhabit.orchestrator.run import train
+from inhabit.sandbox import create_provider
+from inhabit.types import Trajectory
+
+REPO = Path(__file__).resolve().parents[1]
+ARMS = ("bootstrap", "sft", "rl")
+
+
+def arm_stats(run_dir: Path, purpose: str) -> dict[str, Any]:
+    """The table's figures over the evaluation rollouts of `purpose` in a run's trajectories.jsonl."""
+    trajs = [
+        t
+        for line in (run_dir / "trajectories.jsonl").read_text().splitlines()
+        if (t := Trajectory.from_json(line)).metadata.get("purpose") == purpose
+    ]
+    solved = [t for t in trajs if t.reward is not None and t.reward >= 1.0]
+    turns = [Counter(c.turn for c in t.tool_calls) for t in trajs]
+    action_turns = sum(t.num_turns for t in trajs)
+    parallel = sum(sum(n > 1 for n in c.values()) for c in turns)
+
+    def tokens(t: Trajectory) -> int:
+        return sum(tt.completion_tokens or 0 for s in t.segments for tt in s.turns)
+
+    return {
+        "episodes": len(trajs),
+        "success": len(solved) / max(1, len(trajs)),
+        "turns_per_solved": sum(t.num_turns for t in solved) / len(solved) if solved else None,
+        "tokens_per_solved": sum(tokens(t) for t in solved) / len(solved) if solved else None,
+        "parallel_turn_share": parallel / max(1, action_turns),
+        "summaries_per_episode": sum(len(t.summaries) for t in trajs) / max(1, len(trajs)),
+        "status": dict(Counter(t.status for t in trajs)),
+    }
+
+
+def with_model(cfg: RunConfig, **changes: Any) -> RunConfig:
+    data = cfg.model_dump()
+    for key, value in changes.items():
+        node = data
+        *path, last = key.split(".")
+        for p in path:
+            node = node[p]
+        node[last] = value
+    return RunConfig.model_validate(data)
+
+
+def sft_arm(cfg: RunConfig, model_dir: Path, info: dict[str, Any], seconds: float, out: Path) -> dict:
+    """(b): the bootstrapped model trained further on its own expert transcripts for `seconds`."""
+    import torch
+
+    from inhabit.models.loading import load_model
+    from inhabit.models.tiny import save_model_folder
+    from inhabit.orchestrator.quickstart.bootstrap import train_bootstrap, transcript_examples
+
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    model, tok = load_model(model_dir)
+    trajs = [Trajectory.from_json(x) for x in (model_dir / EXPERT_FILE).read_text().splitlines()]
+    examples = [e for t in trajs for e in transcript_examples(tok, t)]
+    bc = cfg.model.bootstrap
+    # The cosine runs over the steps the bootstrap's step rate predicts; the wall clock is the limit
+    # (a step rate measured at another load must not end the arm early: twice the prediction).
+    step_s = info["bootstrap_s"] / bc.steps
+    steps = max(1, int(2 * seconds / step_s))
+    t0 = time.monotonic()
+    losses = train_bootstrap(
+        model, examples, steps=steps, batch_size=bc.batch_size, lr=bc.lr, seed=cfg.seed + 1,
+        pad_id=int(tok.pad_token_id or 0), time_budget_s=seconds,
+    )  # fmt: skip
+    save_model_folder(model, tok, out)
+    return {"steps": len(losses), "planned_steps": steps, "seconds": round(time.monotonic() - t0, 1),
+            "final_loss": round(sum(losses[-10:]) / len(losses[-10:]), 4)}  # fmt: skip
+
+
+def midtrained_model(cfg: RunConfig, root: Path, steps: int) -> Path:
+    """`inhabit midtrain` (configs/midtrain.toml) of the run config's model shape, built once."""
+    from inhabit.orchestrator.midtrain.config import MidtrainConfig
+    from inhabit.orchestrator.midtrain.run import midtrain
+
+    out = root / "midtrain"
+    if (out / "model" / "config.json").exists():
+        return out / "model"
+    spec = cfg.model.spec.model_dump() if cfg.model.spec else None
+    mcfg = load_config(MidtrainConfig, REPO / "configs" / "midtrain.toml", [
+        f"run_dir={out}", f"steps={steps}", f"trainer.total_steps={steps}", 'metrics.progress="plain"',
+        "metrics.tensorboard=false", f"checkpoint_every={steps}",
+    ])  # fmt: skip
+    data = mcfg.model_dump()
+    data["model"]["spec"] = spec
+    data["model"]["tokenizer"] = cfg.model.tokenizer
+    summary = midtrain(MidtrainConfig.model_validate(data))
+    before, after = summary["held_out_ppl_before"], summary["held_out_ppl_after"]
+    print(f"midtrain: {steps} steps, held-out perplexity {before:.1f} -> {after:.1f}")
+    return Path(summary["model_dir"])
+
+
+def run_seed(base: RunConfig, seed: int, root: Path, start: Path | None) -> dict[str, Any]:
+    t0 = time.monotonic()
+    cfg = with_model(base, seed=seed, **{"model.init_seed": seed, "engine.seed": seed})
+    if start is not None:  # bootstrap the midtrained model instead of a random init
+        cfg = with_model(cfg, **{"model.path": str(start), "model.spec": None, "model.preset": None})
+    cfg = with_model(cfg, run_dir=str(root / "rl"))
+    provider = create_provider(cfg.sandbox)
+    prepared = prepare(cfg, provider, print)  # the bootstrapped model, cached in the run folder
+    boot_s = time.monotonic() - t0
+    rl = train(cfg, display=RunDisplay("plain", cfg.steps))  # evaluates (a) before and (c) after
+    sft = sft_arm(cfg, prepared.model_dir, prepared.info, rl["rl_s"], root / "sft-model")
+    sft_cfg = with_model(cfg, steps=0, run_dir=str(root / "sft"), **{"eval.after": False})
+    sft_cfg = with_model(sft_cfg, model={"path": str(root / "sft-model")})
+    train(sft_cfg, display=RunDisplay("plain", 0))
+    arms = {
+        "bootstrap": arm_stats(root / "rl", "eval:before"),
+        "sft": arm_stats(root / "sft", "eval:before"),
+        "rl": arm_stats(root / "rl", "eval:after"),
+    }
+    return {"seed": seed, "arms": arms, "rl_s": rl["rl_s"], "sft": sft, "prepare_s": round(boot_s, 1),
+            "prepare": prepared.info, "wall_s": round(time.monotonic() - t0, 1)}  # fmt: skip
+
+
+def goals(seeds: list[dict[str, Any]]) -> dict[str, bool]:
+    beat = all(s["arms"]["rl"]["success"] - s["arms"]["sft"]["success"] >= 0.10 for s in seeds)
+
+    def faster(s: dict[str, Any]) -> bool:
+        b, r = s["arms"]["bootstrap"], s["arms"]["rl"]
+        if b["turns_per_solved"] is None or r["turns_per_solved"] is None:
+            return False
+        return r["turns_per_solved"] <= 0.7 * b["turns_per_solved"] and r["success"] >= b["success"]
+
+    return {
+        "rl_beats_sft_by_10_points_every_seed": beat,
+        "rl_cuts_turns_30pct_every_seed": all(map(faster, seeds)),
+    }
+
+
+def fmt(v: float | None, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def table(variant: str, seeds: list[dict[str, Any]]) -> Table:
+    t = Table(title=f"held-out, {variant}")
+    for c in ("seed", "arm", "success", "turns/solved", "tokens/solved", "parallel turns", "summaries/ep",
+              "vs bootstrap"):  # fmt: skip
+        t.add_column(c)
+    for s in seeds:
+        base = s["arms"]["bootstrap"]
+        for arm in ARMS:
+            a = s["arms"][arm]
+            ratio = (
+                f"success {a['success'] - base['success']:+.1%}"
+                + (f", turns x{a['turns_per_solved'] / base['turns_per_solved']:.2f}"
+                   if a["turns_per_solved"] and base["turns_per_solved"] else "")
+            )  # fmt: skip
+            t.add_row(str(s["seed"]), arm, f"{a['success']:.1%} of {a['episodes']}",
+                      fmt(a["turns_per_solved"], ".2f"), fmt(a["tokens_per_solved"], ".0f"),
+                      f"{a['parallel_turn_share']:.1%}", f"{a['summaries_per_episode']:.2f}",
+                      "-" if arm == "bootstrap" else ratio)  # fmt: skip
+    return t
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--config", default=str(REPO / "configs" / "multistep.toml"))
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--midtrain", choices=("both", "off", "on"), default="both")
+    ap.add_argument("--midtrain-steps", type=int, default=300)
+    ap.add_argument("--root", default="runs/bench-learning")
+    ap.add_argument("--out", default=str(REPO / "bench" / "results" / "learning.json"))
+    ap.add_argument("overrides", nargs="*", help="dotted overrides of the run config, e.g. steps=20")
+    args = ap.parse_args()
+    base = load_config(RunConfig, Path(args.config), [*args.overrides, 'metrics.progress="plain"'])
+    root = Path(args.root)
+    console = Console(width=150)
+    t0 = time.monotonic()
+    load0 = os.getloadavg()
+    variants = {"both": ["off", "on"], "off": ["off"], "on": ["on"]}[args.midtrain]
+    results: dict[str, Any] = {"config": args.config, "overrides": args.overrides, "variants": {}}
+    for v in variants:
+        name = "with midtrain" if v == "on" else "without midtrain"
+        start = midtrained_model(base, root, args.midtrain_steps) if v == "on" else None
+        seeds = [run_seed(base, s, root / f"midtrain-{v}" / f"seed-{s}", start) for s in range(args.seeds)]
+        results["variants"][name] = {"seeds": seeds, "goals": goals(seeds)}
+        console.print(table(name, seeds))
+        for goal, met in goals(seeds).items():
+            console.print(f"goal {goal} ({name}): {'MET' if met else 'NOT MET'}")
+    results |= {"wall_s": round(time.monotonic() - t0, 1), "load_start": load0, "load_end": os.getloadavg()}
+    console.print(f"whole bench: {results['wall_s'] / 60:.1f} min; load average at start "
+                  f"{load0[0]:.1f}, at end {results['load_end'][0]:.1f}")  # fmt: skip
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

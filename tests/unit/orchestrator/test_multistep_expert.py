@@ -1,0 +1,71 @@
+"""The multistep family's scripted expert: its plans, and its episodes through a real sandbox."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+from inhabit.harness.config import HarnessConfig
+from inhabit.orchestrator.quickstart.bootstrap import quickstart_tokenizer, transcript_examples
+from inhabit.orchestrator.quickstart.multistep_expert import ExpertStyle, expert_plan, multistep_transcripts
+from inhabit.sandbox import SandboxConfig, create_provider
+from inhabit.tasks.families.multistep import generate, write_multistep_tasks
+
+SLACK = 2  # turns over the task's budget a wasteful episode may take
+
+
+def test_plans_are_sequential_sometimes_wasteful_and_rarely_batched():
+    tasks = generate(40, 5, long_share=0.3)
+    rng = random.Random(0)
+    plans = [expert_plan(t, rng) for t in tasks]
+    turns = [len(p.turns) for p in plans]
+    over = [n - t.turn_budget for n, t in zip(turns, tasks, strict=True)]
+    assert min(over) >= -1 and max(over) <= SLACK  # -1: a batched first turn saves one
+    assert sum(o > 0 for o in over) >= 5  # some plans waste a turn
+    batched = [p for p in plans if any(len(turn) > 1 for turn in p.turns)]
+    assert 0 < len(batched) <= 10  # rarely batched, and then only the first turn
+    assert all(len(turn) == 1 for p in plans for turn in p.turns[1:])
+    for p, t in zip(plans, tasks, strict=True):
+        edit = next(c for turn in p.turns for c in turn if c[0] == "edit_file")[1]
+        assert edit["path"] == t.bug["module"] and t.bug["new"] in edit["old"]
+        assert t.workspace[t.bug["module"]].count(edit["old"]) == 1
+        assert [c[0] for c in p.turns[-2]] == ["run_tests"] and p.turns[-1][0][0] == "finish"
+    # a plan with no waste and no batching takes exactly the budget
+    plain = ExpertStyle(redundant_read=0.0, extra_tests=0.0, batch=0.0)
+    assert all(len(expert_plan(t, rng, plain).turns) == t.turn_budget for t in tasks)
+
+
+def test_expert_episodes_solve_their_tasks_within_the_budget_and_summarize_long_ones(tmp_path):
+    """Through the harness, a real sandbox and grading: every episode earns reward 1 within its
+    turn budget plus slack; in a 1,024-token window (the multistep config's) long variants summarize,
+    and every segment, summary ones included, becomes a training example with learned tokens."""
+    tasks = [t for t in generate(12, 2, long_share=0.5)][:8]
+    assert any(t.long for t in tasks) and not all(t.long for t in tasks)
+    roots = write_multistep_tasks(tmp_path, tasks)
+    tok = quickstart_tokenizer()
+    harness = HarnessConfig(
+        max_turns=12, max_turn_tokens=128, summary_max_tokens=128, observation_max_chars=1600, max_summaries=6
+    )
+
+    async def main():
+        provider = create_provider(SandboxConfig())
+        try:
+            return await multistep_transcripts(
+                list(zip(tasks, roots, strict=True)), provider, harness, tok, 1024, seed=1
+            )
+        finally:
+            await provider.close()
+
+    trajs = asyncio.run(main())
+    assert len(trajs) == len(tasks)  # every transcript graded reward 1 (others are left out)
+    by_id = {t.id: t for t in tasks}
+    for traj in trajs:
+        task = by_id[traj.task_id]
+        assert traj.reward == 1.0
+        assert traj.num_turns <= task.turn_budget + SLACK
+        if task.long:
+            assert len(traj.summaries) >= 1 and len(traj.segments) == len(traj.summaries) + 1
+            assert "Next:" in traj.summaries[0]
+        examples = transcript_examples(tok, traj)
+        assert len(examples) == len(traj.segments)
+        assert all(any(mask) and len(ids) <= 1024 for ids, mask in examples)
