@@ -296,7 +296,9 @@ class Trainer:
             for st, a in parts:
                 stats = stats.merge(st)
                 acc.merge(a)
-        metrics = self._metrics(samples, acc, stats, losses, grad_norms, n_micro, k * epochs if update else 0, t0)
+        metrics = self._metrics(
+            samples, acc, stats, losses, grad_norms, n_micro, k * epochs if update else 0, t0
+        )
         kl_ref = kl_sum / max(1, metrics.loss_tokens) if self.reference is not None else None
         return dataclasses.replace(metrics, stale_dropped=stale_dropped, kl_ref=kl_ref)
 
