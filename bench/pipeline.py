@@ -11,9 +11,9 @@ Workloads (`--workloads`, both by default):
 - quickstart: configs/quickstart.toml as shipped. Training is ~7% of a sync step there (grading
   dominates a rollout), so overlap can gain at most ~1.08x.
 - balanced: the same run with `trainer.epochs` passes of `trainer.updates_per_step = 2`
-  mini-batch updates over each batch (PPO-style epochs; `BALANCED` below), so that a sync step
-  trains about as long as it generates, and asynchrony has something to overlap. Only the
-  trainer's work changes: same model, tasks, engine and rollouts.
+  mini-batch updates over each batch (PPO-style epochs), every group trained (`BALANCED` below),
+  so that a sync step trains about as long as it generates, and asynchrony has something to
+  overlap. Only the trainer's work changes: same model, tasks, engine and rollouts.
 
 Reported per workload and mode: trajectories per minute, seconds generating and training, trainer
 idle fraction, final reward (mean of the last third of the steps, with its standard error),
@@ -22,7 +22,8 @@ Per workload: sync's overlap ceiling (gen + train) / max(gen, train), async / sy
 the share of the ceiling that async reached (goal >= 90% on the balanced workload, with the
 final reward within noise of sync's).
 
-    .venv/bin/python bench/pipeline.py [--steps 12] [--model FOLDER] [--workloads quickstart,balanced] [overrides]
+    .venv/bin/python bench/pipeline.py [--steps 12] [--model FOLDER] [--workloads quickstart,balanced]
+        [--modes async,async-waves] [overrides]
 
 The first run builds the quickstart tasks and bootstrap model into runs/bench-pipeline/cache
 (minutes); later runs reuse them. Prints rich tables and writes bench/results/pipeline.json.
@@ -115,12 +116,23 @@ def run_mode(base: RunConfig, mode: str, model_dir: Path, root: Path, steps: int
     }
 
 
-# The balanced workload: quickstart plus PPO-style epochs. On the 2-core EPYC with the seed-0
-# bootstrap, one pass trains a quickstart step in ~0.75 s against ~10 s of generating on a quiet
-# machine; under other jobs' load generation slows ~3x more than training (grading's many short
-# processes), so at 8 passes training was ~1/4 of a step at load 35. 10 passes of 2 mini-batch
-# updates put the ceiling at ~1.4x (heavy load) to ~1.8x (quiet): docs/results.md.
-BALANCED = ["trainer.epochs=10", "trainer.updates_per_step=2"]
+# The balanced workload: quickstart plus PPO-style epochs, and every group trained (also those
+# whose rollouts all got the same reward: zero gradient, the same compute), so that a step costs
+# the trainer the same whatever the policy has learnt: with those groups left out, 10 passes made
+# the policy so sure within a group that late steps trained 8 samples or none. On the 2-core EPYC with the seed-0 bootstrap, one pass over a step's 32
+# rollouts costs ~1/10 of generating them on a quiet machine and ~1/20 at load 40 (grading's
+# many short processes suffer more from other jobs than the trainer's one); 12 passes of 2
+# mini-batch updates put the ceiling at ~1.4x (load 8-20, measured) to ~1.7x (quiet, estimated).
+# 24 updates a step at the quickstart's lr 3e-4 moved the policy so far per step that it
+# collapsed (sync's reward fell from 0.84 to 0.24 by the last steps) and async, training on
+# samples 1-2 such steps old, lost more (0.14, 0.03); lr 2e-5 keeps a step's move near the
+# quickstart's single update (docs/results.md).
+BALANCED = [
+    "trainer.epochs=12",
+    "trainer.updates_per_step=2",
+    "rollout.train_zero_advantage=true",
+    "trainer.lr=2e-5",
+]
 WORKLOADS = {"quickstart": [], "balanced": BALANCED}
 
 
@@ -224,9 +236,7 @@ def main() -> None:
     ap.add_argument(
         "--workloads", default="quickstart,balanced", help=f"comma-separated: {', '.join(WORKLOADS)}"
     )
-    ap.add_argument(
-        "--modes", default="async,async-waves", help=f"async modes to run after sync: {', '.join(MODES)}"
-    )
+    ap.add_argument("--modes", default="async", help=f"async modes to run after sync: {', '.join(MODES)}")
     ap.add_argument("overrides", nargs="*", help="dotted overrides for the config (both workloads)")
     args = ap.parse_args()
     names = [n for n in args.workloads.split(",") if n]
