@@ -60,6 +60,12 @@ class RolloutConfig(Config):
         description="Episodes (with their grading) running at the same time; a group whose G fits "
         "starts its G episodes together, when G slots are free.",
     )
+    waves: bool = Field(
+        False,
+        description="Async: start tasks_per_step groups together once every group started before has "
+        "completed (sync's rhythm, without waiting for the trainer), so their episodes decode in one "
+        "batch; False: start each group as soon as the staleness bound and the slots allow.",
+    )
     temperature: float = Field(1.0, gt=0, le=10, description="Sampling temperature.")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling.")
     max_tokens: int = Field(256, ge=8, description="Tokens one model turn may generate.")

@@ -52,10 +52,11 @@ progress = "plain"
 """
 
 
-def write_config(tmp_path, mode: str, steps: int) -> str:
+def write_config(tmp_path, mode: str, steps: int, waves: bool = False) -> str:
     run_dir = tmp_path / f"run-{mode}"
     path = tmp_path / f"{mode}.toml"
-    path.write_text(TINY.format(mode=mode, steps=steps, run_dir=run_dir))
+    text = TINY.format(mode=mode, steps=steps, run_dir=run_dir)
+    path.write_text(text.replace("[rollout]\n", "[rollout]\nwaves = true\n") if waves else text)
     return str(path)
 
 
@@ -63,9 +64,10 @@ def records(run_dir):
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.parametrize("mode", ["async", "sync"])
+@pytest.mark.parametrize("mode", ["async", "sync", "async-waves"])
 def test_train_runs_and_writes_metrics_and_trajectories(tmp_path, mode):
-    result = CliRunner().invoke(app, ["train", write_config(tmp_path, mode, 2)])
+    mode, _, waves = mode.partition("-")
+    result = CliRunner().invoke(app, ["train", write_config(tmp_path, mode, 2, waves=bool(waves))])
     assert result.exit_code == 0, result.output
     run_dir = tmp_path / f"run-{mode}"
     steps = [r for r in records(run_dir) if "version" in r and "eval" not in r]

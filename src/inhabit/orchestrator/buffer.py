@@ -11,6 +11,8 @@ The producer side keeps drops rare rather than making them impossible: `may_star
 group only while fewer than `(max_staleness + 1) * tasks_per_step` groups are outstanding (in
 flight or buffered), so a group started now is consumed within `max_staleness` further steps.
 Dropped groups' tasks are handed back (`pop_requeued`) to be generated again with fresh weights.
+With `rollout.waves` the producer starts groups in waves instead (`wave_room`): a step's worth
+together once none is in flight, so the engine decodes their episodes in one batch.
 """
 
 from __future__ import annotations
@@ -36,7 +38,16 @@ class GroupBuffer:
     # producer side
     def may_start(self) -> bool:
         """Whether one more group may start now without (normally) outliving the bound."""
-        return self.in_flight + len(self._ready) < (self.max_staleness + 1) * self.tasks_per_step
+        return self.room() > 0
+
+    def room(self) -> int:
+        """How many groups may start now under the bound (`may_start` is `room() > 0`)."""
+        return max(0, (self.max_staleness + 1) * self.tasks_per_step - self.in_flight - len(self._ready))
+
+    def wave_room(self) -> int:
+        """Groups one wave may start now: none while a group is in flight, else up to a step's worth
+        (`tasks_per_step`) under the bound."""
+        return 0 if self.in_flight else min(self.tasks_per_step, self.room())
 
     def started(self) -> None:
         self.in_flight += 1

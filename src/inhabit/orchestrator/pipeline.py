@@ -5,8 +5,10 @@
 
 Async mode (`mode = "async"`): a producer keeps starting groups (G rollouts of one task, with the
 newest weights the engine holds) while `GroupBuffer.may_start` allows and the run can still train
-them (no group is started that the run would end before training); the trainer loop takes
-`tasks_per_step` completed groups as soon as they are ready (stale ones are dropped by the buffer
+them (no group is started that the run would end before training), one at a time or, with
+`rollout.waves`, `tasks_per_step` together once the previous wave has completed (so the engine
+decodes their episodes in one batch, as sync's are); the trainer loop takes `tasks_per_step`
+completed groups as soon as they are ready (stale ones are dropped by the buffer
 and their tasks generated again), trains one step in a worker thread (the event loop, and thus
 every rollout, keeps running), publishes version v+1 through the `WeightSync` and the engine swaps
 it in between two decoding steps. Sync mode (`mode = "sync"`) runs the same parts in lock-step:
@@ -183,7 +185,7 @@ class Pipeline:
             await self.sync.apply(self.runner.engine)
             t0 = _now()
             tasks = [self.stream.next() for _ in range(tps)]
-            groups = await asyncio.gather(*(self._group(t) for t in tasks))
+            groups = await asyncio.gather(*(self._group(t, self._next_index()) for t in tasks))
             self.trainer_wait_s += _now() - t0
             await self._train(list(groups), dropped_stale=0)
 
@@ -212,8 +214,8 @@ class Pipeline:
             producer.cancel()
             await asyncio.gather(producer, return_exceptions=True)
 
-    def _needs_more(self) -> bool:
-        """Whether the run can still train one more group than those already started.
+    def _budget_left(self) -> int:
+        """How many more groups than those already started the run can still train.
 
         Near the end of a run the producer would otherwise fill every slot `may_start` allows
         (up to `max_staleness` steps ahead) with groups that the run ends before training: pure
@@ -222,30 +224,37 @@ class Pipeline:
         """
         dropped = self.buffer.dropped_stale - self._dropped0
         started = self.groups_started - self._groups_started0 - dropped
-        return started < self._groups_budget
+        return self._groups_budget - started
+
+    def _may_start(self) -> int:
+        """How many groups the producer may start now (at most one at a time without waves)."""
+        room = self.buffer.wave_room() if self.cfg.rollout.waves else min(1, self.buffer.room())
+        return min(room, self._budget_left())
 
     async def _produce(self) -> None:
         running: set[asyncio.Task] = set()
         try:
             while True:
                 async with self._cond:
-                    await self._cond.wait_for(lambda: self.buffer.may_start() and self._needs_more())
-                task = self.buffer.pop_requeued()
-                if task is None:
-                    task = self.stream.next()
+                    await self._cond.wait_for(lambda: self._may_start() > 0)
+                    n = self._may_start()
                 await self.sync.apply(self.runner.engine)
-                self.buffer.started()
-                t = asyncio.create_task(self._finish_group(task))
-                running.add(t)
-                t.add_done_callback(running.discard)
+                for _ in range(n):
+                    task = self.buffer.pop_requeued() or self.stream.next()
+                    self.buffer.started()
+                    # The index is taken here, not when the task first runs: the next
+                    # `_budget_left` must count this group already.
+                    t = asyncio.create_task(self._finish_group(task, self._next_index()))
+                    running.add(t)
+                    t.add_done_callback(running.discard)
         finally:
             for t in running:
                 t.cancel()
             await asyncio.gather(*running, return_exceptions=True)
 
-    async def _finish_group(self, task: Task) -> None:
+    async def _finish_group(self, task: Task, index: int) -> None:
         try:
-            group = await self._group(task)
+            group = await self._group(task, index)
         except asyncio.CancelledError:
             self.buffer.abandon()
             raise
@@ -261,9 +270,11 @@ class Pipeline:
             self.buffer.put(group)
             self._cond.notify_all()
 
-    async def _group(self, task: Task) -> Group:
-        index = self.groups_started
+    def _next_index(self) -> int:
         self.groups_started += 1
+        return self.groups_started - 1
+
+    async def _group(self, task: Task, index: int) -> Group:
         return await self.runner.run_group(task, index)
 
     # ------------------------------------------------------------------ train

@@ -49,6 +49,14 @@ class TrainerConfig(Config):
         description="Optimizer updates per train_step (the batch is split into this many mini-batches; "
         ">1 makes the PPO clip bind). The policy version still advances by one per train_step.",
     )
+    epochs: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Passes over the batch per train_step (PPO's epochs, GRPO's iterations): each pass "
+        "runs the updates_per_step mini-batch updates again, all against the proximal logprobs taken "
+        "before the first; a step costs about epochs times the compute of one pass.",
+    )
     temperature: float = Field(
         1.0,
         gt=0.0,

@@ -13,6 +13,7 @@ so the gradient is that of the whole batch, clip the global grad norm, step Adam
 schedule, and advance the policy version by one. With `updates_per_step = k > 1` the batch is
 split round-robin into k mini-batches, each its own optimizer update, all measured against the
 logprobs of a no-grad pass over the whole batch before the first update (the proximal policy).
+`epochs = E > 1` makes E passes over those mini-batches (E x k updates, the same proximal policy).
 
 Only the positions that predict a generated token go through the LM head (on tiny models the
 vocabulary projection is most of the compute), and the forward never builds a KV cache.
@@ -230,16 +231,17 @@ class Trainer:
             )
         cfg = self.config
         k = min(cfg.updates_per_step, len(samples)) if update and not sft else 1
+        epochs = cfg.epochs if update and not sft else 1
         minibatches = [samples[j::k] for j in range(k)]
         acc = MismatchAccumulator(self.version)
         stats = LossStats()
         proximal: list[list[torch.Tensor]] | None = None
-        if k > 1:  # the proximal policy: everyone's logprobs before the first update
+        if k > 1 or epochs > 1:  # the proximal policy: everyone's logprobs before the first update
             proximal = [[self._score(mb, acc) for mb in self._micro(self._share(m))] for m in minibatches]
         losses, grad_norms = [], []
         n_micro = 0
         kl_sum = 0.0  # k3 KL to the starting policy, summed over loss tokens (kl_coef > 0)
-        for j, mini in enumerate(minibatches):
+        for j, mini in [(j, m) for _ in range(epochs) for j, m in enumerate(minibatches)]:
             n_tok = sum(s.num_loss_tokens for s in mini)
             if update:
                 self.optimizer.zero_grad(set_to_none=True)
@@ -294,7 +296,9 @@ class Trainer:
             for st, a in parts:
                 stats = stats.merge(st)
                 acc.merge(a)
-        metrics = self._metrics(samples, acc, stats, losses, grad_norms, n_micro, k if update else 0, t0)
+        metrics = self._metrics(
+            samples, acc, stats, losses, grad_norms, n_micro, k * epochs if update else 0, t0
+        )
         kl_ref = kl_sum / max(1, metrics.loss_tokens) if self.reference is not None else None
         return dataclasses.replace(metrics, stale_dropped=stale_dropped, kl_ref=kl_ref)
 

@@ -49,6 +49,20 @@ def test_may_start_bounds_outstanding_groups():
     assert n == 9
 
 
+def test_a_wave_starts_a_steps_worth_once_none_is_in_flight():
+    buf = GroupBuffer(max_staleness=2, tasks_per_step=3)
+    assert buf.room() == 9 and buf.wave_room() == 3
+    buf.started()
+    assert buf.wave_room() == 0, "a group in flight: the next wave waits for it"
+    buf.put(Group(task_id="t", index=0, trajectories=[traj([0])], start_version=0))
+    for _ in range(7):
+        buf.started()
+        buf.put(Group(task_id="t", index=0, trajectories=[traj([0])], start_version=0))
+    assert buf.room() == 1 and buf.wave_room() == 1, "the bound still caps a wave"
+    buf.take(3, trainer_version=0)
+    assert buf.wave_room() == 3
+
+
 # An interleaving: each action is one of
 #   ("start", lag, spread)  the producer starts a group on an engine `lag` versions behind the
 #                           trainer (weights not yet swapped in); its tokens span `spread` versions

@@ -128,6 +128,16 @@ def test_several_updates_per_step_make_the_ppo_clip_bind(dense) -> None:
     assert trainer.scheduler.last_epoch == 4
 
 
+def test_epochs_pass_over_the_batch_again_against_one_proximal_policy(dense) -> None:
+    cfg = TrainerConfig(lr=3e-2, updates_per_step=2, epochs=3, loss=LossConfig(eps_low=0.01, eps_high=0.01))
+    trainer = Trainer(dense, cfg)
+    samples = on_policy(trainer, synthetic_samples(8, seed=4))
+    m = trainer.train_step(samples)
+    assert m.updates == 6 and trainer.version == 1, "epochs x mini-batches updates, one version"
+    assert trainer.scheduler.last_epoch == 6
+    assert m.clip_fraction > 0.0, "later passes are measured against the first pass's proximal policy"
+
+
 def test_sequence_variant_trains(dense) -> None:
     trainer = Trainer(
         dense, TrainerConfig(lr=1e-3, loss=LossConfig(variant="sequence", eps_low=3e-4, eps_high=4e-4))
@@ -156,6 +166,8 @@ def test_config_bounds_and_schedules() -> None:
         load_config(TrainerConfig, None, ["schedule=cosine"])
     with pytest.raises(ConfigError, match="lr"):
         load_config(TrainerConfig, None, ["lr=-1"])
+    with pytest.raises(ConfigError, match="epochs"):
+        load_config(TrainerConfig, None, ["epochs=0"])
     cfg = load_config(
         TrainerConfig, None, ["loss.variant=sequence", "schedule=linear", "total_steps=10", "warmup_steps=2"]
     )
