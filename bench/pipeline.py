@@ -146,9 +146,14 @@ def run_workload(name: str, args: argparse.Namespace, cpus: list[int], console: 
     base = load_config(
         RunConfig, args.config, [*WORKLOADS[name], *args.overrides, f"run_dir={root}", "max_staleness=2"]
     )
-    if args.model:
+    if args.model:  # already bootstrapped: model.path with bootstrap steps would bootstrap it again
+        bootstrap = base.model.bootstrap.model_copy(update={"steps": 0})
         base = base.model_copy(
-            update={"model": base.model.model_copy(update={"path": args.model, "spec": None})}
+            update={
+                "model": base.model.model_copy(
+                    update={"path": args.model, "spec": None, "bootstrap": bootstrap}
+                )
+            }
         )
     prepared = prepare(base, create_provider(base.sandbox), lambda s: console.print(s, highlight=False))
     load0 = os.getloadavg()

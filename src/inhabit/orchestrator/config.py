@@ -59,7 +59,11 @@ class BootstrapConfig(Config):
 class ModelConfig(Config):
     """The policy's starting weights."""
 
-    path: str | None = Field(None, description="A Hugging Face model folder; None: build a tiny model.")
+    path: str | None = Field(
+        None,
+        description="A Hugging Face model folder; None: build a tiny model. With bootstrap.steps > 0 "
+        "(a generated family) the folder is the start of the bootstrap, not the policy itself.",
+    )
     preset: str | None = Field(None, description="Tiny-model preset (inhabit.models.tiny.PRESETS).")
     spec: TinyModelSpec | None = Field(None, description="Tiny-model shape (when no preset/path).")
     tokenizer: Literal["default", "quickstart", "quickstart-native"] = Field(
