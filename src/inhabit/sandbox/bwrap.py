@@ -46,7 +46,8 @@ user namespace, is not acceptable (it passes the permission check of global sysc
 normal user, sandboxes run as that user. /proc is read-only inside either way.
 
 Launch namespace (as root): bwrap starts in a mount namespace of the provider's with a short
-table (`inhabit.sandbox.launchns`), entered with nsenter after the cgroups and rlimits are set:
+table (`inhabit.sandbox.launchns`), entered with nsenter after the cgroups and rlimits are set
+(nsenter drops to the sandbox host uid too, with the same credentials setpriv would leave):
 bwrap re-reads its whole mount table after each of its bind steps, so starting from the host's
 table made every sandbox pay for every mount on the machine. `launch_namespace=False` starts from
 the host's table, as where it cannot be made.
@@ -400,19 +401,20 @@ class BwrapSandboxProvider(SandboxProvider):
         launch = ", bwrap starts in a launch namespace" if self.launch_ns is not None else ""
         return f"workspace={mode}, limits={lim} + rlimits (CPU, FSIZE), runs as {uid}{launch}, scratch={self.root}"
 
-    def launch_prefix(self) -> list[str]:
-        """argv that enters the launch namespace (run as root, before dropping to the sandbox
-        uid); [] without one, or once its holder is gone (then bwrap starts from the host's table)."""
+    def launch_prefix(self, reset: Sequence[str] = ()) -> list[str]:
+        """argv between the root launcher shell and bwrap: the signal reset `reset` and the drop to
+        the sandbox uid (setpriv); with the launch namespace, nsenter enters it and drops the uid
+        itself (see `launchns.LaunchNamespace.enter`). Without one, or once its holder is gone,
+        bwrap starts from the host's table."""
         ns = self.launch_ns
-        if ns is None:
-            return []
-        if not ns.alive:
+        if ns is not None and not ns.alive:
             log.warning(
                 "the launch namespace of bwrap sandboxes is gone: starting from the host's mount table"
             )
-            self.launch_ns = None
-            return []
-        return ns.prefix
+            self.launch_ns = ns = None
+        if ns is None:
+            return [*reset, *self.drop_privileges]
+        return [*ns.enter(self.owner if self.drop_privileges else None), *reset]
 
     def _env_argv(self, env: Path) -> list[str]:
         """bwrap arguments that show the environment `env` read-only at the profile's `env_dir`.

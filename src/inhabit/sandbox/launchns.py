@@ -8,8 +8,8 @@ docs/results.md, "One bwrap per sandbox"). So, as root, the provider keeps one n
 table holds only what bwrap and its launcher read: /usr, /etc and the top-level links or
 directories beside them, the six device nodes bwrap binds into each sandbox's /dev, the two /sys
 parts `sysview` shows, the Python roots, and the provider's scratch tree. The launcher enters it
-with nsenter right before dropping to the sandbox uid; cgroups and rlimits are set before that,
-in the host's namespace.
+with nsenter, which also drops to the sandbox uid (in place of setpriv); cgroups and rlimits are
+set before that, in the host's namespace.
 
 The scratch tree is made a shared mount point before anything is mounted under it, and the
 namespace holds a slave copy of it: every volume, overlay and view the provider mounts later on
@@ -46,11 +46,21 @@ SETUP_TIMEOUT_S = 20.0
 
 
 class LaunchNamespace:
-    """The holder of the namespace, and the argv prefix that enters it."""
+    """The holder of the namespace, and the argv prefix that enters it (`enter`)."""
 
     def __init__(self, holder: subprocess.Popen[bytes], nsenter: str):
         self._holder = holder
-        self.prefix = [nsenter, f"--mount=/proc/{holder.pid}/ns/mnt", "--"]
+        self._nsenter = nsenter
+
+    def enter(self, ids: tuple[int, int] | None = None) -> list[str]:
+        """argv prefix (run as root) that enters the namespace and, given `ids` (uid, gid),
+        drops to them on the way: nsenter's -S/-G set the real, effective and saved ids and
+        clear the supplementary groups, leaving no capabilities (what `setpriv --reuid --regid
+        --clear-groups` does), so the drop costs no exec of its own."""
+        argv = [self._nsenter, f"--mount=/proc/{self._holder.pid}/ns/mnt"]
+        if ids is not None:
+            argv += ["-S", str(ids[0]), "-G", str(ids[1])]
+        return [*argv, "--"]
 
     @property
     def pid(self) -> int:
