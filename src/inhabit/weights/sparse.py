@@ -228,7 +228,7 @@ def apply(b: blob.Blob, target: np.ndarray, info: DtypeInfo, *, compiled: bool |
         cuts = tuple(int(t) << (info.mantissa_bits or 0) for t in thresholds)
         # The streams go in as stored: the loop reads the escape pairs itself, so a delta costs
         # no numpy arrays besides the old values.
-        done, err, undo.checksum = _kernel.apply(
+        args = (
             target,
             undo.old,
             b.streams[0],
@@ -237,8 +237,12 @@ def apply(b: blob.Blob, target: np.ndarray, info: DtypeInfo, *, compiled: bool |
             cuts,
             b.streams[-1],
             info.itemsize,
-            HASHED,
         )
+        # A loop built from an older _sparse_kernel.c (no set_hash: HASHED is False) takes no
+        # hash argument and answers (done, error); this one answers the checksum too.
+        result = _kernel.apply(*args, True) if HASHED else _kernel.apply(*args)
+        done, err = result[0], result[1]
+        undo.checksum = result[2] if len(result) > 2 else None
         undo.done = done
         if err:
             revert(target, undo)
