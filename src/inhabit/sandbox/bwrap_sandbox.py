@@ -274,7 +274,7 @@ class BwrapSandbox(Sandbox):
             )
             # The reset goes after the shell: sh keeps signals ignored on entry ignored.
             reset = signals.clean_start_prefix()
-            return ["/bin/sh", "-c", script, "inhabit-launch", *reset, *p.drop_privileges], None
+            return ["/bin/sh", "-c", script, "inhabit-launch", *p.launch_prefix(reset)], None
         # Unprivileged there is no cgroup and no sized volume: RLIMIT_FSIZE's hard limit is the
         # only per-file bound, so it stays; CPU keeps the caller's hard limit (the wall-clock
         # timeout bounds every exec).

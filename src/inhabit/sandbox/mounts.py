@@ -90,6 +90,20 @@ def bind_ro(source: Path, target: Path) -> None:
         raise _err(f"remount {target} read-only")
 
 
+MS_SHARED = 1 << 20
+
+
+def make_shared_mount_point(path: Path) -> None:
+    """Bind `path` onto itself and make it shared: mounts made under it later propagate to the
+    slave copies of it in other namespaces (see `inhabit.sandbox.launchns`)."""
+    if _libc.mount(os.fsencode(path), os.fsencode(path), None, MS_BIND, None) != 0:
+        raise _err(f"bind {path} on itself")
+    if _libc.mount(None, os.fsencode(path), None, MS_SHARED, None) != 0:
+        e = _err(f"make {path} shared")
+        umount(path)
+        raise e
+
+
 def umount(target: Path, detach: bool = True) -> None:
     """Unmount `target` (lazily by default so a busy mount never blocks cleanup)."""
     if _libc.umount2(os.fsencode(target), MNT_DETACH if detach else 0) != 0:

@@ -131,13 +131,16 @@ def bwrap_args(etc_dir: Path, machine: MachineProfile | None = None) -> list[str
 _SYS_PARTS = ("devices/system/cpu", "devices/system/node")
 
 
+def sys_parts() -> list[Path]:
+    """The `_SYS_PARTS` that exist here."""
+    return [Path("/sys") / part for part in _SYS_PARTS if (Path("/sys") / part).is_dir()]
+
+
 def sys_args() -> list[str]:
     """Read-only binds of `_SYS_PARTS` that exist here."""
     args: list[str] = []
-    for part in _SYS_PARTS:
-        host = Path("/sys") / part
-        if host.is_dir():
-            args += ["--ro-bind", str(host), str(host)]
+    for host in sys_parts():
+        args += ["--ro-bind", str(host), str(host)]
     return args
 
 

@@ -7,7 +7,9 @@
  * work in one pass per change, reading the same streams and writing the same result bit for bit.
  * It is optional: when it is not built (no C compiler at install), sparse.py uses numpy.
  *
- * apply(target, old, g8, gap_escapes, parts, cuts, value_escapes, itemsize) -> (done, error)
+ * apply(target, old, g8, gap_escapes, parts, cuts, value_escapes, itemsize, hash)
+ *     -> (done, error, checksum)
+ * set_hash(create_state, free_state, reset, update, digest)
  *
  * target   writable buffer of n elements of `itemsize` bytes (little-endian unsigned bit patterns)
  * old      writable buffer of k elements: receives the value of each changed element before it
@@ -17,8 +19,10 @@
  *          endian; gaps over 255, and values outside -127..127 (marked -128 in the parts)
  * parts    tuple of int8 buffers, one per exponent bucket, in bucket order
  * cuts     tuple of bucket thresholds, already shifted to compare with the magnitude bits
+ * hash     whether to take xxh3-64 of the whole target as written (needs `set_hash` first)
  *
- * Returns how many changes were written (all k on success) and an error code (0: none). The
+ * Returns how many changes were written (all k on success), an error code (0: none) and the
+ * checksum of the target after the update (None unless asked for and no error). The
  * escapes are checked before anything is written (indices strictly increasing and below k,
  * escaped gaps 1..n), the rules sparse.py checks before its numpy decoder runs. On a later error
  * the first `done` changes have been written and `old` holds what they replaced, so the caller
@@ -70,43 +74,74 @@ static int check_escapes(const uint8_t *stream, int64_t count, int64_t k, int64_
     return OK;
 }
 
-/* One loop per element width, over blocks of BLOCK changes: first the block's positions are
- * decoded and their elements prefetched, then the block is applied. At RL learning rates a
- * change lands every 10-100 elements, so nearly every change touches its own cache line, and
- * without the prefetch each one waits for memory in turn.
+/* xxh3-64 (the per-tensor checksum), taken from the xxhash module that Python already loaded:
+ * sparse.py hands over the addresses of its exported streaming functions once (`set_hash`).
+ * With them the loop hashes each region of the target right after writing it, while the region
+ * is still in cache, instead of the caller reading the whole tensor from memory again. */
+typedef void *(*xxh_create_fn)(void);
+typedef int (*xxh_free_fn)(void *);
+typedef int (*xxh_reset_fn)(void *);
+typedef int (*xxh_update_fn)(void *, const void *, size_t);
+typedef uint64_t (*xxh_digest_fn)(const void *);
+static struct {
+    xxh_create_fn create;
+    xxh_free_fn free;
+    xxh_reset_fn reset;
+    xxh_update_fn update;
+    xxh_digest_fn digest;
+} xxh;
+
+/* One loop per element width, over the target in regions of REGION bytes, in address order:
+ * a first pass over the region loads one byte of each cache line, then the changes that land in
+ * the region are applied, then the region is hashed. At RL learning rates a change lands every
+ * 10-100 elements, irregularly: a loop that visits only the changed elements waits on memory for
+ * nearly every one (the hardware prefetcher cannot follow it), and the checksum then reads every
+ * line from memory again. The first pass issues independent loads in address order, which the
+ * prefetcher follows and which overlap one another; after it, both the changes and the hash find
+ * the region in cache. Measured on bf16 deltas of 1.4-2.4% changed, all of a 65 MB state: the
+ * loop plus the hash in about half the time of the block loop with separate prefetches that came
+ * before it plus a separate hash pass; software prefetches ahead of the region (1-8 regions,
+ * read or write intent) were slower than none, and regions of 2-4 KiB beat 1 KiB and 8 KiB.
  *
  * The bucket of a change is how many cuts its old magnitude reaches (the sign bit masked off),
  * the same rule the encoder used to split the value bytes. */
-#define BLOCK 64
+#define REGION 4096
+#define LINE 64
+
+/* Position of change i (pos: the previous one), or an error; the gap escape wins over the gap
+ * byte, as in numpy. */
+#define NEXT_POSITION()                                                                          \
+    do {                                                                                         \
+        int64_t g = s->g8[i];                                                                    \
+        if (ge < s->n_gap && (int64_t)word(s->gaps, 2 * ge) == i) {                              \
+            g = (int64_t)word(s->gaps, 2 * ge++ + 1);                                            \
+        } else if (g == 0) {                                                                     \
+            *err = E_GAP;                                                                        \
+            return i;                                                                            \
+        }                                                                                        \
+        if (g > n - 1 - pos) {                                                                   \
+            *err = E_RANGE;                                                                      \
+            return i;                                                                            \
+        }                                                                                        \
+        pos += g;                                                                                \
+    } while (0)
 
 #define DEFINE_APPLY(T, NAME)                                                                    \
-    static int64_t NAME(T *t, int64_t n, T *old, const Streams *s, int *err) {                  \
+    static int64_t NAME(T *t, int64_t n, T *old, const Streams *s, void *hash, int *err) {      \
         const T magnitude = (T)(((T)~(T)0) >> 1);                                               \
-        int64_t pos = -1, ge = 0, ve = 0;                                                       \
+        const int64_t per_region = REGION / (int64_t)sizeof(T);                                 \
+        int64_t pos = -1, ge = 0, ve = 0, i = 0;                                                \
         int64_t used[MAX_BUCKETS] = {0};                                                        \
-        int64_t at[BLOCK];                                                                      \
-        for (int64_t i0 = 0; i0 < s->k; i0 += BLOCK) {                                          \
-            const int64_t m = s->k - i0 < BLOCK ? s->k - i0 : BLOCK;                            \
-            for (int64_t j = 0; j < m; j++) {                                                   \
-                const int64_t i = i0 + j;                                                       \
-                int64_t g = s->g8[i];                                                           \
-                if (ge < s->n_gap && (int64_t)word(s->gaps, 2 * ge) == i) {                     \
-                    g = (int64_t)word(s->gaps, 2 * ge++ + 1); /* as numpy: the escape wins */   \
-                } else if (g == 0) {                                                            \
-                    *err = E_GAP;                                                               \
-                    return i0; /* nothing of this block is written yet */                       \
-                }                                                                               \
-                if (g > n - 1 - pos) {                                                          \
-                    *err = E_RANGE;                                                             \
-                    return i0;                                                                  \
-                }                                                                               \
-                pos += g;                                                                       \
-                at[j] = pos;                                                                    \
-                __builtin_prefetch(&t[pos], 1);                                                 \
-            }                                                                                   \
-            for (int64_t j = 0; j < m; j++) {                                                   \
-                const int64_t i = i0 + j;                                                       \
-                const T o = t[at[j]];                                                           \
+        if (s->k > 0) NEXT_POSITION();                                                          \
+        for (int64_t r0 = 0; r0 < n; r0 += per_region) {                                        \
+            const int64_t r1 = n - r0 < per_region ? n : r0 + per_region;                       \
+            uint8_t touched = 0;                                                                \
+            for (const volatile uint8_t *p = (const volatile uint8_t *)(t + r0);               \
+                 p < (const volatile uint8_t *)(t + r1); p += LINE)                             \
+                touched ^= *p;                                                                  \
+            (void)touched;                                                                      \
+            while (i < s->k && pos < r1) {                                                      \
+                const T o = t[pos];                                                             \
                 old[i] = o;                                                                     \
                 const T mag = (T)(o & magnitude);                                               \
                 int b = 0;                                                                      \
@@ -123,8 +158,10 @@ static int check_escapes(const uint8_t *stream, int64_t count, int64_t k, int64_
                     *err = E_VALUE;                                                             \
                     return i;                                                                   \
                 }                                                                               \
-                t[at[j]] = (T)(o + diff);                                                       \
+                t[pos] = (T)(o + diff);                                                         \
+                if (++i < s->k) NEXT_POSITION();                                                \
             }                                                                                   \
+            if (hash) xxh.update(hash, t + r0, (size_t)(r1 - r0) * sizeof(T));                  \
         }                                                                                       \
         if (ge != s->n_gap || ve != s->n_val) *err = E_LEFT;                                    \
         return s->k;                                                                            \
@@ -139,10 +176,12 @@ static PyObject *apply(PyObject *self, PyObject *args) {
     Py_buffer target = {0}, old = {0}, g8 = {0}, gaps = {0}, values = {0};
     Py_buffer parts[MAX_BUCKETS];
     PyObject *parts_obj, *cuts_obj, *result = NULL;
-    int itemsize, n_parts = 0;
-    if (!PyArg_ParseTuple(args, "w*w*y*y*O!O!y*i", &target, &old, &g8, &gaps, &PyTuple_Type, &parts_obj,
-                          &PyTuple_Type, &cuts_obj, &values, &itemsize))
+    int itemsize, want_hash = 0, n_parts = 0;
+    if (!PyArg_ParseTuple(args, "w*w*y*y*O!O!y*i|p", &target, &old, &g8, &gaps, &PyTuple_Type, &parts_obj,
+                          &PyTuple_Type, &cuts_obj, &values, &itemsize, &want_hash))
         return NULL;
+    void *hash = NULL;
+    uint64_t digest = 0;
     Streams s = {0};
     Py_ssize_t n_buckets = PyTuple_GET_SIZE(parts_obj);
     if (itemsize != 1 && itemsize != 2 && itemsize != 4 && itemsize != 8) {
@@ -176,6 +215,17 @@ static PyObject *apply(PyObject *self, PyObject *args) {
     s.n_val = values.len / 16;
     int64_t n = target.len / itemsize, written = 0;
     int err = OK;
+    if (want_hash) {
+        if (xxh.create == NULL) {
+            PyErr_SetString(PyExc_RuntimeError, "set_hash was not called");
+            goto done;
+        }
+        hash = xxh.create();
+        if (hash == NULL || xxh.reset(hash) != 0) {
+            PyErr_NoMemory();
+            goto done;
+        }
+    }
     if (gaps.len % 16 || values.len % 16) {
         err = E_ESCAPES; /* a torn stream */
     } else {
@@ -186,16 +236,21 @@ static PyObject *apply(PyObject *self, PyObject *args) {
         if (err == OK) err = check_escapes(s.values, s.n_val, s.k, 0);
         if (err == OK) {
             switch (itemsize) {
-                case 1: written = apply_u8(target.buf, n, old.buf, &s, &err); break;
-                case 2: written = apply_u16(target.buf, n, old.buf, &s, &err); break;
-                case 4: written = apply_u32(target.buf, n, old.buf, &s, &err); break;
-                default: written = apply_u64(target.buf, n, old.buf, &s, &err); break;
+                case 1: written = apply_u8(target.buf, n, old.buf, &s, hash, &err); break;
+                case 2: written = apply_u16(target.buf, n, old.buf, &s, hash, &err); break;
+                case 4: written = apply_u32(target.buf, n, old.buf, &s, hash, &err); break;
+                default: written = apply_u64(target.buf, n, old.buf, &s, hash, &err); break;
             }
         }
+        if (hash != NULL && err == OK) digest = xxh.digest(hash);
         Py_END_ALLOW_THREADS
     }
-    result = Py_BuildValue("(Li)", (long long)written, err);
+    if (hash != NULL && err == OK)
+        result = Py_BuildValue("(LiK)", (long long)written, err, (unsigned long long)digest);
+    else
+        result = Py_BuildValue("(LiO)", (long long)written, err, Py_None);
 done:
+    if (hash != NULL) xxh.free(hash);
     for (int i = 0; i < n_parts; i++) PyBuffer_Release(&parts[i]);
     PyBuffer_Release(&target);
     PyBuffer_Release(&old);
@@ -205,8 +260,28 @@ done:
     return result;
 }
 
+/* The addresses of xxhash's XXH3_createState, XXH3_freeState, XXH3_64bits_reset,
+ * XXH3_64bits_update and XXH3_64bits_digest, as integers (sparse.py finds them with ctypes). */
+static PyObject *set_hash(PyObject *self, PyObject *args) {
+    unsigned long long f[5];
+    if (!PyArg_ParseTuple(args, "KKKKK", &f[0], &f[1], &f[2], &f[3], &f[4])) return NULL;
+    for (int i = 0; i < 5; i++) {
+        if (f[i] == 0) {
+            PyErr_SetString(PyExc_ValueError, "a null function address");
+            return NULL;
+        }
+    }
+    xxh.create = (xxh_create_fn)(uintptr_t)f[0];
+    xxh.free = (xxh_free_fn)(uintptr_t)f[1];
+    xxh.reset = (xxh_reset_fn)(uintptr_t)f[2];
+    xxh.update = (xxh_update_fn)(uintptr_t)f[3];
+    xxh.digest = (xxh_digest_fn)(uintptr_t)f[4];
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"apply", apply, METH_VARARGS, "Apply a sparse delta's streams to a target buffer in place."},
+    {"set_hash", set_hash, METH_VARARGS, "Hand over xxhash's streaming xxh3-64 functions."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -147,7 +147,8 @@ def decode(
         assert base is not None
         out = base if inplace else base.copy()
         undo = sparse.apply(b, out, info, compiled=compiled)
-        if checksum(out) != b.checksum:
+        digest = undo.checksum if undo.checksum is not None else checksum(out)
+        if digest != b.checksum:
             if inplace:
                 sparse.revert(out, undo)
             _fail(kind, b, base)

@@ -44,6 +44,50 @@ if sys.byteorder != "little":  # the loop reads the little-endian streams as nat
 COMPILED = _kernel is not None
 """Whether the compiled loop is built here (what `apply` uses by default)."""
 
+
+def _hand_over_xxh3() -> bool:
+    """Give the compiled loop xxhash's streaming xxh3-64, so that it checksums each region of the
+    target while the region is in cache (see `_sparse_kernel.c`). The functions are the ones the
+    xxhash module exports from the library it already loaded; a self-test against
+    `xxhash.xxh3_64_intdigest` must pass, or the checksum stays a separate pass."""
+    if _kernel is None:
+        return False
+    try:
+        import ctypes
+
+        import xxhash
+        from xxhash import _xxhash
+
+        lib = ctypes.CDLL(_xxhash.__file__)
+        # The dispatching update picks the widest vector unit at run time (2x the baseline one).
+        update = (
+            "XXH3_64bits_update_dispatch"
+            if hasattr(lib, "XXH3_64bits_update_dispatch")
+            else "XXH3_64bits_update"
+        )
+        names = ("XXH3_createState", "XXH3_freeState", "XXH3_64bits_reset", update, "XXH3_64bits_digest")
+        _kernel.set_hash(*(ctypes.cast(getattr(lib, name), ctypes.c_void_p).value or 0 for name in names))
+        # A known delta across several regions and a partial one: +1 on every 10th element.
+        target = np.arange(20_011, dtype=np.uint16)
+        want = target.copy()
+        want[::10] += 1
+        k = want[::10].size
+        old = np.empty(k, dtype=np.uint16)
+        g8 = bytes([1] + [10] * (k - 1))
+        done, err, digest = _kernel.apply(target, old, g8, b"", (bytes([1]) * k,), (), b"", 2, True)
+        return (
+            done == k
+            and err == 0
+            and np.array_equal(target, want)
+            and digest == xxhash.xxh3_64_intdigest(want)
+        )
+    except (ImportError, OSError, AttributeError, ValueError):
+        return False
+
+
+HASHED = _hand_over_xxh3()
+"""Whether the compiled loop takes each tensor's checksum as it writes (else a separate pass)."""
+
 VALUE_ESCAPE = -128
 _META = struct.Struct("<QB")  # k (changed elements), number of value buckets; then u16 thresholds
 MIN_BUCKET_ELEMENTS = 16384
@@ -155,7 +199,8 @@ def encode(
 def apply(b: blob.Blob, target: np.ndarray, info: DtypeInfo, *, compiled: bool | None = None) -> Undo:
     """Write the changes of a parsed sparse blob into `target` (flat, contiguous) in place.
 
-    Returns what undoing the update takes (`revert`). Raises CorruptBlob (leaving `target` as it
+    Returns what undoing the update takes (`revert`), and the target's checksum when the decoder
+    took it on the way (`Undo.checksum`). Raises CorruptBlob (leaving `target` as it
     was) if the streams are inconsistent. `compiled` picks the compiled loop (True), numpy
     (False) or the compiled loop where it is built and `target` suits it (None); both write the
     same bits and refuse the same escape streams.
@@ -183,9 +228,21 @@ def apply(b: blob.Blob, target: np.ndarray, info: DtypeInfo, *, compiled: bool |
         cuts = tuple(int(t) << (info.mantissa_bits or 0) for t in thresholds)
         # The streams go in as stored: the loop reads the escape pairs itself, so a delta costs
         # no numpy arrays besides the old values.
-        done, err = _kernel.apply(
-            target, undo.old, b.streams[0], b.streams[1], tuple(parts), cuts, b.streams[-1], info.itemsize
+        args = (
+            target,
+            undo.old,
+            b.streams[0],
+            b.streams[1],
+            tuple(parts),
+            cuts,
+            b.streams[-1],
+            info.itemsize,
         )
+        # A loop built from an older _sparse_kernel.c (no set_hash: HASHED is False) takes no
+        # hash argument and answers (done, error); this one answers the checksum too.
+        result = _kernel.apply(*args, True) if HASHED else _kernel.apply(*args)
+        done, err = result[0], result[1]
+        undo.checksum = result[2] if len(result) > 2 else None
         undo.done = done
         if err:
             revert(target, undo)
@@ -282,6 +339,9 @@ class Undo:
         self.k, self.g8, self.gap_escapes, self.size, self.old = k, g8, gap_escapes, size, old
         self.done = 0
         """Changes written to the target so far (the first `done`)."""
+        self.checksum: int | None = None
+        """xxh3-64 of the whole target after a complete update, where the decoder took it on the
+        way (the compiled loop, see HASHED); None: the caller hashes the target itself."""
 
     def blocks(self, buf: np.ndarray, check: bool = True) -> Iterator[np.ndarray]:
         """Positions of each block of up to CHUNK changes, decoded into `buf` (valid until the next).

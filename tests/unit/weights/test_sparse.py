@@ -62,8 +62,17 @@ def test_apply_reproduces_the_new_tensor(compiled, name, n, fraction, far, big_m
     undo = sparse.apply(b, target, dtype_info(name), compiled=compiled)
     assert np.array_equal(target, new)
     assert undo.done == undo.k == int(np.count_nonzero(new != base))
+    # The compiled loop takes the checksum on the way (the codec then skips its own pass).
+    assert undo.checksum == (codec.checksum(new) if compiled and sparse.HASHED else None)
     sparse.revert(target, undo)
     assert np.array_equal(target, base)
+
+
+@pytest.mark.skipif(not sparse.COMPILED, reason="_sparse_kernel is not built here")
+def test_the_compiled_loop_gets_xxh3_from_the_xxhash_module():
+    # Where the loop is built, it hashes as it writes; losing that (an xxhash build that stops
+    # exporting its streaming functions) would silently add a pass over every tensor.
+    assert sparse.HASHED
 
 
 def test_the_bucketed_bf16_path_is_exercised():
