@@ -141,7 +141,8 @@ def run_seed(base: RunConfig, seed: int, root: Path, start: Path | None) -> dict
     t0 = time.monotonic()
     cfg = with_model(base, seed=seed, **{"model.init_seed": seed, "engine.seed": seed})
     if start is not None:  # bootstrap the midtrained model instead of a random init
-        cfg = with_model(cfg, **{"model.path": str(start), "model.spec": None, "model.preset": None})
+        cfg = with_model(cfg, **{"model.path": str(start), "model.spec": None, "model.preset": None,
+                                 "model.bootstrap.from_path": True})  # fmt: skip
     cfg = with_model(cfg, run_dir=str(root / "rl"))
     provider = create_provider(cfg.sandbox)
     prepared = prepare(cfg, provider, print)  # the bootstrapped model, cached in the run folder
