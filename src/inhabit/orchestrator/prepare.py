@@ -144,7 +144,7 @@ def prepare(
         cfg.engine.max_model_len if cfg.tasks.source == "multistep" else None,
         cfg.tasks.model_dump() if mc.bootstraps else None,
         cfg.harness.model_dump(),
-        "v1",
+        "v2",  # v2: the multistep expert edits the shortest unique text
     )
     out = cache / f"model-{key}"
     if (out / ".done").exists():
