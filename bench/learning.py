@@ -20,6 +20,11 @@ turns per solved episode: not met).
 
     .venv/bin/python bench/learning.py [--seeds 3] [--midtrain both|off|on] [overrides, e.g. steps=20]
 
+One seed without midtrain (`--seeds 1 --midtrain off`, configs/multistep.toml as shipped) took
+about 56 min on the shared 2-core machine: expert 5 min, bootstrap 12, three evaluations of 64
+episodes 4-7 each, 8 RL steps 11, the SFT arm as long (docs/results.md). Three seeds with and
+without midtrain are six such runs plus the midtraining: about 6 hours.
+
 Every arm runs through the orchestrator's own pieces: `prepare` (tasks, expert, bootstrap, cached
 under the run folders), `train` (RL and the held-out evaluations, which write trajectories.jsonl),
 `train_bootstrap` (the SFT arm) and `midtrain`. Writes bench/results/learning.json.
@@ -141,7 +146,8 @@ def run_seed(base: RunConfig, seed: int, root: Path, start: Path | None) -> dict
     t0 = time.monotonic()
     cfg = with_model(base, seed=seed, **{"model.init_seed": seed, "engine.seed": seed})
     if start is not None:  # bootstrap the midtrained model instead of a random init
-        cfg = with_model(cfg, **{"model.path": str(start), "model.spec": None, "model.preset": None})
+        cfg = with_model(cfg, **{"model.path": str(start), "model.spec": None, "model.preset": None,
+                                 "model.bootstrap.from_path": True})  # fmt: skip
     cfg = with_model(cfg, run_dir=str(root / "rl"))
     provider = create_provider(cfg.sandbox)
     prepared = prepare(cfg, provider, print)  # the bootstrapped model, cached in the run folder

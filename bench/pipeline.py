@@ -146,8 +146,8 @@ def run_workload(name: str, args: argparse.Namespace, cpus: list[int], console: 
     base = load_config(
         RunConfig, args.config, [*WORKLOADS[name], *args.overrides, f"run_dir={root}", "max_staleness=2"]
     )
-    if args.model:  # already bootstrapped: model.path with bootstrap steps would bootstrap it again
-        bootstrap = base.model.bootstrap.model_copy(update={"steps": 0})
+    if args.model:  # already bootstrapped: the folder is the policy (bootstrap.from_path off)
+        bootstrap = base.model.bootstrap.model_copy(update={"from_path": False})
         base = base.model_copy(
             update={
                 "model": base.model.model_copy(

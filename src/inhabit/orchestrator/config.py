@@ -54,6 +54,12 @@ class BootstrapConfig(Config):
         description="Share of the train split the expert plays (the first tasks of it): with less than "
         "1, RL also trains on tasks whose transcripts the bootstrap never saw.",
     )
+    from_path: bool = Field(
+        False,
+        description="With model.path: bootstrap that folder (true: a start such as an `inhabit midtrain` "
+        "model), or take it as the policy as it is (false: a folder already bootstrapped or trained, "
+        "so the bootstrap settings are ignored).",
+    )
 
 
 class ModelConfig(Config):
@@ -61,8 +67,9 @@ class ModelConfig(Config):
 
     path: str | None = Field(
         None,
-        description="A Hugging Face model folder; None: build a tiny model. With bootstrap.steps > 0 "
-        "(a generated family) the folder is the start of the bootstrap, not the policy itself.",
+        description="A Hugging Face model folder, the policy as it is; None: build a tiny model. With "
+        "bootstrap.from_path (and bootstrap.steps > 0, a generated family) the folder is the start of "
+        "the bootstrap instead.",
     )
     preset: str | None = Field(None, description="Tiny-model preset (inhabit.models.tiny.PRESETS).")
     spec: TinyModelSpec | None = Field(None, description="Tiny-model shape (when no preset/path).")
@@ -87,7 +94,14 @@ class ModelConfig(Config):
             raise ValueError("set exactly one of model.path, model.preset, model.spec")
         if self.chat_template is not None and self.path is None:
             raise ValueError("model.chat_template is for a model.path folder (a built model has its own)")
+        if self.bootstrap.from_path and self.path is None:
+            raise ValueError("model.bootstrap.from_path is for a model.path folder (set model.path)")
         return self
+
+    @property
+    def bootstraps(self) -> bool:
+        """Whether the run bootstraps: steps > 0, from a built model or from a path that asks for it."""
+        return self.bootstrap.steps > 0 and (self.path is None or self.bootstrap.from_path)
 
 
 class TasksConfig(Config):

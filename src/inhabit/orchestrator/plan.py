@@ -29,7 +29,8 @@ def _model(cfg: RunConfig) -> str:
             return f"folder {m.path} (MISSING: no config.json there)"
         hf = json.loads(config.read_text())
         shape = f"{hf.get('num_hidden_layers', '?')} layers x {hf.get('hidden_size', '?')}"
-        return f"folder {m.path}: {hf.get('model_type', '?')}, {shape}"
+        boot = f"; bootstrapped {m.bootstrap.steps} steps from it" if m.bootstraps else ""
+        return f"folder {m.path}: {hf.get('model_type', '?')}, {shape}{boot}"
     from inhabit.models.tiny import count_spec_parameters, resolve_spec
 
     spec = resolve_spec(m.preset if m.preset is not None else m.spec)  # type: ignore[arg-type]

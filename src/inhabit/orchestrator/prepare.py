@@ -2,7 +2,8 @@
 
 For `tasks.source = "quickstart"` or `"multistep"` the task family is generated into
 `<run_dir>/cache/tasks-*`, and with `model.bootstrap.steps > 0` the model (built, or loaded from
-`model.path`, e.g. a midtrained one) is trained on the family's scripted expert's transcripts
+`model.path` when `model.bootstrap.from_path`, e.g. a midtrained one; without it a folder is the
+policy as it is) is trained on the family's scripted expert's transcripts
 (through the real harness, on the train split only, or its first `bootstrap.share`) and saved to
 `<run_dir>/cache/model-*`.
 Both are keyed by the settings that shape them and reused when present, so a second run skips
@@ -130,20 +131,20 @@ def prepare(
         train, held = _load_dir(cfg.tasks.dir), _load_dir(cfg.tasks.held_out_dir)
     say(f"tasks: {len(train)} train, {len(held)} held-out")
     mc = cfg.model
-    if mc.bootstrap.steps and cfg.tasks.source == "dir":
+    if mc.bootstraps and cfg.tasks.source == "dir":
         raise OrchestratorError(
             "model.bootstrap needs a generated family, tasks.source = 'quickstart' or 'multistep' "
             "(their scripted experts write the transcripts)"
         )
-    if mc.path is not None and not mc.bootstrap.steps:
+    if mc.path is not None and not mc.bootstraps:  # the folder is the policy (bootstrap.from_path off)
         return Prepared(_model_folder(mc.path, mc.chat_template, cache, say), train, held, info)
     key = _key(
         mc.model_dump(),
         _folder_digest(mc.path) if mc.path is not None else None,
         cfg.engine.max_model_len if cfg.tasks.source == "multistep" else None,
-        cfg.tasks.model_dump() if mc.bootstrap.steps else None,
+        cfg.tasks.model_dump() if mc.bootstraps else None,
         cfg.harness.model_dump(),
-        "v1",
+        "v2",  # v2: the multistep expert edits the shortest unique text
     )
     out = cache / f"model-{key}"
     if (out / ".done").exists():

@@ -84,17 +84,52 @@ def transcript_example(tokenizer: Any, traj: Trajectory) -> tuple[list[int], lis
 
 
 def transcript_examples(tokenizer: Any, traj: Trajectory) -> list[tuple[list[int], list[bool]]]:
-    """One (ids, loss_mask) per context segment of an xml-format trajectory: a summarized episode's
-    earlier segments end with the summary request and the summary, which are trained too."""
+    """(ids, loss_mask) examples of an xml-format trajectory, every generation of it trained once in
+    the context it was made in: one per context segment, the summary request and the summary
+    closing it included. Where the harness had to drop a segment's oldest turns so that the summary
+    request fit the window, the segment's record holds only what the summary saw; its action turns
+    then get an example of their own, the context they were taken in rebuilt from the trajectory's
+    calls and observations, and the recorded request trains only the summary."""
     assert traj.tool_format != "native", "the multistep bootstrap renders the xml format"
-    return [
-        _messages_example(tokenizer, s.messages)
-        for s in traj.segments
-        if any(m.role == "assistant" for m in s.messages)
-    ]
+    out = []
+    before = 0  # action turns of the earlier segments (tool call records number turns episode-wide)
+    for s in traj.segments:
+        actions = [t for t in s.turns if t.kind == "action"]
+        kept = sum(m.role == "assistant" for m in s.messages) - (s.summary is not None)
+        if s.summary is not None and kept < len(actions):
+            out.append(_messages_example(tokenizer, _action_context(traj, s, before)))
+            out.append(_messages_example(tokenizer, s.messages, learn_from=len(s.messages) - 1))
+        elif any(m.role == "assistant" for m in s.messages):
+            out.append(_messages_example(tokenizer, s.messages))
+        before += len(actions)
+    return out
 
 
-def _messages_example(tokenizer: Any, messages: Sequence[Any]) -> tuple[list[int], list[bool]]:
+def _action_context(traj: Trajectory, segment: Any, before: int) -> list[Any]:
+    """A segment's context up to its last action turn, as the harness rendered it (`harness.loop`):
+    its first two messages (system prompt; task and earlier summary), then each action turn's text
+    and its calls' observations (none after the last turn: nothing was generated after them)."""
+    from inhabit.harness.prompts import NO_CALL_TEXT, render_observation
+    from inhabit.types import MessageRecord
+
+    messages = list(segment.messages[:2])
+    actions = [t for t in segment.turns if t.kind == "action"]
+    for k, turn in enumerate(actions):
+        messages.append(MessageRecord(role="assistant", content=turn.text))
+        calls = sorted((c for c in traj.tool_calls if c.turn == before + k), key=lambda c: c.index)
+        if any(c.tool == "finish" and not c.error for c in calls):
+            break
+        if k == len(actions) - 1:  # the last turn's observations: nothing was generated after them
+            break
+        text = "\n".join(render_observation(c.index + 1, c.tool, c.observation, c.error) for c in calls)
+        messages.append(MessageRecord(role="user", content=text or NO_CALL_TEXT))
+    return messages
+
+
+def _messages_example(
+    tokenizer: Any, messages: Sequence[Any], learn_from: int = 0
+) -> tuple[list[int], list[bool]]:
+    """Loss on the assistant messages from index `learn_from` on."""
     from inhabit.models.tokenizer import encode_chat
 
     ids: list[int] = []
@@ -104,7 +139,7 @@ def _messages_example(tokenizer: Any, messages: Sequence[Any]) -> tuple[list[int
         assert full[: len(ids)] == ids, "per-message encoding must extend the previous prefix"
         new = full[len(ids) :]
         # new = [role marker, content..., <|end|>]; the role marker is prompt (the engine is given it).
-        learn = messages[k - 1].role == "assistant"
+        learn = messages[k - 1].role == "assistant" and k - 1 >= learn_from
         mask += [False] + [learn] * (len(new) - 1)
         ids = full
     return ids, mask

@@ -3,14 +3,15 @@ real harness, sandbox and tools (`inhabit.tasks.families.multistep`).
 
 Its episode is what a careful but unhurried engineer does, one call a turn: run the tests, read the
 failing test's file, read the facade, read the buggy module (a long module in two reads: its first
-400-line window, then the lines around the bug), replace the buggy line with `edit_file`, run the
+400-line window, then the lines around the bug), replace the buggy expression with `edit_file`, run the
 tests again, finish. That is exactly the task's turn budget. Some episodes waste a turn or two (a
 redundant read of a file already seen, an extra `run_tests` before reading the module) and a few
 batch the first two calls in one turn: the demonstrations teach the tools, the files to look at and
 the fix, and leave the faster way (batching independent calls, no waste) for RL to find.
 
-The expert knows where the bug is (the task's manifest record) and edits the full buggy line, widened
-to neighbouring lines until the text is unique in the module. When the context nears the window of
+The expert knows where the bug is (the task's manifest record) and edits the shortest text that is
+unique in the module: the buggy expression itself where it is, else its line (widened to neighbouring
+lines until unique), so the model that imitates it copies few tokens out of the file. When the context nears the window of
 the model that will imitate it (`ExpertPolicy`: the model's tokenizer and context window), the
 harness asks it for a summary like any policy, and it answers with what it has learned so far and
 its next step, so the transcripts hold summary segments the bootstrap trains on.
@@ -61,9 +62,15 @@ class Plan:
 
 
 def _edit(source: str, buggy: str, fixed: str) -> tuple[str, str]:
-    """(old, new) for edit_file: the full line holding `buggy`, widened until unique in `source`."""
+    """(old, new) for edit_file: the shortest of the buggy expression, the buggy line without its
+    indentation, and that line widened to neighbouring lines, that is unique in `source`. Every token
+    of `old` is one the imitating model must copy exactly out of a read, so the fewer the better."""
     lines = source.split("\n")
     at = next(i for i, line in enumerate(lines) if buggy in line)
+    if source.count(buggy) == 1:
+        return buggy, fixed
+    if source.count(line := lines[at].strip()) == 1:
+        return line, line.replace(buggy, fixed, 1)
     lo, hi = at, at + 1
     while source.count("\n".join(lines[lo:hi])) > 1:
         lo, hi = max(0, lo - 1), min(len(lines), hi + 1)
