@@ -88,98 +88,28 @@ def exit_code(status: int) -> int:
     return -(code - 128) if 128 < code < 160 else code
 
 
-class Supervisor:
-    """One running supervisor (one bwrap) and the execs in flight through it."""
+class WarmFallback(SandboxError):
+    """The warm pytest worker declined this run (`F`): run it cold. The message says why."""
 
-    def __init__(
-        self,
-        proc: subprocess.Popen[bytes],
-        sock: socket.socket,
-        loop: asyncio.AbstractEventLoop,
-        on_exit: Callable[[int], None],
-    ):
-        self.proc, self.sock, self.loop, self._on_exit_cb = proc, sock, loop, on_exit
-        self.pgid = proc.pid
+
+class Channel:
+    """The request/reply side of a control socket: the supervisor's, or a warm worker's (which
+    runs the supervisor's own loop, see `inhabit.sandbox.warm`)."""
+
+    def __init__(self, sock: socket.socket, loop: asyncio.AbstractEventLoop):
+        self.sock, self.loop = sock, loop
         self._pending: dict[int, asyncio.Future[tuple[str, str]]] = {}
         self._ids = itertools.count(1)
-        self._stderr = b""
         self.gone: str | None = None  # why it is no longer usable
-        self._exited = loop.create_future()
-        self._pidfd = os.pidfd_open(proc.pid)
-        loop.add_reader(self._pidfd, self._on_exit)
-        assert proc.stderr is not None
-        os.set_blocking(proc.stderr.fileno(), False)
-        loop.add_reader(proc.stderr.fileno(), self._on_stderr)
         loop.add_reader(sock.fileno(), self._on_message)
-
-    @classmethod
-    async def start(
-        cls,
-        argv: Sequence[str],
-        *,
-        env: Mapping[str, str],
-        preexec_fn: Callable[[], Any] | None,
-        on_start: Callable[[int], None],
-        on_exit: Callable[[int], None],
-    ) -> Supervisor:
-        """Run `argv` + `inner_command(fd)` (bwrap, up to its `--`) and wait for the supervisor."""
-        loop = asyncio.get_running_loop()
-        host, inside = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        fd = fcntl.fcntl(inside.fileno(), fcntl.F_DUPFD_CLOEXEC, _FIRST_FD)
-        inside.close()
-        with contextlib.suppress(OSError):  # room for a request of MAX_REQUEST bytes
-            host.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 2 * MAX_REQUEST)
-        try:
-            proc = subprocess.Popen(
-                [*argv, *inner_command(fd)],
-                env=dict(env),
-                cwd="/",
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                pass_fds=(fd,),
-                preexec_fn=preexec_fn,
-                start_new_session=True,
-            )
-        except OSError as e:
-            host.close()
-            raise SupervisorGone(f"could not start bwrap: {e}") from e
-        finally:
-            os.close(fd)
-        on_start(proc.pid)
-        try:
-            sup = cls(proc, host, loop, on_exit)
-        except OSError as e:  # e.g. no pidfd_open (Linux < 5.3): the caller takes the old path
-            kill_group(proc.pid)
-            proc.wait()
-            on_exit(proc.pid)
-            host.close()
-            raise SupervisorGone(f"could not watch the supervisor: {e}") from e
-        ready = loop.create_future()
-        sup._pending[0] = ready
-        try:
-            host.send(program())
-            await asyncio.wait_for(asyncio.shield(ready), START_TIMEOUT_S)
-        except BaseException as e:
-            sup.kill()
-            with contextlib.suppress(BaseException):
-                await asyncio.wait_for(asyncio.shield(sup._exited), 5)
-            if isinstance(e, (TimeoutError, OSError)):
-                raise SupervisorGone(f"the sandbox supervisor did not start: {e}", sup.stderr) from e
-            raise
-        if ready.result()[0] != "ready":
-            raise SupervisorGone("the sandbox supervisor did not start", sup.stderr)
-        return sup
 
     @property
     def stderr(self) -> str:
-        return self._stderr.decode(errors="replace")
+        return ""
 
     @property
     def alive(self) -> bool:
         return self.gone is None
-
-    # -- events --------------------------------------------------------------------------------
 
     def _on_message(self) -> None:
         while True:
@@ -193,34 +123,13 @@ class Supervisor:
             if not data:
                 self._lost("the sandbox supervisor exited")
                 return
-            # "ready", "R <id> <wait status>", "L <id>" (lost) or "E <id> <why>" (could not fork)
+            # "ready", "R <id> <wait status>", "L <id>" (lost), "E <id> <why>" (could not fork),
+            # "S <id> 0" (service started), "F <id> <why>" (warm run declined), "X 0 <why>"
             kind, _, rest = data.decode(errors="replace").partition(" ")
             rid, _, value = rest.partition(" ")
             fut = self._pending.get(int(rid) if rid.isdigit() else 0)
             if fut is not None and not fut.done():
                 fut.set_result((kind, value))
-
-    def _on_stderr(self) -> None:
-        assert self.proc.stderr is not None
-        try:
-            data = os.read(self.proc.stderr.fileno(), 4096)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        if not data:
-            self.loop.remove_reader(self.proc.stderr.fileno())
-            return
-        self._stderr = (self._stderr + data)[-4096:]
-
-    def _on_exit(self) -> None:
-        self.loop.remove_reader(self._pidfd)
-        os.close(self._pidfd)
-        self._lost("bwrap exited")  # before the wait: its group id stays reserved until then
-        self.proc.wait()
-        self._on_exit_cb(self.pgid)
-        if not self._exited.done():
-            self._exited.set_result(None)
 
     def _lost(self, why: str) -> None:
         """No more requests: every exec in flight ends as killed."""
@@ -229,29 +138,17 @@ class Supervisor:
             with contextlib.suppress(ValueError, OSError):
                 self.loop.remove_reader(self.sock.fileno())
             self.sock.close()
-            kill_group(self.pgid)  # bwrap's own group; the namespace goes with its PID 1
+            self._ended()
         for fut in self._pending.values():
             if not fut.done():
                 with contextlib.suppress(RuntimeError):  # its loop closed (cleanup at exit)
                     fut.set_result(("L", why))
 
-    # -- control -------------------------------------------------------------------------------
+    def _ended(self) -> None:
+        """What else ends with the channel."""
 
     def kill(self) -> None:
-        """End it now (SIGKILL to bwrap's group: its PID 1, and so the namespace, dies with it)."""
         self._lost("killed")
-
-    async def stop(self, timeout: float = 5.0) -> bool:
-        """Close the channel (the supervisor exits), wait until bwrap is gone; False on timeout."""
-        if self.gone is None:
-            with contextlib.suppress(OSError):
-                self.sock.shutdown(socket.SHUT_RDWR)
-        try:
-            await asyncio.wait_for(asyncio.shield(self._exited), timeout)
-            return True
-        except TimeoutError:
-            self.kill()
-            return False
 
     def _send_kill(self, rid: int) -> None:
         if self.gone is None:
@@ -268,8 +165,11 @@ class Supervisor:
         stdin: bytes | None,
         timeout_s: float,
         output_bytes: int,
+        warm: Mapping[str, Any] | None = None,
     ) -> ExecResult:
-        """One exec: same fields and the same timeout/cap/kill semantics as `run_capped`."""
+        """One exec: same fields and the same timeout/cap/kill semantics as `run_capped`.
+        `warm`: a warm worker's run (see `inhabit.sandbox.warm`); raises WarmFallback when the
+        worker declines it."""
         if self.gone is not None:
             raise SupervisorGone(self.gone, self.stderr)
         rid = next(self._ids)
@@ -281,6 +181,8 @@ class Supervisor:
             "rlimits": [list(r) for r in rlimits],
             "stdin": stdin is not None,
         }
+        if warm is not None:
+            req["warm"] = dict(warm)
         msg = marshal.dumps(req, 2)  # basic types only: any Python 3 reads it
         if len(msg) > MAX_REQUEST:
             raise RequestTooLarge(f"request of {len(msg)} bytes")
@@ -348,6 +250,8 @@ class Supervisor:
         cap.finish()
         stderr = cap.text(2)
         kind, value = reply
+        if kind == "F":
+            raise WarmFallback(value)
         if kind == "R":
             code = exit_code(int(value))
         elif kind == "E":  # the supervisor could not fork (e.g. the process limit)
@@ -365,3 +269,166 @@ class Supervisor:
             stderr_truncated=cap.truncated[2],
             output_order=tuple((fd, n) for fd, n in cap.order),
         )
+
+
+class Supervisor(Channel):
+    """One running supervisor (one bwrap) and the execs in flight through it."""
+
+    def __init__(
+        self,
+        proc: subprocess.Popen[bytes],
+        sock: socket.socket,
+        loop: asyncio.AbstractEventLoop,
+        on_exit: Callable[[int], None],
+    ):
+        super().__init__(sock, loop)
+        self.proc, self._on_exit_cb = proc, on_exit
+        self.pgid = proc.pid
+        self._stderr = b""
+        self.workers: dict[Any, Any] = {}  # warm pytest workers in here (see inhabit.sandbox.warm)
+        self.worker_starts: dict[Any, int] = {}  # per worker key
+        self._exited = loop.create_future()
+        self._pidfd = os.pidfd_open(proc.pid)
+        loop.add_reader(self._pidfd, self._on_exit)
+        assert proc.stderr is not None
+        os.set_blocking(proc.stderr.fileno(), False)
+        loop.add_reader(proc.stderr.fileno(), self._on_stderr)
+
+    async def start_service(self, argv: Sequence[str], env: Mapping[str, str]) -> socket.socket:
+        """Start a service process in the sandbox (see supervisor_prog's `_start_service`); returns
+        the host's end of its own control socket."""
+        if self.gone is not None:
+            raise SupervisorGone(self.gone, self.stderr)
+        rid = next(self._ids)
+        req = {"id": rid, "service": 1, "argv": list(argv), "env": dict(env)}
+        host, inside = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        host.set_inheritable(False)
+        with contextlib.suppress(OSError):
+            host.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 2 * MAX_REQUEST)
+        fut = self._pending[rid] = self.loop.create_future()
+        try:
+            msg = marshal.dumps(req, 2)
+            self.sock.sendmsg(
+                [msg], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [inside.fileno()]))]
+            )
+            inside.close()
+            kind, value = await asyncio.wait_for(asyncio.shield(fut), START_TIMEOUT_S)
+        except BaseException:
+            host.close()
+            inside.close()
+            raise
+        finally:
+            self._pending.pop(rid, None)
+        if kind != "S":
+            host.close()
+            raise SupervisorGone(f"could not start a service: {value or kind}", self.stderr)
+        return host
+
+    @classmethod
+    async def start(
+        cls,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        preexec_fn: Callable[[], Any] | None,
+        on_start: Callable[[int], None],
+        on_exit: Callable[[int], None],
+    ) -> Supervisor:
+        """Run `argv` + `inner_command(fd)` (bwrap, up to its `--`) and wait for the supervisor."""
+        loop = asyncio.get_running_loop()
+        host, inside = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        fd = fcntl.fcntl(inside.fileno(), fcntl.F_DUPFD_CLOEXEC, _FIRST_FD)
+        inside.close()
+        with contextlib.suppress(OSError):  # room for a request of MAX_REQUEST bytes
+            host.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 2 * MAX_REQUEST)
+        try:
+            proc = subprocess.Popen(
+                [*argv, *inner_command(fd)],
+                env=dict(env),
+                cwd="/",
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                pass_fds=(fd,),
+                preexec_fn=preexec_fn,
+                start_new_session=True,
+            )
+        except OSError as e:
+            host.close()
+            raise SupervisorGone(f"could not start bwrap: {e}") from e
+        finally:
+            os.close(fd)
+        on_start(proc.pid)
+        try:
+            sup = cls(proc, host, loop, on_exit)
+        except OSError as e:  # e.g. no pidfd_open (Linux < 5.3): the caller takes the old path
+            kill_group(proc.pid)
+            proc.wait()
+            on_exit(proc.pid)
+            host.close()
+            raise SupervisorGone(f"could not watch the supervisor: {e}") from e
+        ready = loop.create_future()
+        sup._pending[0] = ready
+        try:
+            host.send(program())
+            await asyncio.wait_for(asyncio.shield(ready), START_TIMEOUT_S)
+        except BaseException as e:
+            sup.kill()
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(asyncio.shield(sup._exited), 5)
+            if isinstance(e, (TimeoutError, OSError)):
+                raise SupervisorGone(f"the sandbox supervisor did not start: {e}", sup.stderr) from e
+            raise
+        if ready.result()[0] != "ready":
+            raise SupervisorGone("the sandbox supervisor did not start", sup.stderr)
+        return sup
+
+    @property
+    def stderr(self) -> str:
+        return self._stderr.decode(errors="replace")
+
+    # -- events --------------------------------------------------------------------------------
+
+    def _on_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        try:
+            data = os.read(self.proc.stderr.fileno(), 4096)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.loop.remove_reader(self.proc.stderr.fileno())
+            return
+        self._stderr = (self._stderr + data)[-4096:]
+
+    def _on_exit(self) -> None:
+        self.loop.remove_reader(self._pidfd)
+        os.close(self._pidfd)
+        self._lost("bwrap exited")  # before the wait: its group id stays reserved until then
+        self.proc.wait()
+        self._on_exit_cb(self.pgid)
+        if not self._exited.done():
+            self._exited.set_result(None)
+
+    def _ended(self) -> None:
+        self.workers.clear()  # they die with the namespace
+        kill_group(self.pgid)  # bwrap's own group; the namespace goes with its PID 1
+
+    # -- control -------------------------------------------------------------------------------
+
+    def kill(self) -> None:
+        """End it now (SIGKILL to bwrap's group: its PID 1, and so the namespace, dies with it)."""
+        self._lost("killed")
+
+    async def stop(self, timeout: float = 5.0) -> bool:
+        """Close the channel (the supervisor exits), wait until bwrap is gone; False on timeout."""
+        if self.gone is None:
+            with contextlib.suppress(OSError):
+                self.sock.shutdown(socket.SHUT_RDWR)
+        try:
+            await asyncio.wait_for(asyncio.shield(self._exited), timeout)
+            return True
+        except TimeoutError:
+            self.kill()
+            return False
