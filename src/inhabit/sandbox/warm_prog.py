@@ -137,12 +137,13 @@ def _spawn(req, fds):
 
 
 def _child(req, fds, first, warm):
-    """C: become what `python -m pytest ARGS` (or the `pytest` script) would be at its start."""
+    """C, and its child G: become what `sh -c "python -m pytest ARGS"` (or the `pytest` script)
+    would be at its start: C the shell, G the interpreter."""
     import signal
 
     code = 1
     try:
-        os.setsid()
+        os.setsid()  # C's own session, as each exec's command has
         stdin = fds[0] if req["stdin"] else os.open("/dev/null", os.O_RDONLY)
         for i, fd in enumerate((stdin, fds[-2], fds[-1])):
             os.dup2(fd, i)
@@ -158,6 +159,17 @@ def _child(req, fds, first, warm):
             signal.signal(s, signal.SIG_IGN)
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
         _SUP["_prctl"](PR_SET_DUMPABLE, 1)  # a fresh process of this uid is dumpable
+        _SUP["_prctl"](PR_SET_NAME, b"sh")
+        # As in a cold run, the test process is not its session's leader: that is the shell
+        # which started it (here C, which waits for it and exits as a shell would).
+        pid = os.fork()
+        if pid:
+            while True:
+                got, status = os.waitpid(pid, 0)
+                if got == pid:
+                    break
+            code = os.waitstatus_to_exitcode(status)
+            os._exit(128 - code if code < 0 else code)
         _SUP["_prctl"](PR_SET_NAME, os.path.basename(req["argv"][0]).encode()[:15])
         os.environ.clear()
         os.environ.update(req["env"])
