@@ -241,8 +241,14 @@ def main(ctl):
                     break
         if ctl in ready:
             msg, anc, _, _ = ctl.recvmsg(4 << 20, _socket.CMSG_SPACE(4 * 3))
-            if not msg:
-                return  # the host closed the channel: the sandbox is closing
+            if not msg:  # the host closed the channel: the sandbox is closing
+                for pid in services:  # reaped here, so their CPU time is counted as ours
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                        os.waitpid(pid, 0)
+                    except OSError:
+                        pass
+                return
             fds = []
             for level, kind, data in anc:
                 if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
