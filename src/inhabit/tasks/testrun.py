@@ -1,7 +1,7 @@
 """Run a pytest command in a sandbox and read per-test outcomes from a sealed JUnit XML report.
 
 Used by grading (in a fresh copy of the final workspace) and by the harness's `run_tests` tool
-(in the agent's own sandbox). One sandbox exec per run, which:
+(in the agent's own sandbox). One sandbox exec per cold run, which:
 
   1. makes a private directory `.inhabit-<random>` in the sandbox's own temp dir ($TMPDIR where
      the backend sets one, else /tmp) holding `seal_plugin.py` under a random module name and a
@@ -18,6 +18,14 @@ Used by grading (in a fresh copy of the final workspace) and by the harness's `r
      import the plugin after the key file is gone and only tag test cases);
   3. moves report and seal into the workspace under a random dot-name just long enough to read
      them through the file API (no output cap), and removes the private directory.
+Warm runs (`inhabit.sandbox.warm`): where the command is a plain pytest command and the sandbox
+has a warm pytest worker (bwrap with its supervisor, `sandbox.warm_tests`), the same three steps
+are three calls: step 1 as a cold `sh` exec (the key on its stdin, as above), step 2 as a fresh
+`python -m pytest` forked by the worker with the environment step 2 would give it (the worker
+never holds a key: the seal plugin is imported in the forked run, which reads cfg.json as a cold
+run does), step 3 as a cold `sh` exec. Where the worker cannot run it (the command, the backend,
+a workspace file that shadows a module the worker imported, a worker restarted once already)
+the run is cold; `TestRunResult.runner` and `RUNNER_COUNTS` say which and why.
 Then the seal is checked (HMAC over the XML's hash and the plugin's own outcome record), both
 channels must agree on which tests passed, and outcomes are parsed from the XML.
 
@@ -158,7 +166,8 @@ async def run_tests(
     (relative to the workspace root, where the command runs) of the task's own test code, the
     only workspace files the seal plugin's integrity checks trust; None trusts files named like
     pytest's tests (conftest.py, test_*.py, *_test.py). Grading passes the exact files it laid
-    there. One sandbox exec.
+    there. `warm=False` never uses a warm worker (see the module docstring). One sandbox exec
+    for a cold run, three for a warm one.
     Never raises for test failures; raises GradingError only when the sandbox cannot even create
     the private directory.
     """
