@@ -284,3 +284,30 @@ async def test_the_switch_turns_it_off(make_task):
             assert result.passed == ["tests/test_calc.py::test_add"]
     finally:
         await provider.close()
+
+
+STOP_WORKER = """import os, signal
+for pid in [int(p) for p in os.listdir("/proc") if p.isdigit() and p != "1"]:
+    try:
+        cmdline = open(f"/proc/{pid}/cmdline", "rb").read()
+    except OSError:
+        continue
+    if b"del sys.path[0]" in cmdline:  # the worker (its argv is its bootstrap)
+        os.kill(pid, signal.SIGSTOP)
+        print("stopped", pid)
+"""
+
+
+@needs_bwrap
+async def test_a_stopped_worker_costs_one_timed_out_run_then_the_sandbox_recovers(make_task, bwrap_provider):
+    files = {"calc.py": "def add(a, b):\n    return a + b\n", "tests/test_calc.py": CALC_TEST}
+    task = make_task(workspace=files, command=COMMAND)
+    async with await bwrap_provider.create(task.workspace_dir) as sb:
+        assert (await run_tests(sb, COMMAND, timeout_s=60)).runner == "warm"
+        await sb.write_file("stop.py", STOP_WORKER)
+        stopped = await sb.exec("python3 stop.py")
+        assert stopped.stdout.count("stopped") == 1
+        hung = await run_tests(sb, COMMAND, timeout_s=2)
+        assert hung.timed_out and hung.integrity == "missing"
+        after = await run_tests(sb, COMMAND, timeout_s=60)
+        assert after.runner == "warm" and after.passed == ["tests/test_calc.py::test_add"]
