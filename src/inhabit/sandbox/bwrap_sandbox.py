@@ -450,10 +450,16 @@ class BwrapSandbox(Sandbox):
             if worker is None or not worker.alive:
                 starts = sup.worker_starts.get(key, 0)
                 if starts >= warm.MAX_STARTS:
-                    raise WarmUnavailable("the worker was restarted once already")
+                    raise WarmUnavailable(
+                        sup.worker_refused.get(key, "the worker was restarted once already")
+                    )
                 sup.worker_starts[key] = starts + 1
                 self._p.exec_counts["warm_starts"] += 1
-                worker = sup.workers[key] = await self._start_worker(sup, key, command, run_env)
+                try:
+                    worker = sup.workers[key] = await self._start_worker(sup, key, command, run_env)
+                except WarmUnavailable as e:  # it would not start here: not tried again
+                    sup.worker_starts[key], sup.worker_refused[key] = warm.MAX_STARTS, str(e)
+                    raise
             argv = [worker.script, *args] if worker.script else [command.program, *args]
             try:
                 return await worker.run(

@@ -287,6 +287,7 @@ class Supervisor(Channel):
         self._stderr = b""
         self.workers: dict[Any, Any] = {}  # warm pytest workers in here (see inhabit.sandbox.warm)
         self.worker_starts: dict[Any, int] = {}  # per worker key
+        self.worker_refused: dict[Any, str] = {}  # keys whose worker would not start, and why
         self._exited = loop.create_future()
         self._pidfd = os.pidfd_open(proc.pid)
         loop.add_reader(self._pidfd, self._on_exit)
