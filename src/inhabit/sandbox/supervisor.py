@@ -101,6 +101,7 @@ class Channel:
         self._pending: dict[int, asyncio.Future[tuple[str, str]]] = {}
         self._ids = itertools.count(1)
         self.gone: str | None = None  # why it is no longer usable
+        self._started: set[int] = set()  # warm runs whose E said "A"
         loop.add_reader(sock.fileno(), self._on_message)
 
     @property
@@ -124,9 +125,13 @@ class Channel:
                 self._lost("the sandbox supervisor exited")
                 return
             # "ready", "R <id> <wait status>", "L <id>" (lost), "E <id> <why>" (could not fork),
-            # "S <id> 0" (service started), "F <id> <why>" (warm run declined), "X 0 <why>"
+            # "S <id> 0" (service started), "F <id> <why>" (warm run declined), "X 0 <why>",
+            # "A <id> 0" (a warm run's E started)
             kind, _, rest = data.decode(errors="replace").partition(" ")
             rid, _, value = rest.partition(" ")
+            if kind == "A":  # a warm worker's E took the request: the run has started
+                self._started.add(int(rid) if rid.isdigit() else 0)
+                continue
             fut = self._pending.get(int(rid) if rid.isdigit() else 0)
             if fut is not None and not fut.done():
                 fut.set_result((kind, value))
@@ -204,7 +209,9 @@ class Channel:
                 os.close(f)
             if e.errno in (90, 105):  # EMSGSIZE, ENOBUFS
                 raise RequestTooLarge(str(e)) from e
-            raise SupervisorGone(f"control socket: {e}", self.stderr) from e
+            stderr = self.stderr
+            self._lost(f"control socket: {e}")  # the other end is gone (its EOF may not be read yet)
+            raise SupervisorGone(f"control socket: {e}", stderr) from e
         for f in theirs:
             with contextlib.suppress(OSError):
                 os.close(f)
@@ -250,8 +257,13 @@ class Channel:
         cap.finish()
         stderr = cap.text(2)
         kind, value = reply
+        started = rid in self._started
+        self._started.discard(rid)
         if kind == "F":
             raise WarmFallback(value)
+        if kind == "L" and warm is not None and not started and not timed_out:
+            # The worker died before any E took the request (killed just before): nothing ran.
+            raise SupervisorGone(f"the warm worker was gone: {value}")
         if kind == "R":
             code = exit_code(int(value))
         elif kind == "E":  # the supervisor could not fork (e.g. the process limit)

@@ -116,6 +116,7 @@ def _shadowed(dirs):
 
 def _spawn(req, fds):
     """E's `_spawn` (see supervisor_prog): fork C; or answer F and end when this run must be cold."""
+    _CTL.send(b"A %d 0" % req["id"])  # taken: from here on, a lost run is a run that ran
     _SUP["_prepare"](req)
     warm = req["warm"]
     cwd = os.getcwd()
