@@ -174,7 +174,8 @@ def _child(req, fds, first, warm):
         _SUP["_prctl"](PR_SET_NAME, os.path.basename(req["argv"][0]).encode()[:15])
         os.environ.clear()
         os.environ.update(req["env"])
-        sys.path[:] = [first, *warm["pythonpath"], *_REST]
+        # PYTHONPATH's entries as the interpreter makes them: relative ones joined to the cwd.
+        sys.path[:] = [first, *(os.path.join(os.getcwd(), p) for p in warm["pythonpath"]), *_REST]
         sys.argv[:] = list(req["argv"])
         # Nothing a run does reaches this process, so its state (warnings filters, caches) is
         # what the cold run has after the same imports; but `random` was seeded once, at import.

@@ -311,3 +311,21 @@ async def test_a_stopped_worker_costs_one_timed_out_run_then_the_sandbox_recover
         assert hung.timed_out and hung.integrity == "missing"
         after = await run_tests(sb, COMMAND, timeout_s=60)
         assert after.runner == "warm" and after.passed == ["tests/test_calc.py::test_add"]
+
+
+@needs_bwrap
+async def test_a_command_that_replaces_pythonpath_fails_warm_as_it_fails_cold(make_task, bwrap_provider):
+    files = {"src/calc.py": "def add(a, b):\n    return a + b\n", "tests/test_calc.py": CALC_TEST}
+    command = "PYTHONPATH=src python -m pytest -q -p no:cacheprovider"
+    task = make_task(workspace=files, command=command)
+    async with await bwrap_provider.create(task.workspace_dir) as sb:
+        cold = await run_tests(sb, command, timeout_s=60, warm=False)
+        warm = await run_tests(sb, command, timeout_s=60)
+        assert warm.runner == "warm"
+        # The seal plugin's folder is not on the command's PYTHONPATH: no report, the same advice.
+        assert (warm.integrity, warm.exit_code, warm.problems) == (
+            cold.integrity,
+            cold.exit_code,
+            cold.problems,
+        )
+        assert "replace PYTHONPATH" in warm.problems[0]
