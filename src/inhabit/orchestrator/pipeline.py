@@ -107,6 +107,10 @@ def rollout_stats(trajs: list[Trajectory]) -> dict[str, Any]:
         ),
         "rollout_s_mean": sum(t.timings.get("rollout_s", 0.0) for t in trajs) / max(1, len(trajs)),
         "reward_parts": _part_means(trajs),
+        # Which runner graded them: "warm" or "cold" (see inhabit.sandbox.warm and grading's details).
+        "grading_runner": dict(
+            Counter(str(t.grading["runner"]).split(":")[0] for t in trajs if t.grading.get("runner"))
+        ),
     }
 
 

@@ -86,6 +86,13 @@ class GradingConfig(Config):
         description="Up to this many canaries per module beyond one must-pass and one must-fail.",
     )
 
+    warm_tests: bool = Field(
+        False,
+        description="Run grading's test run in a warm pytest worker (see sandbox.warm_tests) when the "
+        "sandbox allows one. Off by default: each grading runs in a fresh sandbox, where the worker's "
+        "start is paid for a single run (docs/results.md); rewards and flags are the same either way.",
+    )
+
     @field_validator("fatal_flags")
     @classmethod
     def _known_flags(cls, value: list[str]) -> list[str]:
@@ -294,6 +301,7 @@ async def grade(
             empty_ini=empty_ini,
             # The integrity checks trust exactly the code grading laid there, never a folder name.
             test_files=[p for p in protected if p.endswith(".py")],
+            warm=config.warm_tests,
         )
         rewritten = await hacks.changed_during_run(fresh, protected, hidden)
     except (InhabitError, OSError) as e:
@@ -332,6 +340,7 @@ async def grade(
         "changed_during_run": rewritten,
         "canaries": {"planted": len(canaries), "betrayed": betrayed},
         "runner_events": list(run.tampering),
+        "runner": run.runner,
         "collection_errors": run.collection_errors,
         "messages": {n: run.messages[n] for n in outcomes if n in run.messages},
         # A shaped signal for reward configs that want one; the reward itself stays all-or-nothing.

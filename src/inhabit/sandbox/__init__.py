@@ -69,6 +69,12 @@ class SandboxConfig(Config):
         description="bwrap only: start bwrap once per sandbox, with a small supervisor inside that "
         "forks each exec (false: one bwrap per exec, the older and slower path).",
     )
+    warm_tests: bool = Field(
+        True,
+        description="bwrap with the supervisor only: run pytest test commands (the run_tests tool, "
+        "grading) in a warm worker that has pytest imported and forks one run per test run "
+        "(false: a fresh interpreter per test run). Results are the same either way.",
+    )
     remote_url: str | None = Field(None, description="Environment server URL for backend='remote'.")
     remote_token: str | None = Field(
         None, description="Bearer token for the environment server (else from its env variable)."
@@ -106,6 +112,7 @@ def create_provider(config: SandboxConfig | None = None) -> SandboxProvider:
                 workspace_mode=config.workspace_mode,
                 machine=config.machine,
                 supervisor=config.supervisor,
+                warm_tests=config.warm_tests,
             )
         if backend == "bwrap":
             raise ConfigError(f"sandbox.backend='bwrap' does not work on this host: {problem}")

@@ -18,7 +18,7 @@ import signal
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import Field
 
@@ -91,6 +91,10 @@ class SandboxInfo:
     limits: SandboxLimits = field(default_factory=SandboxLimits)
 
 
+class WarmUnavailable(SandboxError):
+    """This test run cannot be warm: run it cold. The message is the reason (callers count it)."""
+
+
 class Sandbox(abc.ABC):
     """One isolated workspace. Use as `async with` so `close()` always runs."""
 
@@ -144,6 +148,26 @@ class Sandbox(abc.ABC):
     @abc.abstractmethod
     def info(self) -> SandboxInfo:
         """Backend name, isolation flag and limits of this sandbox."""
+
+    def warm_tests_unavailable(self) -> str | None:
+        """Why `exec_pytest` cannot run here, or None where it may (see `inhabit.sandbox.warm`)."""
+        return "the sandbox backend has no warm test runner"
+
+    async def exec_pytest(
+        self,
+        command: Any,
+        args: Sequence[str],
+        *,
+        env: Mapping[str, str] | None,
+        unset: Sequence[str],
+        override: Mapping[str, str],
+        timeout_s: float,
+    ) -> ExecResult:
+        """Run a `PytestCommand` (`inhabit.sandbox.warm`) with pytest arguments `args` in a warm
+        worker, as `exec` would run it cold: the exec's environment plus `env`, less the names in
+        `unset`, plus `override`, then the command's own assignments. Raises WarmUnavailable
+        (before anything ran) where the run must be cold."""
+        raise WarmUnavailable(self.warm_tests_unavailable() or "no warm test runner")
 
     async def __aenter__(self) -> Sandbox:
         return self

@@ -183,6 +183,7 @@ class BwrapSandboxProvider(SandboxProvider):
         supervisor: bool = True,
         supervise_after: int = 1,
         launch_namespace: bool = True,
+        warm_tests: bool = True,
     ):
         problem = bwrap_problem()
         if problem:
@@ -223,6 +224,9 @@ class BwrapSandboxProvider(SandboxProvider):
         self.supervise = supervisor
         self.supervise_after = supervise_after
         self.exec_counts: collections.Counter[str] = collections.Counter()
+        # Test runs through a warm pytest worker (`inhabit.sandbox.warm`): "warm" and
+        # "warm_starts" in exec_counts; a run that had to be cold is counted by its caller.
+        self.warm_tests = warm_tests
         self._sandboxes: dict[str, BwrapSandbox] = {}
         self._snapshots: dict[str, Snapshot] = {}
         self._idmapped: collections.OrderedDict[Path, Path] = collections.OrderedDict()

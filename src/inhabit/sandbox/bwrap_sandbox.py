@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from inhabit.errors import SandboxError, SandboxNotFound
 from inhabit.log import get_logger
-from inhabit.sandbox import cleanup, hostfs, idmap, layers, mounts, paths, signals
+from inhabit.sandbox import cleanup, hostfs, idmap, layers, mounts, paths, signals, warm
 from inhabit.sandbox.base import (
     WORKSPACE_MOUNT,
     ExecResult,
@@ -28,12 +28,13 @@ from inhabit.sandbox.base import (
     Sandbox,
     SandboxInfo,
     SandboxLimits,
+    WarmUnavailable,
     limit_message,
 )
 from inhabit.sandbox.gate import Gate
 from inhabit.sandbox.layers import Snapshot, Volume
 from inhabit.sandbox.runner import kill_group, run_capped
-from inhabit.sandbox.supervisor import RequestTooLarge, Supervisor, SupervisorGone
+from inhabit.sandbox.supervisor import RequestTooLarge, Supervisor, SupervisorGone, WarmFallback
 
 if TYPE_CHECKING:
     from inhabit.sandbox.bwrap import BwrapSandboxProvider
@@ -378,6 +379,124 @@ class BwrapSandbox(Sandbox):
         if hit:
             result = dataclasses.replace(result, limit_hit=hit)
         return result
+
+    def warm_tests_unavailable(self) -> str | None:
+        if not self._p.warm_tests:
+            return "warm test runs are off (sandbox.warm_tests)"
+        if self._no_supervisor is not None:
+            return "the sandbox has no supervisor"
+        return None
+
+    async def exec_pytest(
+        self,
+        command: warm.PytestCommand,
+        args: Sequence[str],
+        *,
+        env: Mapping[str, str] | None,
+        unset: Sequence[str],
+        override: Mapping[str, str],
+        timeout_s: float,
+    ) -> ExecResult:
+        self._check_open()
+        why = self.warm_tests_unavailable()
+        if why is not None:
+            raise WarmUnavailable(why)
+        timeout = min(timeout_s or self._limits.default_timeout_s, self._limits.max_timeout_s)
+        # The cold run's environment: exec's, less `unset`, plus `override`, plus what `sh -c`
+        # adds (dash exports PWD), plus the command's assignments.
+        run_env = {
+            **self._p.machine.environment(self._path_env),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            **(env or {}),
+        }
+        for name in unset:
+            run_env.pop(name, None)
+        run_env.update(override)
+        run_env["PWD"] = WORKSPACE_MOUNT
+        run_env.update(command.assign)
+        pythonpath = warm.pythonpath_entries(run_env)
+        if isinstance(pythonpath, str):
+            raise WarmUnavailable(pythonpath)
+        cg = self._p.cgroups
+        async with self._gate.shared(self._check_open):
+            oom_before = cg.oom_kills(self._groups) if cg is not None else 0
+            pids_before = cg.pids_refusals(self._groups) if cg is not None else 0
+            self._execs += 1
+            try:
+                sup = await self._supervisor()
+            except SupervisorGone as e:
+                raise WarmUnavailable(f"no supervisor: {e}") from e
+            result = await self._run_warm(sup, command, list(args), run_env, pythonpath, timeout)
+            self._p.exec_counts["warm"] += 1
+            oom = cg.oom_kills(self._groups) - oom_before if cg is not None else 0
+            refused = cg.pids_refusals(self._groups) - pids_before if cg is not None else 0
+        hit = limit_message(result.exit_code, result.timed_out, timeout, self._limits, oom, refused)
+        if hit:
+            result = dataclasses.replace(result, limit_hit=hit)
+        return result
+
+    async def _run_warm(
+        self,
+        sup: Supervisor,
+        command: warm.PytestCommand,
+        args: list[str],
+        run_env: dict[str, str],
+        pythonpath: list[str],
+        timeout: float,
+    ) -> ExecResult:
+        key = (command.program, command.script, warm.startup_key(run_env))
+        for _ in range(2):  # a worker found dead on sending is restarted once, here
+            worker = sup.workers.get(key)
+            if worker is None or not worker.alive:
+                starts = sup.worker_starts.get(key, 0)
+                if starts >= warm.MAX_STARTS:
+                    raise WarmUnavailable(
+                        sup.worker_refused.get(key, "the worker was restarted once already")
+                    )
+                sup.worker_starts[key] = starts + 1
+                self._p.exec_counts["warm_starts"] += 1
+                try:
+                    worker = sup.workers[key] = await self._start_worker(sup, key, command, run_env)
+                except WarmUnavailable as e:  # it would not start here: not tried again
+                    sup.worker_starts[key], sup.worker_refused[key] = warm.MAX_STARTS, str(e)
+                    raise
+            argv = [worker.script, *args] if worker.script else [command.program, *args]
+            try:
+                return await worker.run(
+                    argv=argv,
+                    env=run_env,
+                    cwd=WORKSPACE_MOUNT,
+                    rlimits=self._exec_rlimits(),
+                    stdin=None,
+                    timeout_s=timeout,
+                    output_bytes=self._limits.output_bytes,
+                    warm={"script": worker.script, "pythonpath": pythonpath},
+                )
+            except WarmFallback as e:
+                raise WarmUnavailable(f"declined: {e}") from e
+            except SupervisorGone:  # gone before the request went out: nothing ran
+                self._check_open()
+        raise WarmUnavailable("the worker died before the run started")
+
+    async def _start_worker(
+        self, sup: Supervisor, key: object, command: warm.PytestCommand, run_env: dict[str, str]
+    ) -> warm.WarmWorker:
+        try:
+            script, interpreter = None, command.program
+            if command.script:  # the interpreter is the script's (its #! line), found as sh would
+                found = await sup.run(
+                    argv=["sh", "-c", 'p=$(command -v -- "$1") || exit 3; echo "$p"; head -c 256 -- "$p"', "sh",
+                          command.program],
+                    env=run_env, cwd=WORKSPACE_MOUNT, rlimits=self._exec_rlimits(), stdin=None, timeout_s=30,
+                    output_bytes=4096,
+                )  # fmt: skip
+                script, _, head = found.stdout.partition("\n")
+                interpreter = warm.shebang_interpreter(head) if found.ok and script.startswith("/") else None
+                if interpreter is None:
+                    raise WarmUnavailable("the pytest script has no plain #! line")
+            return await warm.WarmWorker.start(sup, key, interpreter, script, run_env, WORKSPACE_MOUNT)
+        except (SupervisorGone, RequestTooLarge) as e:
+            raise WarmUnavailable(f"the worker did not start: {e}") from e
 
     async def _exec_supervised(
         self, cmd: list[str], env: dict[str, str], inner_cwd: str, timeout: float, stdin: bytes | None

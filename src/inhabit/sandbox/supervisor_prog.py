@@ -19,7 +19,9 @@ default signals, the exec's rlimits) and waits for it. When C exits, E kills wha
 then reports C's wait status (`R id status`): nothing started by an exec outlives it. `{"kill": id}` SIGKILLs that
 E; a killed E's processes reparent here, and any child of this process that is not a live E is
 killed on sight, so a lost E (killed from inside, e.g. `kill -9 -1`) leaves nothing either and
-is reported as `L id`. Replies are plain ASCII, so the host never unmarshals what comes from here.
+is reported as `L id`. `{"id", "service": 1, "argv", "env"}` with one fd starts a service (see
+`_start_service`; reply `S id 0`): the warm pytest worker, which runs this same program's loop
+with its own `_spawn`. Replies are plain ASCII, so the host never unmarshals what comes from here.
 """
 
 import _ctypes
@@ -87,18 +89,27 @@ def _which(name, path):
     return None, (126, "Permission denied") if denied else (127, "not found")
 
 
-def _spawn(req, fds):
-    """Start the command C; returns its pid, or the wait status of a command that could not start.
-
-    posix_spawn (a vfork: no copy of this process): a new session, the exec's pipes as 0-2, every
-    signal default and none blocked. Its working directory and rlimits are set on E first (E
-    uses next to no CPU time itself, and may only lower its limits, as C would)."""
+def _prepare(req):
+    """C's working directory and rlimits, set on E first (E uses next to no CPU time itself, and
+    may only lower its limits, as C would). The warm pytest worker's E uses it too."""
     os.chdir(req["cwd"])
     for what, soft, hard in req["rlimits"]:  # hard None: keep it (it may only go down)
         try:
             resource.setrlimit(what, (soft, resource.getrlimit(what)[1] if hard is None else hard))
         except (ValueError, OSError):
             pass
+
+
+def _sigdef():
+    return [s for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP)]
+
+
+def _spawn(req, fds):
+    """Start the command C; returns its pid, or the wait status of a command that could not start.
+
+    posix_spawn (a vfork: no copy of this process): a new session, the exec's pipes as 0-2, every
+    signal default and none blocked."""
+    _prepare(req)
     stdin = fds[0] if req["stdin"] else os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
     argv, env = req["argv"], req["env"]
     path, failed = _which(argv[0], env.get("PATH", "/usr/bin:/bin"))
@@ -108,7 +119,7 @@ def _spawn(req, fds):
             "file_actions": [(dup2, stdin, 0), (dup2, fds[-2], 1), (dup2, fds[-1], 2)],
             "setsid": True,
             "setsigmask": (),
-            "setsigdef": [s for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP)],
+            "setsigdef": _sigdef(),
         }
         try:
             return os.posix_spawn(path, argv, env, **kw)
@@ -121,6 +132,31 @@ def _spawn(req, fds):
             failed = (127, "not found") if e.errno == 2 else (126, "Permission denied")
     os.write(fds[-1], f"sh: 1: {argv[0]}: {failed[1]}\n".encode())
     return -(failed[0] << 8)  # a wait status, negative so as not to look like a pid
+
+
+def _start_service(req, fds):
+    """Start a service S (the warm pytest worker, see `inhabit.sandbox.warm`): a child of this
+    process that belongs to no exec, so it outlives them; it ends when its channel closes, when
+    something kills it, or with this process (the namespace). Its channel, fds[0], becomes its
+    fd whose number is appended to its argv; 0-2 are /dev/null. Returns its pid."""
+    path, failed = _which(req["argv"][0], req["env"].get("PATH", "/usr/bin:/bin"))
+    if path is None:
+        raise OSError(failed[1])
+    null = "/dev/null"
+    os.set_inheritable(fds[0], True)  # closed here right after: no later child inherits it
+    return os.posix_spawn(
+        path,
+        [*req["argv"], str(fds[0])],
+        req["env"],
+        file_actions=[
+            (os.POSIX_SPAWN_OPEN, 0, null, os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_OPEN, 1, null, os.O_WRONLY, 0),
+            (os.POSIX_SPAWN_OPEN, 2, null, os.O_WRONLY, 0),
+        ],
+        setsid=True,
+        setsigmask=(),
+        setsigdef=_sigdef(),
+    )
 
 
 def _say_signal(stderr, status):
@@ -192,6 +228,7 @@ def main(ctl):
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     inits = {}  # E's pid -> request id
+    services = set()  # pids of live services (see _start_service)
     ctl.send(b"ready")
     while True:
         ready = select.select([ctl, wake_r], [], [])[0]
@@ -204,8 +241,14 @@ def main(ctl):
                     break
         if ctl in ready:
             msg, anc, _, _ = ctl.recvmsg(4 << 20, _socket.CMSG_SPACE(4 * 3))
-            if not msg:
-                return  # the host closed the channel: the sandbox is closing
+            if not msg:  # the host closed the channel: the sandbox is closing
+                for pid in services:  # reaped here, so their CPU time is counted as ours
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                        os.waitpid(pid, 0)
+                    except OSError:
+                        pass
+                return
             fds = []
             for level, kind, data in anc:
                 if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
@@ -217,6 +260,14 @@ def main(ctl):
                 for pid, rid in inits.items():
                     if rid == req["kill"]:
                         os.kill(pid, signal.SIGKILL)
+            elif req.get("service"):
+                try:
+                    services.add(_start_service(req, fds))
+                    ctl.send(b"S %d 0" % req["id"])
+                except OSError as e:
+                    ctl.send(b"E %d %s" % (req["id"], str(e).encode()))
+                for f in fds:
+                    os.close(f)
             else:
                 try:
                     pid = os.fork()
@@ -231,9 +282,12 @@ def main(ctl):
                 for f in fds:
                     os.close(f)
         lost = []
-        _collect(inits, _reap(), lost)
-        if lost:
-            _sweep(inits, lost)
+        reaped = _reap()
+        ended = [p for p in reaped if p in services]  # a service died: what it left dies too
+        services.difference_update(ended)
+        _collect(inits, reaped, lost)
+        if lost or ended:
+            _sweep(inits, lost, services)
         for rid in lost:  # E was killed (by the host's kill or from inside) before it reported
             ctl.send(b"L %d" % rid)
 
@@ -246,10 +300,11 @@ def _collect(inits, reaped, lost):
             lost.append(rid)
 
 
-def _sweep(inits, lost):
-    """Kill every child of ours that is not a live E (what a killed E left), until none is left."""
+def _sweep(inits, lost, services=()):
+    """Kill every child of ours that is not a live E or service (what a killed E or service
+    left), until none is left."""
     while True:
-        strays = [p for p in _children(os.getpid()) if p not in inits]
+        strays = [p for p in _children(os.getpid()) if p not in inits and p not in services]
         if not strays:
             return
         for p in strays:

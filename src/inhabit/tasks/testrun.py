@@ -1,7 +1,7 @@
 """Run a pytest command in a sandbox and read per-test outcomes from a sealed JUnit XML report.
 
 Used by grading (in a fresh copy of the final workspace) and by the harness's `run_tests` tool
-(in the agent's own sandbox). One sandbox exec per run, which:
+(in the agent's own sandbox). One sandbox exec per cold run, which:
 
   1. makes a private directory `.inhabit-<random>` in the sandbox's own temp dir ($TMPDIR where
      the backend sets one, else /tmp) holding `seal_plugin.py` under a random module name and a
@@ -18,6 +18,14 @@ Used by grading (in a fresh copy of the final workspace) and by the harness's `r
      import the plugin after the key file is gone and only tag test cases);
   3. moves report and seal into the workspace under a random dot-name just long enough to read
      them through the file API (no output cap), and removes the private directory.
+Warm runs (`inhabit.sandbox.warm`): where the command is a plain pytest command and the sandbox
+has a warm pytest worker (bwrap with its supervisor, `sandbox.warm_tests`), the same three steps
+are three calls: step 1 as a cold `sh` exec (the key on its stdin, as above), step 2 as a fresh
+`python -m pytest` forked by the worker with the environment step 2 would give it (the worker
+never holds a key: the seal plugin is imported in the forked run, which reads cfg.json as a cold
+run does), step 3 as a cold `sh` exec. Where the worker cannot run it (the command, the backend,
+a workspace file that shadows a module the worker imported, a worker restarted once already)
+the run is cold; `TestRunResult.runner` and `RUNNER_COUNTS` say which and why.
 Then the seal is checked (HMAC over the XML's hash and the plugin's own outcome record), both
 channels must agree on which tests passed, and outcomes are parsed from the XML.
 
@@ -36,6 +44,7 @@ grading's canaries are the backstop).
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import hmac
 import json
@@ -47,14 +56,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from inhabit.errors import GradingError, SandboxError
-from inhabit.sandbox.base import Sandbox
+from inhabit.sandbox.base import ExecResult, Sandbox, WarmUnavailable
+from inhabit.sandbox.warm import PytestCommand, parse_pytest_command
 from inhabit.tasks.junit import JUnitReport, parse_junit
 
-__all__ = ["HASH_SEED", "TestRunResult", "run_tests"]
+__all__ = ["HASH_SEED", "RUNNER_COUNTS", "TestRunResult", "run_tests"]
 
 _PLUGIN_SOURCE = (Path(__file__).parent / "seal_plugin.py").read_text()
 _UNSET_ENV = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTHONSTARTUP", "PYTHONHOME", "PYTHONINSPECT")
 _TAIL = 4000
+RUNNER_COUNTS: collections.Counter[str] = collections.Counter()
+"""Test runs of this process by runner: "warm", and "cold: <reason>" for each kind of reason."""
 HASH_SEED = 0
 """PYTHONHASHSEED of every test run inhabit starts (0: hash randomization off)."""
 
@@ -81,6 +93,8 @@ class TestRunResult:
     """The session was cut short (pytest.exit, KeyboardInterrupt) but still wrote its report."""
     tampering: tuple[str, ...] = ()
     """What the seal plugin's runner integrity checks saw ("kind: detail"; see seal_plugin.py)."""
+    runner: str = "cold"
+    """"warm" (a warm pytest worker ran it, see inhabit.sandbox.warm) or "cold: <why not>"."""
 
     @property
     def passed(self) -> list[str]:
@@ -139,6 +153,7 @@ async def run_tests(
     env: Mapping[str, str] | None = None,
     hash_seed: int = HASH_SEED,
     test_files: Sequence[str] | None = None,
+    warm: bool = True,
 ) -> TestRunResult:
     """Run `command` (ending in a pytest invocation) in `sandbox` and read its sealed report.
 
@@ -151,7 +166,8 @@ async def run_tests(
     (relative to the workspace root, where the command runs) of the task's own test code, the
     only workspace files the seal plugin's integrity checks trust; None trusts files named like
     pytest's tests (conftest.py, test_*.py, *_test.py). Grading passes the exact files it laid
-    there. One sandbox exec.
+    there. `warm=False` never uses a warm worker (see the module docstring). One sandbox exec
+    for a cold run, three for a warm one.
     Never raises for test failures; raises GradingError only when the sandbox cannot even create
     the private directory.
     """
@@ -167,33 +183,63 @@ async def run_tests(
     # which the plugin reads and deletes at import, before any workspace code runs. Afterwards the
     # report and seal move into the workspace under a random dot-name just long enough to be read
     # through the file API (no output cap there).
-    script = f"""
-d="${{TMPDIR:-/tmp}}/.inhabit-{token}"
-(umask 077 && mkdir -p "$d" && printf '%s' "$1" > "$d/{module}.py" && : > "$d/pytest.ini" \
+    dir_line = f'd="${{TMPDIR:-/tmp}}/.inhabit-{token}"\n'
+    prep = f"""(umask 077 && mkdir -p "$d" && printf '%s' "$1" > "$d/{module}.py" && : > "$d/pytest.ini" \
   && cat > "$d/cfg.json") || {{ echo "inhabit: cannot prepare $d" >&2; exit 97; }}
-ini=""
+"""
+    run = f"""ini=""
 if [ "$3" = 1 ]; then ini="-c '$d/pytest.ini'"; fi
 env {unset} PYTHONHASHSEED={int(hash_seed)} PYTHONPATH="$d" PYTHONNOUSERSITE=1 PYTHONDONTWRITEBYTECODE=1 \
   sh -c "$2 $ini $4" </dev/null
 rc=$?
-rm -rf "./{local}.xml" "./{local}.seal"
+"""
+    post = f"""rm -rf "./{local}.xml" "./{local}.seal"
 if [ -f "$d/report.xml" ]; then mv -f "$d/report.xml" "./{local}.xml"; fi
 if [ -f "$d/seal.json" ]; then mv -f "$d/seal.json" "./{local}.seal"; fi
 rm -rf "$d"
 exit $rc
 """
-    argv = ["sh", "-c", script, "inhabit-run-tests", _PLUGIN_SOURCE, f"{command} {shlex.join(args)}",
-            "1" if empty_ini else "0", shlex.join(selector_args)]  # fmt: skip
+    cold_args = [f"{command} {shlex.join(args)}", "1" if empty_ini else "0", shlex.join(selector_args)]
     cfg: dict[str, object] = {"key": key.hex()}
     if test_files is not None:
         cfg["test_files"] = sorted(set(test_files))
     stdin = json.dumps(cfg).encode()
 
+    def argv(script: str) -> list[str]:
+        return ["sh", "-c", dir_line + script, "inhabit-run-tests", _PLUGIN_SOURCE, *cold_args]
+
     start = time.monotonic()
-    res = await sandbox.exec(argv, stdin=stdin, timeout_s=timeout_s, env=env)
+    parsed = parse_pytest_command(command) if warm else "warm runs are off for this call"
+    why = parsed if isinstance(parsed, str) else sandbox.warm_tests_unavailable()
+    res: ExecResult | None = None
+    prepared = False
+    if why is None:
+        assert isinstance(parsed, PytestCommand)
+        # Warm: the same three steps, the middle one done by the sandbox's warm worker (the key
+        # still arrives on stdin, into the private dir: never in the worker nor in any argv).
+        res = await sandbox.exec(argv(prep + 'printf "%s" "$d"\n'), stdin=stdin, timeout_s=60, env=env)
+        _check_prepared(res)
+        prepared, d = True, res.stdout
+        pytest_args = [*parsed.args, *args, *(["-c", f"{d}/pytest.ini"] if empty_ini else []), *selector_args]
+        pinned = {"PYTHONHASHSEED": str(int(hash_seed)), "PYTHONPATH": d, "PYTHONNOUSERSITE": "1",
+                  "PYTHONDONTWRITEBYTECODE": "1"}  # fmt: skip
+        try:
+            res = await sandbox.exec_pytest(
+                parsed, pytest_args, env=env, unset=_UNSET_ENV, override=pinned, timeout_s=timeout_s
+            )
+        except WarmUnavailable as e:
+            why, res = str(e) or "unavailable", None
+        else:
+            await sandbox.exec(argv("rc=0\n" + post), timeout_s=60)
+    if res is None:  # cold: one exec does it all (or the rest of it, after a declined warm run)
+        script = ("" if prepared else prep) + run + post
+        res = await sandbox.exec(
+            argv(script), stdin=None if prepared else stdin, timeout_s=timeout_s, env=env
+        )
+    runner = "warm" if why is None else f"cold: {why}"
+    RUNNER_COUNTS["warm" if why is None else f"cold: {_reason_kind(why)}"] += 1
     duration = time.monotonic() - start
-    if res.exit_code == 97 and "inhabit: cannot prepare" in res.stderr:
-        raise GradingError(f"could not prepare the test run in the sandbox: {res.stderr.strip()[:300]}")
+    _check_prepared(res)
     output_tail = (res.stdout + res.stderr)[-_TAIL:]
     if res.timed_out:  # killed before it could clean up after itself
         await sandbox.exec(["sh", "-c", f'rm -rf "${{TMPDIR:-/tmp}}/.inhabit-{token}"'], timeout_s=30)
@@ -269,7 +315,18 @@ exit $rc
         internal_error=report.internal_error if report else None,
         interrupted=bool(report and report.interrupted),
         tampering=tuple(str(e) for e in seal.get("tampering", ()))[:50] if seal else (),
+        runner=runner,
     )
+
+
+def _check_prepared(res: ExecResult) -> None:
+    if res.exit_code == 97 and "inhabit: cannot prepare" in res.stderr:
+        raise GradingError(f"could not prepare the test run in the sandbox: {res.stderr.strip()[:300]}")
+
+
+def _reason_kind(why: str) -> str:
+    """A reason without its details (paths, messages), for counting."""
+    return why.split(":", 1)[0][:80]
 
 
 async def _take(sandbox: Sandbox, path: str) -> bytes | None:
