@@ -14,7 +14,7 @@ import functools
 import os
 import resource
 import shlex
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -351,31 +351,46 @@ class BwrapSandbox(Sandbox):
         if not paths.resolve(self.workspace, rel).is_dir():
             raise SandboxError(f"cwd {cwd!r} is not a directory in the workspace")
         inner_cwd = WORKSPACE_MOUNT if rel == "." else f"{WORKSPACE_MOUNT}/{rel}"
-        timeout = min(timeout_s or self._limits.default_timeout_s, self._limits.max_timeout_s)
-        full_env = {
+        timeout = self._timeout(timeout_s)
+        full_env = self._command_env(env)
+
+        async def run() -> ExecResult:
+            result = None
+            if self._no_supervisor is None and self._execs > self._p.supervise_after:
+                result = await self._exec_supervised(cmd, full_env, inner_cwd, timeout, stdin)
+            if result is None:
+                self._p.exec_counts["per_exec_bwrap"] += 1
+                return await self._exec_own_bwrap(cmd, full_env, inner_cwd, timeout, stdin)
+            self._p.exec_counts["supervised"] += 1
+            return result
+
+        return await self._run_limited(timeout, run)
+
+    def _timeout(self, timeout_s: float | None) -> float:
+        return min(timeout_s or self._limits.default_timeout_s, self._limits.max_timeout_s)
+
+    def _command_env(self, env: Mapping[str, str] | None) -> dict[str, str]:
+        """A command's environment: the machine profile's, then the caller's `env`."""
+        return {
             **self._p.machine.environment(self._path_env),
             # As in the process backend: no .pyc in the workspace (stale bytecode after a
             # same-size edit within the pyc's one-second mtime resolution).
             "PYTHONDONTWRITEBYTECODE": "1",
             **(env or {}),
         }
+
+    async def _run_limited(self, timeout: float, run: Callable[[], Awaitable[ExecResult]]) -> ExecResult:
+        """Count one exec and await `run()` inside the sandbox's gate, then say which limit ended
+        it (timeout, the memory cgroup's OOM kills, the pids cgroup's refusals during the run)."""
         cg = self._p.cgroups
         async with self._gate.shared(self._check_open):
             oom_before = cg.oom_kills(self._groups) if cg is not None else 0
             pids_before = cg.pids_refusals(self._groups) if cg is not None else 0
-            result = None
             self._execs += 1
-            if self._no_supervisor is None and self._execs > self._p.supervise_after:
-                result = await self._exec_supervised(cmd, full_env, inner_cwd, timeout, stdin)
-            if result is None:
-                self._p.exec_counts["per_exec_bwrap"] += 1
-                result = await self._exec_own_bwrap(cmd, full_env, inner_cwd, timeout, stdin)
-            else:
-                self._p.exec_counts["supervised"] += 1
+            result = await run()
             oom = cg.oom_kills(self._groups) - oom_before if cg is not None else 0
             refused = cg.pids_refusals(self._groups) - pids_before if cg is not None else 0
-        code = result.exit_code
-        hit = limit_message(code, result.timed_out, timeout, self._limits, oom, refused)
+        hit = limit_message(result.exit_code, result.timed_out, timeout, self._limits, oom, refused)
         if hit:
             result = dataclasses.replace(result, limit_hit=hit)
         return result
@@ -401,14 +416,10 @@ class BwrapSandbox(Sandbox):
         why = self.warm_tests_unavailable()
         if why is not None:
             raise WarmUnavailable(why)
-        timeout = min(timeout_s or self._limits.default_timeout_s, self._limits.max_timeout_s)
+        timeout = self._timeout(timeout_s)
         # The cold run's environment: exec's, less `unset`, plus `override`, plus what `sh -c`
         # adds (dash exports PWD), plus the command's assignments.
-        run_env = {
-            **self._p.machine.environment(self._path_env),
-            "PYTHONDONTWRITEBYTECODE": "1",
-            **(env or {}),
-        }
+        run_env = self._command_env(env)
         for name in unset:
             run_env.pop(name, None)
         run_env.update(override)
@@ -417,23 +428,17 @@ class BwrapSandbox(Sandbox):
         pythonpath = warm.pythonpath_entries(run_env)
         if isinstance(pythonpath, str):
             raise WarmUnavailable(pythonpath)
-        cg = self._p.cgroups
-        async with self._gate.shared(self._check_open):
-            oom_before = cg.oom_kills(self._groups) if cg is not None else 0
-            pids_before = cg.pids_refusals(self._groups) if cg is not None else 0
-            self._execs += 1
+
+        async def run() -> ExecResult:
             try:
                 sup = await self._supervisor()
             except SupervisorGone as e:
                 raise WarmUnavailable(f"no supervisor: {e}") from e
             result = await self._run_warm(sup, command, list(args), run_env, pythonpath, timeout)
             self._p.exec_counts["warm"] += 1
-            oom = cg.oom_kills(self._groups) - oom_before if cg is not None else 0
-            refused = cg.pids_refusals(self._groups) - pids_before if cg is not None else 0
-        hit = limit_message(result.exit_code, result.timed_out, timeout, self._limits, oom, refused)
-        if hit:
-            result = dataclasses.replace(result, limit_hit=hit)
-        return result
+            return result
+
+        return await self._run_limited(timeout, run)
 
     async def _run_warm(
         self,
