@@ -93,6 +93,10 @@ class ReplayPolicy(Policy):
     def native_tools(self) -> bool | None:
         return None  # plays either format; `auto` keeps xml
 
+    def summary_turn(self, tools: Sequence[dict[str, Any]] | None) -> PolicyTurn:
+        """The answer to the harness's summary request (an actions file has none to give)."""
+        return PolicyTurn(text="(replay: no summary)", tool_calls=None if tools is None else [])
+
     async def next_turn(
         self,
         messages: Sequence[Message],
@@ -102,7 +106,7 @@ class ReplayPolicy(Policy):
         tools: Sequence[dict[str, Any]] | None = None,
     ) -> PolicyTurn:
         if messages and messages[-1].content == SUMMARY_PROMPT:
-            return PolicyTurn(text="(replay: no summary)", tool_calls=None if tools is None else [])
+            return self.summary_turn(tools)
         if self._next >= len(self._texts):
             text, calls = FINISH_TEXT, [("finish", {"message": "replay finished"})]
         else:

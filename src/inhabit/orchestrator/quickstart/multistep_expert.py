@@ -29,7 +29,6 @@ from typing import Any
 
 from inhabit.contracts import Message, PolicyTurn
 from inhabit.harness.config import HarnessConfig
-from inhabit.harness.prompts import SUMMARY_PROMPT
 from inhabit.harness.replay import ReplayPolicy
 from inhabit.harness.rollout import run_rollout
 from inhabit.sandbox.base import SandboxProvider
@@ -153,17 +152,8 @@ class ExpertPolicy(ReplayPolicy):
         nxt = self.plan.next_steps[self._next - 1] if self._next else "run the tests"
         return "\n".join([*(f"- {n}" for n in done), f"Next: {nxt}."])
 
-    async def next_turn(
-        self,
-        messages: Sequence[Message],
-        *,
-        max_tokens: int,
-        stop: Sequence[str] = (),
-        tools: Sequence[dict[str, Any]] | None = None,
-    ) -> PolicyTurn:
-        if messages and messages[-1].content == SUMMARY_PROMPT:
-            return PolicyTurn(text=self.summary())
-        return await super().next_turn(messages, max_tokens=max_tokens, stop=stop, tools=tools)
+    def summary_turn(self, tools: Sequence[dict[str, Any]] | None) -> PolicyTurn:
+        return PolicyTurn(text=self.summary())
 
 
 async def multistep_transcripts(
