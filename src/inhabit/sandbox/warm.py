@@ -88,7 +88,7 @@ def parse_pytest_command(command: str) -> PytestCommand | str:
         name, eq, value = words[0].partition("=")
         if not eq or not _NAME.fullmatch(name):
             break
-        if name != "PYTHONPATH" and (name.startswith(("PYTHON", "LC_")) or name in ("LANG", "LANGUAGE")):
+        if _read_at_interpreter_start(name):
             return f"the command sets {name}, which the interpreter reads at start"
         assign.append((name, value))
         words.pop(0)
@@ -104,15 +104,19 @@ def parse_pytest_command(command: str) -> PytestCommand | str:
     return "not a pytest command"
 
 
+def _read_at_interpreter_start(name: str) -> bool:
+    """Whether the interpreter reads the variable `name` as it starts (PYTHONPATH aside: the
+    worker rebuilds sys.path from it per run)."""
+    return name != "PYTHONPATH" and (name.startswith(("PYTHON", "LC_")) or name in ("LANG", "LANGUAGE"))
+
+
 def startup_key(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     """The variables of `env` that the interpreter or pytest's plugin autoload read at start."""
     return tuple(
         sorted(
             (k, v)
             for k, v in env.items()
-            if (k.startswith("PYTHON") and k != "PYTHONPATH")
-            or k.startswith("LC_")
-            or k in ("LANG", "LANGUAGE", "PYTEST_DISABLE_PLUGIN_AUTOLOAD")
+            if _read_at_interpreter_start(k) or k == "PYTEST_DISABLE_PLUGIN_AUTOLOAD"
         )
     )
 
