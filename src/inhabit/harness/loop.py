@@ -33,10 +33,9 @@ from inhabit.harness.execute import execute_calls, execute_native_calls
 from inhabit.harness.prompts import (
     NATIVE_NO_CALL_TEXT,
     NATIVE_SYSTEM,
-    NO_CALL_TEXT,
     SUMMARY_PROMPT,
     render_native_observation,
-    render_observation,
+    render_observations,
     system_prompt,
     task_prompt,
     tool_schemas,
@@ -200,13 +199,7 @@ class _Episode:
             if self.native:
                 self._native_observations(calls, outcome.records)
                 continue
-            if outcome.records:
-                text = "\n".join(
-                    render_observation(r.index + 1, r.tool, r.observation, r.error) for r in outcome.records
-                )
-            else:
-                text = NO_CALL_TEXT
-            self.messages.append(Message("user", text))
+            self.messages.append(Message("user", render_observations(outcome.records)))
 
     def _native_observations(self, calls: list[dict], records: list[ToolCallRecord]) -> None:
         """One `tool` message per call, in call order (a turn without calls gets a user nudge)."""

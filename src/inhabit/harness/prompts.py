@@ -9,7 +9,7 @@ are constants here, rendered the same way in `inhabit agent` and in training.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from inhabit.harness.tools import TOOLS, Tool
@@ -104,6 +104,15 @@ def render_observation(index: int, tool: str | None, text: str, error: bool) -> 
     name = tool if tool is not None else "?"
     status = ' status="error"' if error else ""
     return f'<observation index="{index}" tool="{name}"{status}>\n{text}\n</observation>'
+
+
+def render_observations(records: Sequence[Any]) -> str:
+    """The user message after an xml-format action turn: each call's observation in call order
+    (records with index, tool, observation and error: `ToolCallRecord`), or the nudge when the
+    turn made no call."""
+    if not records:
+        return NO_CALL_TEXT
+    return "\n".join(render_observation(r.index + 1, r.tool, r.observation, r.error) for r in records)
 
 
 def render_native_observation(text: str, error: bool) -> str:

@@ -109,7 +109,7 @@ def _action_context(traj: Trajectory, segment: Any, before: int) -> list[Any]:
     """A segment's context up to its last action turn, as the harness rendered it (`harness.loop`):
     its first two messages (system prompt; task and earlier summary), then each action turn's text
     and its calls' observations (none after the last turn: nothing was generated after them)."""
-    from inhabit.harness.prompts import NO_CALL_TEXT, render_observation
+    from inhabit.harness.prompts import render_observations
     from inhabit.types import MessageRecord
 
     messages = list(segment.messages[:2])
@@ -121,8 +121,7 @@ def _action_context(traj: Trajectory, segment: Any, before: int) -> list[Any]:
             break
         if k == len(actions) - 1:  # the last turn's observations: nothing was generated after them
             break
-        text = "\n".join(render_observation(c.index + 1, c.tool, c.observation, c.error) for c in calls)
-        messages.append(MessageRecord(role="user", content=text or NO_CALL_TEXT))
+        messages.append(MessageRecord(role="user", content=render_observations(calls)))
     return messages
 
 
