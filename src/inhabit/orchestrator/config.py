@@ -54,6 +54,15 @@ class BootstrapConfig(Config):
         description="Share of the train split the expert plays (the first tasks of it): with less than "
         "1, RL also trains on tasks whose transcripts the bootstrap never saw.",
     )
+    fresh_names: float = Field(
+        0.0,
+        ge=0,
+        le=8,
+        description="Multistep only: extra expert transcripts on the train domains under made-up "
+        "package, module and function names, as a multiple of the tasks the expert plays (1.0: as many "
+        "again). They are part of neither split; they teach the model to copy the names it is shown "
+        "instead of recalling the train split's few package names.",
+    )
     from_path: bool = Field(
         False,
         description="With model.path: bootstrap that folder (true: a start such as an `inhabit midtrain` "
@@ -233,5 +242,10 @@ class RunConfig(Config):
             raise ValueError(
                 'trainer.data_parallel > 1 runs on placement.backend = "local" (ranks on this machine, '
                 "or torchrun's); the Ray placement trains in one actor"
+            )
+        if self.model.bootstrap.fresh_names and self.tasks.source != "multistep":
+            raise ValueError(
+                "model.bootstrap.fresh_names makes multistep tasks under made-up names: it needs "
+                f"tasks.source = 'multistep', not {self.tasks.source!r}"
             )
         return self

@@ -267,6 +267,21 @@ def _build_model(
     return info
 
 
+def _fresh_name_tasks(cfg: RunConfig, count: int) -> list[tuple[Any, Path]]:
+    """(generated task, its folder) of `count` train-domain tasks under made-up names, written
+    once under the run's cache (`model.bootstrap.fresh_names`)."""
+    from inhabit.tasks.families.multistep import generate, write_multistep_tasks
+
+    tc = cfg.tasks
+    tasks = generate(count, tc.seed, "train", tc.long_share, fresh_names=True)
+    root = Path(cfg.run_dir) / "cache" / f"fresh-{_key(count, tc.seed, tc.long_share, 'v1')}"
+    if not (root / ".done").exists():
+        shutil.rmtree(root, ignore_errors=True)
+        write_multistep_tasks(root, tasks)
+        (root / ".done").write_text("ok\n")
+    return [(t, root / t.id) for t in tasks]
+
+
 def expert_examples(
     cfg: RunConfig,
     provider: SandboxProvider,
@@ -286,6 +301,9 @@ def expert_examples(
     pairs = [(q, Path(t.root)) for q, t in zip(q_train[:k], train[:k], strict=True)]
     if cfg.tasks.source == "multistep":
         from inhabit.orchestrator.quickstart.multistep_expert import multistep_transcripts
+
+        if bc.fresh_names:
+            pairs += _fresh_name_tasks(cfg, round(bc.fresh_names * k))
 
         window = min(cfg.harness.context_budget or window, window)
         trajs = asyncio.run(

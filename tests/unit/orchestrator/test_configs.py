@@ -70,6 +70,9 @@ def test_quickstart_overrides_and_errors():
         load_config(RunConfig, q, ["rollout.min_group_size=99"])
     with pytest.raises(ConfigError, match="stalenes"):
         load_config(RunConfig, q, ["max_stalenes=1"])
+    with pytest.raises(ConfigError, match="fresh_names"):
+        load_config(RunConfig, q, ["model.bootstrap.fresh_names=1.0"])
+    assert load_config(RunConfig, CONFIGS / "multistep.toml", ["model.bootstrap.fresh_names=1.0"])
 
 
 def test_data_parallel_override_and_its_placement():

@@ -19,7 +19,7 @@ from inhabit.harness.parse import render_call
 from inhabit.harness.prompts import SUMMARY_PROMPT
 from inhabit.rewards.grading import grade
 from inhabit.tasks.check import check_task
-from inhabit.tasks.families import multistep
+from inhabit.tasks.families import multistep, multistep_templates
 from inhabit.tasks.families.multistep import READ_WINDOW, generate, write_multistep_tasks
 from inhabit.tasks.families.quickstart import generate as quick_generate
 from inhabit.tasks.families.quickstart import write_quick_task
@@ -86,6 +86,35 @@ def test_held_out_packages_are_not_copies_of_train_ones():
     assert all(t.id.startswith("ms-heldout-") for t in held)
 
 
+def test_fresh_names_are_none_of_either_splits_names():
+    """`fresh_names` tasks (a bootstrap's extra transcripts) are train domains under made-up names:
+    no package, module or function name of the train or held-out split, and never a held-out domain's
+    code."""
+    fresh = generate(40, 0, "train", long_share=0.25, fresh_names=True)
+    listed = multistep._RESERVED
+    for t in fresh:
+        assert t.id.startswith("ms-fresh-") and t.package not in listed
+        paths = [p for p in t.workspace if not p.startswith("tests/")]
+        assert {Path(p).stem for p in paths} - {"__init__"} and all(
+            Path(p).stem not in listed for p in paths if not p.endswith("__init__.py")
+        )
+        assert t.bug["function"] not in listed and f"`{t.package}`" in t.instruction
+    assert len({t.package for t in fresh}) >= 35  # not a few names again
+    # Every helper module is a train template's (its first line, the docstring, says which).
+    train_heads = {m.source.splitlines()[0] for m in multistep_templates.TRAIN}
+    facade_head = '"""The functions callers use; they compose the helper modules."""'
+    for t in fresh:
+        heads = {
+            src.splitlines()[0]
+            for p, src in t.workspace.items()
+            if p.startswith(t.package + "/") and not p.endswith("__init__.py")
+        }
+        assert heads <= train_heads | {facade_head}, heads
+    assert generate(5, 0, fresh_names=True)[0].workspace == fresh[0].workspace  # deterministic
+    with pytest.raises(ValueError, match="train domains only"):
+        generate(2, 0, "held-out", fresh_names=True)
+
+
 def test_the_instruction_names_the_failing_test_not_the_bug():
     for t in generate(30, 1, long_share=0.3):
         module, function = t.bug["module"], t.bug["function"]
@@ -116,12 +145,13 @@ def test_long_variants_need_more_reading():
 
 
 async def test_generated_tasks_pass_task_check(tmp_path: Path, sandbox_provider, fast_command: str):
-    """A normal and a long train task and a held-out task: the bug fails the named tests, the
+    """A normal and a long train task, a held-out task and one under fresh names: the bug fails the named tests, the
     reference patch fixes them, every other test passes, grading raises no flag."""
     short = next(t for t in generate(6, 7, long_share=0.0))
     long = next(t for t in generate(6, 7, long_share=1.0))
     held = next(t for t in generate(6, 7, "held-out", long_share=0.0))
-    for i, t in enumerate((short, long, held)):
+    fresh = next(t for t in generate(6, 7, long_share=0.0, fresh_names=True))
+    for i, t in enumerate((short, long, held, fresh)):
         (root,) = write_multistep_tasks(tmp_path / str(i), [t], command=fast_command)
         report = await check_task(root, sandbox_provider)
         assert report.valid, [str(p) for p in report.problems]

@@ -29,7 +29,13 @@ so reading that one module overflows the quickstart model's 1,024-token window o
 `HarnessConfig.context_budget`, and an episode that reads it summarizes (tests/unit/tasks/
 test_families.py runs one). A long module takes two 400-line reads: its budget is 8.
 
-Deterministic per (seed, split): the same arguments write the same bytes.
+Fresh names (`fresh_names=True`, train split only): the package, module, facade and function
+names are made-up words (consonant-vowel syllables) instead of the split's fixed lists. Such tasks
+are not part of either split: a bootstrap plays them on top of its share of the train split so that
+the model it teaches meets names it cannot have memorized, and learns to copy the name the
+instruction or an observation shows (`model.bootstrap.fresh_names`).
+
+Deterministic per (seed, split, fresh_names): the same arguments write the same bytes.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ import importlib
 import importlib.util
 import itertools
 import json
+import keyword
 import random
 import sys
 import tempfile
@@ -107,6 +114,43 @@ class _Module:
     facade: str = ""
 
 
+_CONSONANTS = "bdfgklmnprstvz"
+_VOWELS = "aeiou"
+_RESERVED = frozenset(
+    [*HELD_OUT_PACKAGES, *TRAIN_PACKAGES, *FACADES]
+    + [n for t in (*TRAIN, *HELD_OUT) for n in (*t.modules, *t.facade_names)]
+    + [o for t in (*TRAIN, *HELD_OUT) for opts in t.names.values() for o in opts]
+)
+"""Every name of either split's lists: a fresh name is none of them (nor a keyword or a module of
+the standard library, which a package or module of that name would shadow in the tests)."""
+
+
+class _Namer:
+    """Made-up identifiers, distinct within one task, drawn from the task's own random stream."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+        self.taken: set[str] = set()
+
+    def word(self, syllables: tuple[int, int] = (2, 3)) -> str:
+        while True:
+            n = self.rng.randint(*syllables)
+            w = "".join(self.rng.choice(_CONSONANTS) + self.rng.choice(_VOWELS) for _ in range(n))
+            if (
+                w not in self.taken
+                and w not in _RESERVED
+                and not keyword.iskeyword(w)
+                and w not in sys.stdlib_module_names
+            ):
+                self.taken.add(w)
+                return w
+
+    def function(self) -> str:
+        """A function or constant name: one word, or two joined by an underscore (as the
+        templates' own names are)."""
+        return self.word() if self.rng.random() < 0.5 else f"{self.word((1, 2))}_{self.word((1, 2))}"
+
+
 def _call_text(fn: str, args: str) -> str:
     return fn + (args[:-2] + ")" if args.endswith(",)") else args)
 
@@ -146,14 +190,23 @@ def _evaluate(
     return out
 
 
-def _pick_modules(rng: random.Random, pool: tuple[ModuleTemplate, ...], long: bool) -> list[_Module]:
+def _pick_modules(
+    rng: random.Random, pool: tuple[ModuleTemplate, ...], long: bool, namer: _Namer | None = None
+) -> list[_Module]:
     chosen = rng.sample(pool, rng.randint(2, min(5, len(pool))))
     mods = []
     for t in chosen:
         names: dict[str, str] = {}
         for key, options in t.names.items():
-            names[key] = rng.choice([o for o in options if o not in names.values()])
-        m = _Module(t, rng.choice(t.modules), names, rng.choice(t.facade_names))
+            if namer is not None:
+                # A constant keeps its upper case, so the module reads as the template's does.
+                names[key] = namer.function().upper() if options[0].isupper() else namer.function()
+            else:
+                names[key] = rng.choice([o for o in options if o not in names.values()])
+        if namer is not None:
+            m = _Module(t, namer.word(), names, namer.function())
+        else:
+            m = _Module(t, rng.choice(t.modules), names, rng.choice(t.facade_names))
         m.source = Template(t.source).substitute(names)
         if long:
             # The filler goes between the module's header (docstring, constants) and its own
@@ -175,11 +228,17 @@ def _tests(package: str, module: str, calls: list[tuple[str, str, str, Any]]) ->
     return "\n".join(lines)
 
 
-def make_task(rng: random.Random, index: int, split: str, long: bool) -> MultiTask | None:
+def make_task(
+    rng: random.Random, index: int, split: str, long: bool, fresh_names: bool = False
+) -> MultiTask | None:
     """One task, or None when the drawn bug shows in no facade test (the caller draws again)."""
     pool, packages = (TRAIN, TRAIN_PACKAGES) if split == "train" else (HELD_OUT, HELD_OUT_PACKAGES)
-    package, facade = rng.choice(packages), rng.choice(FACADES)
-    mods = _pick_modules(rng, pool, long)
+    namer = _Namer(rng) if fresh_names else None
+    if namer is not None:
+        package, facade = namer.word(), namer.word()
+    else:
+        package, facade = rng.choice(packages), rng.choice(FACADES)
+    mods = _pick_modules(rng, pool, long, namer)
     imports = ", ".join(sorted(m.name for m in mods))
     domains = ", ".join(m.template.domain for m in mods)
     fixed: dict[str, str] = {
@@ -262,7 +321,7 @@ def make_task(rng: random.Random, index: int, split: str, long: bool) -> MultiTa
             buggy[path].splitlines(True), fixed[path].splitlines(True), f"a/{path}", f"b/{path}"
         )
     )
-    prefix = "ms-train" if split == "train" else "ms-heldout"
+    prefix = "ms-fresh" if fresh_names else "ms-train" if split == "train" else "ms-heldout"
     return MultiTask(
         id=f"{prefix}-{index:04d}", split=split, package=package, long=long, workspace=workspace,
         hidden={hidden_file: "\n".join(hidden_lines)}, fail_to_pass=fail_to_pass,
@@ -271,19 +330,26 @@ def make_task(rng: random.Random, index: int, split: str, long: bool) -> MultiTa
     )  # fmt: skip
 
 
-def generate(count: int, seed: int, split: str = "train", long_share: float = 0.25) -> list[MultiTask]:
-    """`count` distinct tasks of `split`, deterministic per (seed, split, long_share)."""
+def generate(
+    count: int, seed: int, split: str = "train", long_share: float = 0.25, fresh_names: bool = False
+) -> list[MultiTask]:
+    """`count` distinct tasks of `split`, deterministic per (seed, split, long_share, fresh_names).
+
+    With `fresh_names` (train only) the tasks are the train domains under made-up names, from a
+    stream of their own: never one of the train split's tasks, never a held-out domain."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {', '.join(SPLITS)}, not {split!r}")
+    if fresh_names and split != "train":
+        raise ValueError("fresh_names draws train domains only: the held-out split keeps its packages")
     if not 0.0 <= long_share <= 1.0:
         raise ValueError(f"long_share must be within [0, 1], not {long_share}")
     # The split is part of the stream, so a held-out seed never replays train draws.
-    rng = random.Random(f"multistep:{split}:{seed}")
+    rng = random.Random(f"multistep:{split}{':fresh' if fresh_names else ''}:{seed}")
     out: list[MultiTask] = []
     seen: set[str] = set()
     while len(out) < count:
         long = rng.random() < long_share
-        t = make_task(rng, len(out), split, long)
+        t = make_task(rng, len(out), split, long, fresh_names)
         if t is None:
             continue
         key = json.dumps(t.workspace, sort_keys=True)
