@@ -40,7 +40,8 @@ def test_expert_episodes_solve_their_tasks_within_the_budget_and_summarize_long_
     turn budget plus slack; in a 1,024-token window (the multistep config's) long variants summarize,
     and every segment, summary ones included, becomes a training example with learned tokens."""
     # two tasks under made-up names too: what `model.bootstrap.fresh_names` has the expert play
-    tasks = [t for t in generate(12, 2, long_share=0.5)][:8] + generate(2, 2, long_share=0.0, fresh_names=True)
+    fresh = generate(2, 2, long_share=0.0, fresh_names=True)
+    tasks = [t for t in generate(12, 2, long_share=0.5)][:8] + fresh
     assert any(t.long for t in tasks) and not all(t.long for t in tasks)
     roots = write_multistep_tasks(tmp_path, tasks)
     tok = quickstart_tokenizer()
