@@ -169,6 +169,15 @@ def _same_print(print_, d):
     return all(map(operator.is_, d, print_[0])) and all(map(operator.is_, d.values(), print_[1]))
 
 
+def _same_ns(attrs, d):
+    """Whether the namespace `d` holds exactly the keys and objects of the dict `attrs`, in order."""
+    return (
+        len(d) == len(attrs)
+        and all(map(operator.is_, d, attrs))
+        and all(map(operator.is_, d.values(), attrs.values()))
+    )
+
+
 def _code_of(obj):
     """A function's code object, or None. Never trusts `getattr`: objects such as unittest.mock's
     `call` answer every attribute name with a new object of their own."""
@@ -420,36 +429,61 @@ class _Guard:
         return frame is not None and frame.f_code.co_filename in _IMPORT_UNMARSHAL
 
     # -- the snapshot ---------------------------------------------------------------------------
-    def snapshot(self, force=True):
+    def snapshot(self, force=True, reuse=None):
         """Take runner modules not yet in the snapshot. Unforced (each verification), only when
-        sys.modules grew since the last look: a module already taken is never taken again."""
+        sys.modules grew since the last look: a module already taken is never taken again.
+        `reuse` (a rebase: the snapshot just verified, as modules, classes, functions) makes the
+        new snapshot from the old one's records where a namespace or function is unchanged, which
+        is the same snapshot as a fresh take without reading every function again (each read of
+        a function's code or defaults raises an audit event)."""
         if not force and len(sys.modules) == self.modules_seen:
             return
         self.modules_seen = len(sys.modules)
+        old_modules, old_classes, old_functions = reuse or ({}, {}, {})
         for name, mod in list(sys.modules.items()):
             if mod is None or not self.is_runner_module(name) or name in self.modules:
                 continue
             if name == __name__ and not self.own:
                 continue
-            attrs = dict(vars(mod))
+            d = vars(mod)
+            old = old_modules.get(name)
+            attrs = old[1] if old is not None and old[0] is mod and _same_ns(old[1], d) else dict(d)
             self.modules[name] = (mod, attrs)
             for value in attrs.values():
                 if isinstance(value, type) and self.is_runner_module(value.__module__ or ""):
                     if value not in self.classes:
-                        self.classes[value] = dict(vars(value))
-                        for member in vars(value).values():
-                            self._function(getattr(member, "__func__", member))
+                        members = vars(value)
+                        was = old_classes.get(value)
+                        self.classes[value] = (
+                            was if was is not None and _same_ns(was, members) else dict(members)
+                        )
+                        for member in members.values():
+                            # A plain function has no __func__ (getattr would raise inside).
+                            fn = (
+                                member
+                                if type(member) is types.FunctionType
+                                else getattr(member, "__func__", member)
+                            )
+                            self._function(fn, old_functions)
                 else:
-                    self._function(value)
+                    self._function(value, old_functions)
 
-    def _function(self, fn):
+    def _function(self, fn, old_functions=None):
+        # The type test first: `_code_of` on any other value is a failed getattr (an exception
+        # made and dropped), and a function's record is keyed by the function itself (its hash
+        # and equality are identity's; `id()` raises an audit event), a bound method's by id.
+        if not isinstance(fn, (types.FunctionType, types.MethodType)):
+            return
+        key = fn if type(fn) is types.FunctionType else id(fn)
+        if key in self.functions:
+            return
+        known = old_functions.get(key) if old_functions else None
+        if known is not None:
+            self.functions[key] = known
+            return
         code = _code_of(fn)
-        if (
-            code is not None
-            and isinstance(fn, (types.FunctionType, types.MethodType))
-            and id(fn) not in self.functions
-        ):
-            self.functions[id(fn)] = (fn, code, fn.__defaults__, getattr(fn, "__kwdefaults__", None))
+        if code is not None:
+            self.functions[key] = (fn, code, fn.__defaults__, getattr(fn, "__kwdefaults__", None))
 
     def verify(self, where, item=None, rebase=False):
         if self.busy:
@@ -536,16 +570,22 @@ class _Guard:
         # are compared at the checkpoints only (start-up, after collection, before sealing);
         # between them, replacing them raises `object.__setattr__`, which the audit hook reports.
         if rebase or (item is None and where in (_AFTER_COLLECTION, _BEFORE_SEALING)):
-            for fn, code, defaults, kwdefaults in self.functions.values():
+            stale = []
+            for key, (fn, code, defaults, kwdefaults) in self.functions.items():
                 if (
                     fn.__code__ is not code
                     or fn.__defaults__ is not defaults
                     or (getattr(fn, "__kwdefaults__", None) is not kwdefaults)
                 ):
                     self.changed(where, fn.__module__, fn.__qualname__, fn, rebase)
+                    stale.append(key)
         if rebase:
+            # A fresh snapshot of what is there now; what did not change is taken from the old.
+            for key in stale:
+                del self.functions[key]
+            reuse = (self.modules, self.classes, self.functions)
             self.modules, self.classes, self.functions, self.prints = {}, {}, {}, {}
-            self.snapshot()
+            self.snapshot(reuse=reuse)
         # Both are _tracers() 4-tuples (no zip strict=: this file also runs on Python 3.8).
         if any(a is not b for a, b in zip(_tracers(), self.tracers)):  # noqa: B905
             self.note("trace", f"a trace or profile function is installed while the runner runs ({where})")
