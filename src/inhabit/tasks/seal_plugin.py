@@ -140,6 +140,8 @@ _WATCH = frozenset(
 # instead), so importing a module from its .pyc looks like code made under its file name.
 _MARSHAL_RAISES_CODE_NEW = sys.version_info < (3, 9)
 _IMPORT_UNMARSHAL = frozenset({"<frozen importlib._bootstrap_external>", "<frozen zipimport>"})
+_WRITE_EVENTS = frozenset({"object.__setattr__", "object.__delattr__"})
+_FN_ATTRS = frozenset({"__code__", "__defaults__", "__kwdefaults__"})
 _CO_ITERABLE_COROUTINE = 0x100  # the one flag types.coroutine adds to a generator's code
 # pytest rewrites these module globals itself around every test (assertion helpers); the warnings
 # module records in `__warningregistry__` (a dict of data) which warnings a module has issued.
@@ -235,6 +237,9 @@ class _Guard:
         self.classes = {}
         self.functions = {}
         self.tracers = _tracers()
+        self.fn_writes = 0  # writes of a function's code or defaults seen by the audit hook
+        self.fn_checked = 0  # fn_writes when every snapshot function was last read (the snapshot)
+        self.impls_checked = None  # (fn_writes, hook implementation functions) at the last check
         self.files = {}
         self.own = False  # this module joins the snapshot once it is fully defined (end of file)
         for name, mod in list(sys.modules.items()):
@@ -361,7 +366,14 @@ class _Guard:
 
     # -- the audit hook -------------------------------------------------------------------------
     def audit(self, event, args):
-        if event not in _WATCH or self.busy:
+        if event not in _WATCH:
+            return
+        if event in _WRITE_EVENTS and len(args) > 1 and type(args[1]) is str and args[1] in _FN_ATTRS:
+            # Counted even while the plugin is busy (code of the test run could run inside one of
+            # its reads): the checks that read every function's code skip the read when no such
+            # write happened since their last one.
+            self.fn_writes += 1
+        if self.busy:
             return
         self.busy = True  # what the hook itself touches raises events too
         try:
@@ -569,8 +581,12 @@ class _Guard:
         # A function's code and defaults: reading them raises an audit event per function, so they
         # are compared at the checkpoints only (start-up, after collection, before sealing);
         # between them, replacing them raises `object.__setattr__`, which the audit hook reports.
-        if rebase or (item is None and where in (_AFTER_COLLECTION, _BEFORE_SEALING)):
-            stale = []
+        # Each of those writes raises an audit event (Python 3.8 to 3.13 alike), so the read is
+        # skipped where none happened since the last one: nothing of them can have changed.
+        stale = []
+        checkpoint = rebase or (item is None and where in (_AFTER_COLLECTION, _BEFORE_SEALING))
+        if checkpoint and self.fn_writes != self.fn_checked:
+            self.fn_checked = self.fn_writes
             for key, (fn, code, defaults, kwdefaults) in self.functions.items():
                 if (
                     fn.__code__ is not code
@@ -603,11 +619,27 @@ class _Guard:
     def check_plugins(self):
         for plugin in self.pm.get_plugins():
             self.check_plugin(plugin)
-        for caller in vars(self.pm.hook).values():
-            for impl in getattr(caller, "_hookimpls", ()):
-                code = _code_of(impl.function)
-                if code is not None and self.origin(code.co_filename) == "workspace":
-                    self.note("plugin", f"a {caller.name} implementation from {code.co_filename}")
+        impls = [
+            (caller, impl)
+            for caller in vars(self.pm.hook).values()
+            for impl in getattr(caller, "_hookimpls", ())
+        ]
+        # Reading a function's code raises an audit event: the same implementations (by identity)
+        # with no function code written since their last check are not read again.
+        functions = [impl.function for _, impl in impls]
+        last = self.impls_checked
+        if (
+            last is not None
+            and last[0] == self.fn_writes
+            and len(last[1]) == len(functions)
+            and all(map(operator.is_, functions, last[1]))
+        ):
+            return
+        self.impls_checked = (self.fn_writes, functions)
+        for caller, impl in impls:
+            code = _code_of(impl.function)
+            if code is not None and self.origin(code.co_filename) == "workspace":
+                self.note("plugin", f"a {caller.name} implementation from {code.co_filename}")
 
     def check_plugin(self, plugin):
         # (A plugin object of a class from nowhere is judged by its hook functions' code instead.)
