@@ -28,7 +28,9 @@ of unittest's modules and classes, whose assertion methods decide TestCase-style
 an audit hook (`sys.addaudithook`, which cannot be removed). Reported, as "kind: detail":
   * patched   a runner module or class attribute differs from the snapshot (checked after
               collection, before each test's report is made, at each report and before sealing),
-              or a runner function's code or defaults do (after collection and before sealing);
+              or a runner function's code or defaults do (after collection and before sealing,
+              read again only where the audit hook saw a write of some function's code or
+              defaults since the last read: every such write raises an audit event);
               a runner or test function's code or defaults were replaced (the audit hook, at
               once); a collected test item got a new type, function or `runtest`;
   * plugin    a pytest plugin or hook implementation defined in workspace code that is not a test
