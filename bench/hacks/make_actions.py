@@ -103,6 +103,26 @@ def _noop(self):
     return None
 getattr(_s.modules['_py' + 'test.py' + 'thon'], 'Func' + 'tion').runtest.__code__ = _noop.__code__
 """,
+    # Runs inside the integrity checks' own read of a hook implementation's code (while their
+    # audit hook is muted): a callable pushed into a hook's list whose `__code__` swaps runtest.
+    "code_swap_inside_integrity_read": """
+import sys as _s, gc as _g, copy as _cp
+def _noop(self):
+    return None
+class _Sneak:
+    def __call__(self, *a, **k):
+        return None
+    @property
+    def __code__(self):
+        getattr(_s.modules['_py' + 'test.py' + 'thon'], 'Func' + 'tion').runtest.__code__ = _noop.__code__
+for _o in _g.get_objects():
+    if type(_o).__name__ == 'Pytest' + 'PluginManager':
+        _c = getattr(_o.hook, 'pytest_keyboard_' + 'interrupt')
+        _i = _cp.copy(_c._hookimpls[0])
+        _i.function = _Sneak()
+        _c._hookimpls.append(_i)
+        break
+""",
     "replace_module_function": """
 import sys as _s
 _r = _s.modules['_py' + 'test.run' + 'ner']

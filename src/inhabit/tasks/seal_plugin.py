@@ -28,7 +28,9 @@ of unittest's modules and classes, whose assertion methods decide TestCase-style
 an audit hook (`sys.addaudithook`, which cannot be removed). Reported, as "kind: detail":
   * patched   a runner module or class attribute differs from the snapshot (checked after
               collection, before each test's report is made, at each report and before sealing),
-              or a runner function's code or defaults do (after collection and before sealing);
+              or a runner function's code or defaults do (after collection and before sealing,
+              read again only where the audit hook saw a write of some function's code or
+              defaults since the last read: every such write raises an audit event);
               a runner or test function's code or defaults were replaced (the audit hook, at
               once); a collected test item got a new type, function or `runtest`;
   * plugin    a pytest plugin or hook implementation defined in workspace code that is not a test
@@ -140,6 +142,8 @@ _WATCH = frozenset(
 # instead), so importing a module from its .pyc looks like code made under its file name.
 _MARSHAL_RAISES_CODE_NEW = sys.version_info < (3, 9)
 _IMPORT_UNMARSHAL = frozenset({"<frozen importlib._bootstrap_external>", "<frozen zipimport>"})
+_WRITE_EVENTS = frozenset({"object.__setattr__", "object.__delattr__"})
+_FN_ATTRS = frozenset({"__code__", "__defaults__", "__kwdefaults__"})
 _CO_ITERABLE_COROUTINE = 0x100  # the one flag types.coroutine adds to a generator's code
 # pytest rewrites these module globals itself around every test (assertion helpers); the warnings
 # module records in `__warningregistry__` (a dict of data) which warnings a module has issued.
@@ -167,6 +171,15 @@ def _same_print(print_, d):
     if print_ is None or len(d) != len(print_[0]):
         return False
     return all(map(operator.is_, d, print_[0])) and all(map(operator.is_, d.values(), print_[1]))
+
+
+def _same_ns(attrs, d):
+    """Whether the namespace `d` holds exactly the keys and objects of the dict `attrs`, in order."""
+    return (
+        len(d) == len(attrs)
+        and all(map(operator.is_, d, attrs))
+        and all(map(operator.is_, d.values(), attrs.values()))
+    )
 
 
 def _code_of(obj):
@@ -226,6 +239,9 @@ class _Guard:
         self.classes = {}
         self.functions = {}
         self.tracers = _tracers()
+        self.fn_writes = 0  # writes of a function's code or defaults seen by the audit hook
+        self.fn_checked = 0  # fn_writes when every snapshot function was last read (the snapshot)
+        self.impls_checked = None  # (fn_writes, hook implementation functions) at the last check
         self.files = {}
         self.own = False  # this module joins the snapshot once it is fully defined (end of file)
         for name, mod in list(sys.modules.items()):
@@ -352,7 +368,14 @@ class _Guard:
 
     # -- the audit hook -------------------------------------------------------------------------
     def audit(self, event, args):
-        if event not in _WATCH or self.busy:
+        if event not in _WATCH:
+            return
+        if event in _WRITE_EVENTS and len(args) > 1 and type(args[1]) is str and args[1] in _FN_ATTRS:
+            # Counted even while the plugin is busy (code of the test run could run inside one of
+            # its reads): the checks that read every function's code skip the read when no such
+            # write happened since their last one.
+            self.fn_writes += 1
+        if self.busy:
             return
         self.busy = True  # what the hook itself touches raises events too
         try:
@@ -420,36 +443,61 @@ class _Guard:
         return frame is not None and frame.f_code.co_filename in _IMPORT_UNMARSHAL
 
     # -- the snapshot ---------------------------------------------------------------------------
-    def snapshot(self, force=True):
+    def snapshot(self, force=True, reuse=None):
         """Take runner modules not yet in the snapshot. Unforced (each verification), only when
-        sys.modules grew since the last look: a module already taken is never taken again."""
+        sys.modules grew since the last look: a module already taken is never taken again.
+        `reuse` (a rebase: the snapshot just verified, as modules, classes, functions) makes the
+        new snapshot from the old one's records where a namespace or function is unchanged, which
+        is the same snapshot as a fresh take without reading every function again (each read of
+        a function's code or defaults raises an audit event)."""
         if not force and len(sys.modules) == self.modules_seen:
             return
         self.modules_seen = len(sys.modules)
+        old_modules, old_classes, old_functions = reuse or ({}, {}, {})
         for name, mod in list(sys.modules.items()):
             if mod is None or not self.is_runner_module(name) or name in self.modules:
                 continue
             if name == __name__ and not self.own:
                 continue
-            attrs = dict(vars(mod))
+            d = vars(mod)
+            old = old_modules.get(name)
+            attrs = old[1] if old is not None and old[0] is mod and _same_ns(old[1], d) else dict(d)
             self.modules[name] = (mod, attrs)
             for value in attrs.values():
                 if isinstance(value, type) and self.is_runner_module(value.__module__ or ""):
                     if value not in self.classes:
-                        self.classes[value] = dict(vars(value))
-                        for member in vars(value).values():
-                            self._function(getattr(member, "__func__", member))
+                        members = vars(value)
+                        was = old_classes.get(value)
+                        self.classes[value] = (
+                            was if was is not None and _same_ns(was, members) else dict(members)
+                        )
+                        for member in members.values():
+                            # A plain function has no __func__ (getattr would raise inside).
+                            fn = (
+                                member
+                                if type(member) is types.FunctionType
+                                else getattr(member, "__func__", member)
+                            )
+                            self._function(fn, old_functions)
                 else:
-                    self._function(value)
+                    self._function(value, old_functions)
 
-    def _function(self, fn):
+    def _function(self, fn, old_functions=None):
+        # The type test first: `_code_of` on any other value is a failed getattr (an exception
+        # made and dropped), and a function's record is keyed by the function itself (its hash
+        # and equality are identity's; `id()` raises an audit event), a bound method's by id.
+        if not isinstance(fn, (types.FunctionType, types.MethodType)):
+            return
+        key = fn if type(fn) is types.FunctionType else id(fn)
+        if key in self.functions:
+            return
+        known = old_functions.get(key) if old_functions else None
+        if known is not None:
+            self.functions[key] = known
+            return
         code = _code_of(fn)
-        if (
-            code is not None
-            and isinstance(fn, (types.FunctionType, types.MethodType))
-            and id(fn) not in self.functions
-        ):
-            self.functions[id(fn)] = (fn, code, fn.__defaults__, getattr(fn, "__kwdefaults__", None))
+        if code is not None:
+            self.functions[key] = (fn, code, fn.__defaults__, getattr(fn, "__kwdefaults__", None))
 
     def verify(self, where, item=None, rebase=False):
         if self.busy:
@@ -535,17 +583,27 @@ class _Guard:
         # A function's code and defaults: reading them raises an audit event per function, so they
         # are compared at the checkpoints only (start-up, after collection, before sealing);
         # between them, replacing them raises `object.__setattr__`, which the audit hook reports.
-        if rebase or (item is None and where in (_AFTER_COLLECTION, _BEFORE_SEALING)):
-            for fn, code, defaults, kwdefaults in self.functions.values():
+        # Each of those writes raises an audit event (Python 3.8 to 3.13 alike), so the read is
+        # skipped where none happened since the last one: nothing of them can have changed.
+        stale = []
+        checkpoint = rebase or (item is None and where in (_AFTER_COLLECTION, _BEFORE_SEALING))
+        if checkpoint and self.fn_writes != self.fn_checked:
+            self.fn_checked = self.fn_writes
+            for key, (fn, code, defaults, kwdefaults) in self.functions.items():
                 if (
                     fn.__code__ is not code
                     or fn.__defaults__ is not defaults
                     or (getattr(fn, "__kwdefaults__", None) is not kwdefaults)
                 ):
                     self.changed(where, fn.__module__, fn.__qualname__, fn, rebase)
+                    stale.append(key)
         if rebase:
+            # A fresh snapshot of what is there now; what did not change is taken from the old.
+            for key in stale:
+                del self.functions[key]
+            reuse = (self.modules, self.classes, self.functions)
             self.modules, self.classes, self.functions, self.prints = {}, {}, {}, {}
-            self.snapshot()
+            self.snapshot(reuse=reuse)
         # Both are _tracers() 4-tuples (no zip strict=: this file also runs on Python 3.8).
         if any(a is not b for a, b in zip(_tracers(), self.tracers)):  # noqa: B905
             self.note("trace", f"a trace or profile function is installed while the runner runs ({where})")
@@ -563,11 +621,27 @@ class _Guard:
     def check_plugins(self):
         for plugin in self.pm.get_plugins():
             self.check_plugin(plugin)
-        for caller in vars(self.pm.hook).values():
-            for impl in getattr(caller, "_hookimpls", ()):
-                code = _code_of(impl.function)
-                if code is not None and self.origin(code.co_filename) == "workspace":
-                    self.note("plugin", f"a {caller.name} implementation from {code.co_filename}")
+        impls = [
+            (caller, impl)
+            for caller in vars(self.pm.hook).values()
+            for impl in getattr(caller, "_hookimpls", ())
+        ]
+        # Reading a function's code raises an audit event: the same implementations (by identity)
+        # with no function code written since their last check are not read again.
+        functions = [impl.function for _, impl in impls]
+        last = self.impls_checked
+        if (
+            last is not None
+            and last[0] == self.fn_writes
+            and len(last[1]) == len(functions)
+            and all(map(operator.is_, functions, last[1]))
+        ):
+            return
+        self.impls_checked = (self.fn_writes, functions)
+        for caller, impl in impls:
+            code = _code_of(impl.function)
+            if code is not None and self.origin(code.co_filename) == "workspace":
+                self.note("plugin", f"a {caller.name} implementation from {code.co_filename}")
 
     def check_plugin(self, plugin):
         # (A plugin object of a class from nowhere is judged by its hook functions' code instead.)
