@@ -80,7 +80,7 @@ from inhabit.sandbox.base import (
     check_env_dir,
     resolve_source,
 )
-from inhabit.sandbox.bwrap_sandbox import USERNS_FD, BwrapSandbox
+from inhabit.sandbox.bwrap_sandbox import USERNS_FD, BwrapSandbox, read_skeleton
 from inhabit.sandbox.layers import Snapshot, Volume
 from inhabit.sandbox.machine import MachineProfile, system_path
 
@@ -216,6 +216,7 @@ class BwrapSandboxProvider(SandboxProvider):
             raise SandboxError(problem)
         self.limits = limits or SandboxLimits()
         self.machine = machine or MachineProfile()
+        self.skeleton = read_skeleton()  # every sandbox's home starts with these files
         mountable = can_mount()
         if workspace_mode == "overlay" and not mountable:
             raise SandboxError(

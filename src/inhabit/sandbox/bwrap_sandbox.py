@@ -70,20 +70,30 @@ USERNS_FD = 3
 _INIT_CLOSING = ["/bin/sh", "-c", f'exec {USERNS_FD}<&-; "$@"; exit $?', "init"]
 
 
-def _make_home(home: Path, inner_home: str) -> None:
-    """An ordinary user's home: the distribution's skeleton files (.bashrc, .profile), mode 0755,
-    and the directory the repository is mounted on when that lies in it (`WORKSPACE_MOUNT`)."""
+def read_skeleton() -> tuple[tuple[str, bytes], ...]:
+    """The distribution's skeleton files (/etc/skel: .bashrc, .profile), as (name, content); read
+    once per provider, not once per sandbox."""
+    skel = Path("/etc/skel")
+    out = []
+    if skel.is_dir():
+        for f in skel.iterdir():
+            if f.is_file() and not f.is_symlink():
+                with contextlib.suppress(OSError):
+                    out.append((f.name, f.read_bytes()))
+    return tuple(out)
+
+
+def _make_home(home: Path, inner_home: str, skeleton: Sequence[tuple[str, bytes]]) -> None:
+    """An ordinary user's home: the skeleton files (`read_skeleton`), mode 0755, and the
+    directory the repository is mounted on when that lies in it (`WORKSPACE_MOUNT`)."""
     home.mkdir(exist_ok=True)
     home.chmod(0o755)
     # bwrap would otherwise create the mount point itself, in the home bound from the host.
     if os.path.dirname(WORKSPACE_MOUNT) == inner_home:
         (home / os.path.basename(WORKSPACE_MOUNT)).mkdir(mode=0o755, exist_ok=True)
-    skel = Path("/etc/skel")
-    if skel.is_dir():
-        for f in skel.iterdir():
-            if f.is_file() and not f.is_symlink():
-                with contextlib.suppress(OSError):
-                    (home / f.name).write_bytes(f.read_bytes())
+    for name, content in skeleton:
+        with contextlib.suppress(OSError):
+            (home / name).write_bytes(content)
 
 
 def _exit_code(rc: int) -> int:
@@ -137,7 +147,7 @@ class BwrapSandbox(Sandbox):
         for d in (self.tmp, self.upper, self.work, self.workspace, self._volume.path / "layers"):
             d.mkdir(exist_ok=True)
         os.chmod(self.tmp, 0o1777)
-        _make_home(self.home, self._p.machine.home)
+        _make_home(self.home, self._p.machine.home, self._p.skeleton)
         self._own(self.tmp, self.upper, self.home, *self.home.iterdir())
         if self._p.cgroups is not None:
             self._groups = self._p.cgroups.create(self.sandbox_id, self._limits)
