@@ -52,6 +52,12 @@ bwrap re-reads its whole mount table after each of its bind steps, so starting f
 table made every sandbox pay for every mount on the machine. `launch_namespace=False` starts from
 the host's table, as where it cannot be made.
 
+Compiled launcher (as root, where `_launcher.c` is built): one exec does the launcher shell's,
+nsenter's and env's work, and in a private copy of the launch namespace shows only this
+sandbox's volume (every volume sits under `<scratch>/sb`, which the copy detaches), so bwrap's
+re-reads of its table skip the other sandboxes' mounts. `compiled_launcher=False` keeps the
+shell path.
+
 NOT protected against: kernel exploits (namespaces share the host kernel; use a VM for
 adversaries with kernel 0-days); reading what the read-only view exposes (/usr, the Python
 installation and venv); CPU-time side channels; disk I/O bandwidth; a process that holds the
