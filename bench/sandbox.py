@@ -24,8 +24,10 @@ in a long-lived sandbox (both paths and the bare interpreter interleaved), creat
 create p50 < 2 ms. The A/B bursts also report the CPU each sandbox cost (inhabit's process, and
 the processes it started: launcher, bwrap, the command), which bounds the burst rate: 200/s on
 two cores leaves 10 ms in all; and, as root, the same burst with bwrap started from the host's
-mount table instead of the provider's launch namespace (`launch_namespace=False`). Prints tables and writes bench/results/sandbox.json. Timings on a shared
-machine are noisy: compare within one run.
+mount table instead of the provider's launch namespace (`launch_namespace=False`), and through
+the shell launcher instead of the compiled one (`compiled_launcher=False`, where that is built).
+Prints tables and writes bench/results/sandbox.json. Timings on a shared machine are noisy:
+compare within one run.
 
     PYTHONPATH=src .venv/bin/python bench/sandbox.py [--backend auto] [--files 5000] [--mb 50]
 """
@@ -176,6 +178,11 @@ async def supervisor_ab(ws: Path, n: int, burst: int, python: str) -> dict:
         # namespace (as root; see inhabit.sandbox.launchns), the default otherwise.
         provs["host_table"] = BwrapSandboxProvider(limits=SandboxLimits(), launch_namespace=False)
         snaps["host_table"] = await (await provs["host_table"].create(ws)).snapshot()
+        # And bwrap started through the shell launcher (sh + nsenter + env) rather than the
+        # compiled one (as root, where it is built; see inhabit/sandbox/_launcher.c).
+        if getattr(provs["sup"], "launcher", None) is not None:
+            provs["shell_launcher"] = BwrapSandboxProvider(limits=SandboxLimits(), compiled_launcher=False)
+            snaps["shell_launcher"] = await (await provs["shell_launcher"].create(ws)).snapshot()
         out["ab_launch_namespace"] = provs["sup"].launch_ns is not None  # type: ignore[attr-defined]
         out["host_mounts"] = len(Path("/proc/self/mountinfo").read_text().splitlines())
         rates: dict[str, list[tuple[float, float, float]]] = {k: [] for k in provs}
@@ -459,6 +466,14 @@ def supervisor_report(res: dict, console: Console) -> dict[str, bool]:
             f"burst, bwrap from the host's table ({res['host_mounts']} mounts) (sandboxes/s)",
             f"{res['ab_host_table_burst_per_s']} ({res['ab_host_table_burst_cpu_ms_inhabit']} + "
             f"{res['ab_host_table_burst_cpu_ms_children']} ms)",
+            "",
+            "",
+        )
+    if "ab_shell_launcher_burst_per_s" in res:
+        t.add_row(
+            "burst, bwrap through the shell launcher (sandboxes/s)",
+            f"{res['ab_shell_launcher_burst_per_s']} ({res['ab_shell_launcher_burst_cpu_ms_inhabit']} + "
+            f"{res['ab_shell_launcher_burst_cpu_ms_children']} ms)",
             "",
             "",
         )

@@ -41,7 +41,9 @@ if TYPE_CHECKING:
 
 log = get_logger(__name__)
 
-_LAUNCH_FAILED = "inhabit: could not join the sandbox cgroups or set its rlimits"
+# How both launchers (the compiled one, `_launcher.c`, and the shell) begin the line they print
+# before exiting 125 when a step before bwrap fails: no command ran.
+_LAUNCH_FAILED = "inhabit: could not launch the sandbox: "
 
 
 def _nproc_wrap(cmd: list[str], n: int) -> list[str]:
@@ -68,20 +70,30 @@ USERNS_FD = 3
 _INIT_CLOSING = ["/bin/sh", "-c", f'exec {USERNS_FD}<&-; "$@"; exit $?', "init"]
 
 
-def _make_home(home: Path, inner_home: str) -> None:
-    """An ordinary user's home: the distribution's skeleton files (.bashrc, .profile), mode 0755,
-    and the directory the repository is mounted on when that lies in it (`WORKSPACE_MOUNT`)."""
+def read_skeleton() -> tuple[tuple[str, bytes], ...]:
+    """The distribution's skeleton files (/etc/skel: .bashrc, .profile), as (name, content); read
+    once per provider, not once per sandbox."""
+    skel = Path("/etc/skel")
+    out = []
+    if skel.is_dir():
+        for f in skel.iterdir():
+            if f.is_file() and not f.is_symlink():
+                with contextlib.suppress(OSError):
+                    out.append((f.name, f.read_bytes()))
+    return tuple(out)
+
+
+def _make_home(home: Path, inner_home: str, skeleton: Sequence[tuple[str, bytes]]) -> None:
+    """An ordinary user's home: the skeleton files (`read_skeleton`), mode 0755, and the
+    directory the repository is mounted on when that lies in it (`WORKSPACE_MOUNT`)."""
     home.mkdir(exist_ok=True)
     home.chmod(0o755)
     # bwrap would otherwise create the mount point itself, in the home bound from the host.
     if os.path.dirname(WORKSPACE_MOUNT) == inner_home:
         (home / os.path.basename(WORKSPACE_MOUNT)).mkdir(mode=0o755, exist_ok=True)
-    skel = Path("/etc/skel")
-    if skel.is_dir():
-        for f in skel.iterdir():
-            if f.is_file() and not f.is_symlink():
-                with contextlib.suppress(OSError):
-                    (home / f.name).write_bytes(f.read_bytes())
+    for name, content in skeleton:
+        with contextlib.suppress(OSError):
+            (home / name).write_bytes(content)
 
 
 def _exit_code(rc: int) -> int:
@@ -135,7 +147,7 @@ class BwrapSandbox(Sandbox):
         for d in (self.tmp, self.upper, self.work, self.workspace, self._volume.path / "layers"):
             d.mkdir(exist_ok=True)
         os.chmod(self.tmp, 0o1777)
-        _make_home(self.home, self._p.machine.home)
+        _make_home(self.home, self._p.machine.home, self._p.skeleton)
         self._own(self.tmp, self.upper, self.home, *self.home.iterdir())
         if self._p.cgroups is not None:
             self._groups = self._p.cgroups.create(self.sandbox_id, self._limits)
@@ -238,19 +250,26 @@ class BwrapSandbox(Sandbox):
 
     # -- exec -----------------------------------------------------------------------------------
 
-    def _launcher(self, supervisor: bool = False) -> tuple[list[str], Callable[[], None] | None]:
-        """How bwrap is started: an argv prefix and/or a preexec function.
+    def _launcher(self, supervisor: bool = False) -> tuple[list[str], Callable[[], None] | None, Path]:
+        """How bwrap is started: an argv prefix and/or a preexec function, and where bwrap finds
+        this sandbox's volume (its host path, or the compiled launcher's private view of it).
 
         For a supervisor the CPU-time soft limit stays at the hard one: it lasts many execs, and
         it sets the exec's own limit in each command it starts (`_exec_rlimits`).
 
-        As root, a tiny /bin/sh joins the sandbox's cgroups and sets rlimits, then execs bwrap
-        through setpriv as the sandbox host uid (see `idmap`). Python then spawns with vfork,
+        As root, the compiled launcher (`_launcher.c`, where built) joins the sandbox's cgroups,
+        sets rlimits, enters the launch namespace, drops to the sandbox host uid (see `idmap`),
+        resets signals and execs bwrap, all in one exec; where it is not built, a tiny /bin/sh
+        does the first two and execs bwrap through nsenter or setpriv (and env where signals
+        need a reset), the same steps in three or four execs. Python then spawns with vfork,
         where a preexec function would force a full fork of this (possibly large) process on
         every exec (~15 ms under load). Unprivileged, rlimits are set pre-exec.
         """
         lim = self._limits
         p = self._p
+        if p.launch_as_root and p.launcher is not None:
+            prefix, volume = self._compiled_launcher(supervisor)
+            return prefix, None, volume
         if p.launch_as_root:
             steps = [f"echo $$ > {shlex.quote(str(g / 'cgroup.procs'))}" for g in self._groups]
             if p.range_userns_fd is not None:  # our fd, reopened through /proc (dash: fds 0-9 only)
@@ -271,11 +290,17 @@ class BwrapSandbox(Sandbox):
             if p.cgroups is None:
                 steps.append(f"ulimit -v {lim.memory_mb * 1024}")
             script = (
-                f"{{ {' && '.join(steps)}; }} || {{ echo '{_LAUNCH_FAILED}' >&2; exit 125; }}; exec \"$@\""
+                f"{{ {' && '.join(steps)}; }} || "
+                f"{{ echo '{_LAUNCH_FAILED}joining its cgroups or setting its rlimits failed' >&2; exit 125; }}; "
+                'exec "$@"'
             )
             # The reset goes after the shell: sh keeps signals ignored on entry ignored.
             reset = signals.clean_start_prefix()
-            return ["/bin/sh", "-c", script, "inhabit-launch", *p.launch_prefix(reset)], None
+            return (
+                ["/bin/sh", "-c", script, "inhabit-launch", *p.launch_prefix(reset)],
+                None,
+                self._volume.path,
+            )
         # Unprivileged there is no cgroup and no sized volume: RLIMIT_FSIZE's hard limit is the
         # only per-file bound, so it stays; CPU keeps the caller's hard limit (the wall-clock
         # timeout bounds every exec).
@@ -293,26 +318,56 @@ class BwrapSandbox(Sandbox):
                 with contextlib.suppress(ValueError, OSError):
                     resource.setrlimit(what, value)
 
-        return signals.clean_start_prefix(), apply
+        return signals.clean_start_prefix(), apply, self._volume.path
 
-    def _bwrap_argv(self, prefix: Sequence[str], inner_cwd: str) -> list[str]:
-        """bwrap's argv up to and including its `--`: the sandbox's namespaces and mounts."""
+    def _compiled_launcher(self, supervisor: bool) -> tuple[list[str], Path]:
+        """The compiled launcher's argv up to bwrap: the same steps as the shell's in `_launcher`
+        (cgroups, the user namespace fd, rlimits), then the launch namespace, the private view
+        of this sandbox's volume and the uid drop (`BwrapSandboxProvider.launcher_args`); it
+        resets every signal before the exec. With it, where bwrap finds the volume."""
+        lim = self._limits
+        p = self._p
+        assert p.launcher is not None
+        argv = [p.launcher]
+        for g in self._groups:
+            argv += ["-g", str(g / "cgroup.procs")]
+        if p.range_userns_fd is not None:
+            argv += ["-f", str(p.range_userns_fd)]
+        unlimited = resource.RLIM_INFINITY
+        limits = [
+            (resource.RLIMIT_CPU, unlimited if supervisor else lim.cpu_time_s, unlimited),
+            (resource.RLIMIT_CORE, 0, unlimited if p.core_to_file else 0),
+            (resource.RLIMIT_FSIZE, unlimited, unlimited),
+        ]
+        if p.cgroups is None:
+            limits.append((resource.RLIMIT_AS, lim.memory_mb * 1024 * 1024, lim.memory_mb * 1024 * 1024))
+        for what, soft, hard in limits:
+            argv += [
+                "-r",
+                f"{what}:{'u' if soft == unlimited else soft}:{'u' if hard == unlimited else hard}",
+            ]
+        rest, volume = p.launcher_args(self._volume.path)
+        return [*argv, *rest, "--"], volume
+
+    def _bwrap_argv(self, prefix: Sequence[str], inner_cwd: str, volume: Path) -> list[str]:
+        """bwrap's argv up to and including its `--`: the sandbox's namespaces and mounts, with
+        this sandbox's /tmp, home and workspace bound from `volume` (see `_launcher`)."""
         machine = self._p.machine
         return [
             *prefix,
             *self._p.base_argv,
             "--bind",
-            str(self.tmp),
+            str(volume / self.tmp.relative_to(self._volume.path)),
             "/tmp",
             "--perms",
             "0755",
             "--dir",
             "/home",
             "--bind",
-            str(self.home),
+            str(volume / self.home.relative_to(self._volume.path)),
             machine.home,
             "--bind",
-            str(self.workspace),
+            str(volume / self.workspace.relative_to(self._volume.path)),
             WORKSPACE_MOUNT,
             *self._p.python_argv,
             *self._env_argv,
@@ -556,10 +611,10 @@ class BwrapSandbox(Sandbox):
         raise SupervisorGone("the sandbox supervisor died right after starting")
 
     async def _start_supervisor(self) -> Supervisor:
-        prefix, preexec = self._launcher(supervisor=True)
+        prefix, preexec, volume = self._launcher(supervisor=True)
         self._p.exec_counts["supervisor_starts"] += 1
         return await Supervisor.start(
-            self._bwrap_argv(prefix, WORKSPACE_MOUNT),
+            self._bwrap_argv(prefix, WORKSPACE_MOUNT, volume),
             env=self._p.machine.environment(self._p.path_env),
             preexec_fn=preexec,
             on_start=self._pgids.add,
@@ -603,9 +658,9 @@ class BwrapSandbox(Sandbox):
         """The per-exec path: one bwrap whose init shell runs `cmd` (the pid namespace ends with it)."""
         if self._p.cgroups is None:
             cmd = _nproc_wrap(cmd, self._limits.max_processes)
-        prefix, preexec = self._launcher()
+        prefix, preexec, volume = self._launcher()
         argv = [
-            *self._bwrap_argv(prefix, inner_cwd),
+            *self._bwrap_argv(prefix, inner_cwd, volume),
             *(_INIT if self._p.range_userns_fd is None else _INIT_CLOSING),
             *cmd,
         ]

@@ -8,8 +8,8 @@ docs/results.md, "One bwrap per sandbox"). So, as root, the provider keeps one n
 table holds only what bwrap and its launcher read: /usr, /etc and the top-level links or
 directories beside them, the six device nodes bwrap binds into each sandbox's /dev, the two /sys
 parts `sysview` shows, the Python roots, and the provider's scratch tree. The launcher enters it
-with nsenter, which also drops to the sandbox uid (in place of setpriv); cgroups and rlimits are
-set before that, in the host's namespace.
+with nsenter, which also drops to the sandbox uid (in place of setpriv), or the compiled launcher
+(`_launcher.c`) does both itself; cgroups and rlimits are set before that, in the host's namespace.
 
 The scratch tree is made a shared mount point before anything is mounted under it, and the
 namespace holds a slave copy of it: every volume, overlay and view the provider mounts later on

@@ -91,17 +91,22 @@ def bind_ro(source: Path, target: Path) -> None:
 
 
 MS_SHARED = 1 << 20
+MS_PRIVATE = 1 << 18
 
 
 def make_shared_mount_point(path: Path) -> None:
-    """Bind `path` onto itself and make it shared: mounts made under it later propagate to the
-    slave copies of it in other namespaces (see `inhabit.sandbox.launchns`)."""
+    """Bind `path` onto itself and make it shared, in a peer group of its own: mounts made under
+    it later propagate to the slave copies of it in other namespaces (see
+    `inhabit.sandbox.launchns`). Private first: a bind of a directory inside a shared mount would
+    otherwise join that mount's group, and every mount under it would be made again, hidden,
+    under the peer."""
     if _libc.mount(os.fsencode(path), os.fsencode(path), None, MS_BIND, None) != 0:
         raise _err(f"bind {path} on itself")
-    if _libc.mount(None, os.fsencode(path), None, MS_SHARED, None) != 0:
-        e = _err(f"make {path} shared")
-        umount(path)
-        raise e
+    for flag, what in ((MS_PRIVATE, "private"), (MS_SHARED, "shared")):
+        if _libc.mount(None, os.fsencode(path), None, flag, None) != 0:
+            e = _err(f"make {path} {what}")
+            umount(path)
+            raise e
 
 
 def umount(target: Path, detach: bool = True) -> None:

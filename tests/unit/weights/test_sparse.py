@@ -26,7 +26,16 @@ DECODERS = [
 ]
 
 
-def _delta(name: str, n: int, fraction: float, seed: int, *, far: bool = False, big_moves: bool = False):
+def _delta(
+    name: str,
+    n: int,
+    fraction: float,
+    seed: int,
+    *,
+    far: bool = False,
+    big_moves: bool = False,
+    buckets: int = 3,
+):
     """(base, new, parsed sparse blob) for a delta that changes about `fraction` of n elements."""
     rng = np.random.default_rng(seed)
     info = dtype_info(name)
@@ -41,7 +50,7 @@ def _delta(name: str, n: int, fraction: float, seed: int, *, far: bool = False, 
     step[step == 0] = 1
     new[changed] = base[changed] + step.astype(info.sint).view(info.uint)
     pos = np.flatnonzero(new != base)
-    meta, streams = sparse.encode(new, base, pos, info, 3, 3, buckets=3)
+    meta, streams = sparse.encode(new, base, pos, info, 3, 3, buckets=buckets)
     data = blob.pack(1, n, codec.checksum(new), codec.checksum(base), meta, streams)
     return base, new, blob.unpack(data)
 
@@ -54,10 +63,12 @@ def _delta(name: str, n: int, fraction: float, seed: int, *, far: bool = False, 
     fraction=st.sampled_from([0.0, 0.001, 0.05, 0.4, 1.0]),
     far=st.booleans(),
     big_moves=st.booleans(),
+    # 1-2 buckets take the compiled loop's fast runs, 3 its general path only.
+    buckets=st.sampled_from([1, 2, 3]),
     seed=st.integers(0, 2**32 - 1),
 )
-def test_apply_reproduces_the_new_tensor(compiled, name, n, fraction, far, big_moves, seed):
-    base, new, b = _delta(name, n, fraction, seed, far=far, big_moves=big_moves)
+def test_apply_reproduces_the_new_tensor(compiled, name, n, fraction, far, big_moves, buckets, seed):
+    base, new, b = _delta(name, n, fraction, seed, far=far, big_moves=big_moves, buckets=buckets)
     target = base.copy()
     undo = sparse.apply(b, target, dtype_info(name), compiled=compiled)
     assert np.array_equal(target, new)
@@ -91,6 +102,9 @@ def _corruptions(b: blob.Blob):
     g8 = bytearray(s[0])
     g8[-1] = 255  # the last position runs past the end
     yield "position past the end", dataclasses.replace(b, streams=[bytes(g8), *s[1:]])
+    g8 = bytearray(s[0])
+    g8[len(g8) // 2 :] = bytes([255]) * (len(g8) - len(g8) // 2)  # positions leave the tensor midway
+    yield "positions past the end midway", dataclasses.replace(b, streams=[bytes(g8), *s[1:]])
     yield "torn gap escapes", dataclasses.replace(b, streams=[s[0], s[1][:-3], *s[2:]])
     pairs = np.frombuffer(s[1], dtype="<u8").reshape(-1, 2).copy()
     yield "gap escapes out of order", dataclasses.replace(b, streams=[s[0], pairs[::-1].tobytes(), *s[2:]])
@@ -108,16 +122,19 @@ def _corruptions(b: blob.Blob):
 
 
 @pytest.mark.parametrize("compiled", DECODERS)
-def test_corrupt_streams_are_refused_and_the_target_restored(compiled):
-    base, new, _ = _delta("bfloat16", 300_000, 0.1, 5, big_moves=True)
+@pytest.mark.parametrize("buckets", [1, 2])
+def test_corrupt_streams_are_refused_and_the_target_restored(compiled, buckets):
+    # Enough changes for two buckets when asked: the compiled loop's fast runs see the damage.
+    base, new, _ = _delta("bfloat16", 300_000, 0.15, 5, big_moves=True)
     # Long runs of unchanged elements, so the gap escape stream holds several escapes.
     base[1000:5000] = new[1000:5000]
     base[20_000:24_000] = new[20_000:24_000]
     pos = np.flatnonzero(new != base)
     info = dtype_info("bfloat16")
-    meta, streams = sparse.encode(new, base, pos, info, 3, 3, buckets=2)
+    meta, streams = sparse.encode(new, base, pos, info, 3, 3, buckets=buckets)
     b = blob.unpack(blob.pack(1, new.size, 0, 0, meta, streams))
     assert len(b.streams[1]) >= 32 and len(b.streams[-1])
+    assert sparse._META.unpack_from(b.meta, 0)[1] == buckets
     for what, bad in _corruptions(b):
         target = base.copy()
         try:
