@@ -81,7 +81,9 @@ async def _launch_view(prov: BwrapSandboxProvider, workspace: Path, supervised: 
             await asyncio.sleep(0.02)
         assert not run.done(), run.result()
         (leader,) = sb._pgids
-        host = _host_view(leader, sb.sandbox_id)
+        # The shell's loop runs `touch` and `sleep` in turn: which one is alive at this instant is
+        # chance, so the view keeps the processes that stay (bwrap and the shells).
+        host = [p for p in _host_view(leader, sb.sandbox_id) if p["comm"] not in ("touch", "sleep")]
         (sb.workspace / "go").write_text("")
         result = await run
         assert result.ok, result
