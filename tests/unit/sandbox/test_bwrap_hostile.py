@@ -335,12 +335,25 @@ async def test_no_process_left_after_task_cancellation(bw, workspace):
 _EXIT_SCRIPT = """
 import asyncio, sys, os
 from inhabit.sandbox.bwrap import BwrapSandboxProvider
+def running():
+    for p in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{{p}}/cmdline", "rb") as f:
+                if b"{marker}" in f.read():
+                    return True
+        except OSError:
+            pass  # gone meanwhile
+    return False
 async def main():
     prov = BwrapSandboxProvider()
     sb = await prov.create(sys.argv[1])
     print(prov.root, flush=True)
     asyncio.ensure_future(sb.exec("sleep {marker}"))
-    await asyncio.sleep(0.5)
+    # Until the command runs (a fixed wait was too short on a loaded machine).
+    for _ in range(3000):
+        await asyncio.sleep(0.01)
+        if running():
+            break
     if sys.argv[2] == "kill":
         print("ready", flush=True)
         await asyncio.sleep(60)
