@@ -23,7 +23,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from inhabit.errors import SandboxError
 from inhabit.sandbox.base import ExecResult
@@ -305,7 +305,43 @@ async def run_capped(
         raise
     except OSError as e:
         raise SandboxError(f"could not start {argv[0]!r}: {e}") from e
-    pid = transport.get_pid()
+
+    def feed() -> None:
+        if stdin is not None:
+            w = transport.get_pipe_transport(0)
+            if w is not None:
+                with contextlib.suppress(OSError, RuntimeError):
+                    w.write(stdin)
+                    w.close()
+
+    return await _follow(
+        transport, transport.get_pid(), cap, timeout_s=timeout_s, kill=kill, on_start=on_start,
+        after_exit=after_exit, start=start, feed=feed,
+    )  # fmt: skip
+
+
+class _Child(Protocol):
+    """What `_follow` needs of a started child: asyncio's subprocess transport or `_PidfdChild`."""
+
+    def get_returncode(self) -> int | None: ...
+
+    def close(self) -> None: ...
+
+
+async def _follow(
+    child: _Child,
+    pid: int,
+    cap: _Capture,
+    *,
+    timeout_s: float,
+    kill: Callable[[], None] | None,
+    on_start: Callable[[int], None] | None,
+    after_exit: Callable[[int], None] | None,
+    start: float,
+    feed: Callable[[], None] | None = None,
+) -> ExecResult:
+    """The steps of `run_capped` once the child is started, whichever way it was: `on_start`,
+    `feed` (its stdin), the wait with its timeout, the kills and the result."""
     if on_start is not None:
         on_start(pid)
     timed_out = False
@@ -316,12 +352,8 @@ async def run_capped(
             kill()
 
     try:
-        if stdin is not None:
-            w = transport.get_pipe_transport(0)
-            if w is not None:
-                with contextlib.suppress(OSError, RuntimeError):
-                    w.write(stdin)
-                    w.close()
+        if feed is not None:
+            feed()
         try:
             await asyncio.wait_for(asyncio.shield(cap.exited), timeout=timeout_s)
         except TimeoutError:
@@ -337,10 +369,10 @@ async def run_capped(
     except BaseException:
         # Cancellation or an error: nothing the command started may outlive this call.
         _kill_all()
-        transport.close()
+        child.close()
         raise
-    code = transport.get_returncode()
-    transport.close()
+    code = child.get_returncode()
+    child.close()
     cap.finish()
     return ExecResult(
         exit_code=code if code is not None else -signal.SIGKILL,
@@ -378,44 +410,7 @@ async def _run_pidfd(
         )
     except OSError as e:
         raise SandboxError(f"could not start {argv[0]!r}: {e}") from e
-    pid = child.pid
-    if on_start is not None:
-        on_start(pid)
-    timed_out = False
-
-    def _kill_all() -> None:
-        kill_group(pid)
-        if kill is not None:
-            kill()
-
-    try:
-        try:
-            await asyncio.wait_for(asyncio.shield(cap.exited), timeout=timeout_s)
-        except TimeoutError:
-            timed_out = True
-            _kill_all()
-            await asyncio.wait_for(asyncio.shield(cap.exited), timeout=10)
-        # Background children of the command may still hold the pipes open.
-        if after_exit is not None:
-            after_exit(pid)
-        else:
-            kill_group(pid)
-        await asyncio.wait([*cap.pipes_closed.values()], timeout=2.0)
-    except BaseException:
-        # Cancellation or an error: nothing the command started may outlive this call.
-        _kill_all()
-        child.close()
-        raise
-    code = child.get_returncode()
-    child.close()
-    cap.finish()
-    return ExecResult(
-        exit_code=code if code is not None else -signal.SIGKILL,
-        stdout=cap.text(1),
-        stderr=cap.text(2),
-        duration_s=time.perf_counter() - start,
-        timed_out=timed_out,
-        stdout_truncated=cap.truncated[1],
-        stderr_truncated=cap.truncated[2],
-        output_order=tuple((fd, n) for fd, n in cap.order),
-    )
+    return await _follow(
+        child, child.pid, cap, timeout_s=timeout_s, kill=kill, on_start=on_start,
+        after_exit=after_exit, start=start,
+    )  # fmt: skip
