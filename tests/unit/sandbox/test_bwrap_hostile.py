@@ -336,10 +336,12 @@ _EXIT_SCRIPT = """
 import asyncio, sys, os
 from inhabit.sandbox.bwrap import BwrapSandboxProvider
 def running():
+    # The command itself (`sleep MARKER`), not bwrap or its launcher, whose argv holds the marker
+    # too: before bwrap has set --die-with-parent, a SIGKILL here would leave it running.
     for p in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{{p}}/cmdline", "rb") as f:
-                if b"{marker}" in f.read():
+                if f.read().split(b"\\0")[:2] == [b"sleep", b"{marker}"]:
                     return True
         except OSError:
             pass  # gone meanwhile
