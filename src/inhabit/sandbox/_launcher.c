@@ -4,7 +4,7 @@
  * three execs before bwrap, in the same order, and then execs bwrap (the rest of its argv):
  *
  *   _launcher [-g FILE]... [-f FD] [-r RES:SOFT:HARD]... [-m NS [-v OWN:VIEW:ALL]] [-u UID:GID]
- *             -- PROGRAM ARGS...
+ *             [-p PID] -- PROGRAM ARGS...
  *
  *   -g FILE           join a cgroup: write this process's pid to FILE (a cgroup.procs file)
  *   -f FD             open /proc/<parent>/fd/FD (the provider's user namespace fd) as fd 3,
@@ -16,6 +16,14 @@
  *   -u UID:GID        drop to UID/GID: no supplementary groups, real, effective and saved ids all
  *                     set, which leaves no capabilities (what nsenter's -S/-G and setpriv's
  *                     --reuid/--regid/--clear-groups did)
+ *   -p PID            die with PID, the process that started the launcher: after the uid drop,
+ *                     set the parent-death signal to SIGKILL and exit if the parent is already
+ *                     not PID (it died before the signal was set)
+ *
+ * Why -p: bwrap's --die-with-parent takes effect only once bwrap runs. A provider killed in the
+ * milliseconds before (while the launcher joins cgroups and enters namespaces) left a sandbox
+ * running with nobody to stop it. The signal is kept across the exec of bwrap (not set-uid), and
+ * must be set after the drop because the kernel clears it on every change of credentials.
  *
  * Why -v: bwrap re-reads its whole mount table after each of its 17 bind steps, and the launch
  * namespace's table holds the volume and overlay of every sandbox in flight (64 mounts with 32 in
@@ -47,6 +55,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -148,6 +157,15 @@ static void drop_to(const char *arg) {
     }
 }
 
+static void die_with(const char *arg) {
+    char *end;
+    unsigned long long parent = number(arg, &end, 0);
+    if (*end) usage("-p takes a process id");
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) fail("prctl", "PR_SET_PDEATHSIG");
+    /* Set after the parent died: no signal will come, and nobody waits for this process. */
+    if ((unsigned long long)getppid() != parent) usage("the process that started it has exited");
+}
+
 static void clean_signals(void) {
     struct sigaction dfl;
     memset(&dfl, 0, sizeof dfl);
@@ -160,10 +178,10 @@ static void clean_signals(void) {
 }
 
 int main(int argc, char **argv) {
-    const char *ns = NULL, *ids = NULL;
+    const char *ns = NULL, *ids = NULL, *parent = NULL;
     char *view = NULL;
     int i = 1;
-    /* Steps run in the order given for -g, -f and -r (as the shell's did); -m, -v and -u after. */
+    /* Steps run in the order given for -g, -f and -r (as the shell's did); -m, -v, -u, -p after. */
     for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
         const char *opt = argv[i];
         if (i + 1 >= argc || opt[0] != '-' || opt[1] == '\0' || opt[2] != '\0') usage("a malformed option");
@@ -175,6 +193,7 @@ int main(int argc, char **argv) {
             case 'm': ns = arg; break;
             case 'v': view = argv[i]; break;
             case 'u': ids = arg; break;
+            case 'p': parent = arg; break;
             default: usage("an unknown option");
         }
     }
@@ -185,6 +204,7 @@ int main(int argc, char **argv) {
         private_view(view);
     }
     if (ids != NULL) drop_to(ids);
+    if (parent != NULL) die_with(parent);
     clean_signals();
     execv(argv[i + 1], &argv[i + 1]);
     fprintf(stderr, FAILED "starting %s: %s\n", argv[i + 1], strerror(errno));

@@ -174,12 +174,15 @@ LAUNCHER = Path(__file__).with_name("_launcher")
 @functools.lru_cache(maxsize=1)
 def _compiled_launcher() -> str | None:
     """The compiled launcher's path where it is built and runs here (a program that does nothing
-    through it must exit 0), else None: bwrap then starts through the shell launcher."""
+    through it must exit 0, with every option the provider may pass that a build from older
+    sources would refuse), else None: bwrap then starts through the shell launcher."""
     if not os.access(LAUNCHER, os.X_OK):
         return None
     try:
         ok = (
-            subprocess.run([str(LAUNCHER), "--", "/bin/true"], capture_output=True, timeout=10).returncode
+            subprocess.run(
+                [str(LAUNCHER), "-p", str(os.getpid()), "--", "/bin/true"], capture_output=True, timeout=10
+            ).returncode
             == 0
         )
     except (OSError, subprocess.TimeoutExpired):

@@ -57,6 +57,44 @@ def _nproc_wrap(cmd: list[str], n: int) -> list[str]:
     return ["/bin/sh", "-c", f'ulimit -u {n} 2>/dev/null || ulimit -p {n}; exec "$@"', "sh", *cmd]
 
 
+def _rlim(value: int) -> str:
+    """An rlimit value as the compiled launcher's -r reads it (`u` is unlimited)."""
+    return "u" if value == resource.RLIM_INFINITY else str(value)
+
+
+# The shell's `ulimit` letter and unit (bytes per unit; 1 for seconds) of each limit the root
+# launchers set. dash counts file and core sizes in 512-byte blocks and -v in KiB.
+_ULIMIT = {
+    resource.RLIMIT_CPU: ("t", 1),
+    resource.RLIMIT_CORE: ("c", 512),
+    resource.RLIMIT_FSIZE: ("f", 512),
+    resource.RLIMIT_AS: ("v", 1024),
+}
+
+
+def _ulimit_steps(limits: Sequence[tuple[int, int, int]]) -> list[str]:
+    """The shell launcher's `ulimit` steps for (resource, soft, hard) limits: both at once where
+    they are equal, else the hard one first (a soft limit may not exceed it)."""
+
+    def value(v: int, unit: int) -> str:
+        if v == resource.RLIM_INFINITY:
+            return "unlimited"
+        if v % unit:
+            raise ValueError(f"rlimit {v} is not a whole number of {unit}-byte units")
+        return str(v // unit)
+
+    steps = []
+    for what, soft, hard in limits:
+        letter, unit = _ULIMIT[what]
+        if soft == hard:
+            steps.append(f"ulimit -{letter} {value(soft, unit)}")
+        else:
+            steps.append(
+                f"ulimit -H -{letter} {value(hard, unit)} && ulimit -S -{letter} {value(soft, unit)}"
+            )
+    return steps
+
+
 # PID 1 of every sandbox: a shell that runs the command as its child, reaps whatever is
 # orphaned meanwhile (dash waits for any child), and exits with the command's status (128+N
 # when signal N killed it, which bwrap would report the same way). With bwrap as PID 1 instead,
@@ -274,21 +312,7 @@ class BwrapSandbox(Sandbox):
             steps = [f"echo $$ > {shlex.quote(str(g / 'cgroup.procs'))}" for g in self._groups]
             if p.range_userns_fd is not None:  # our fd, reopened through /proc (dash: fds 0-9 only)
                 steps.append(f"exec {USERNS_FD}</proc/$PPID/fd/{p.range_userns_fd}")
-            # As on a normal login the hard limits stay high, so a process may raise its own soft
-            # limit (test suites do): the enforcement is the cgroup (memory, pids, cpu.max), the
-            # wall-clock timeout and the volume's size. No file size limit: the volume bounds the
-            # bytes written (ENOSPC, as a full disk), and a sparse file past disk_mb works as on
-            # any machine (CPython's test_mmap makes 4 GB ones). Core dumps: soft 0, hard unlimited as on a
-            # login, where the kernel writes them as files in the process's cwd; where
-            # core_pattern pipes them to a host program, hard 0 (never feed a host handler).
-            steps += [
-                "ulimit -H -t unlimited",
-                f"ulimit -S -t {'unlimited' if supervisor else lim.cpu_time_s}",  # SIGXCPU at the soft limit
-                "ulimit -H -c unlimited && ulimit -S -c 0" if p.core_to_file else "ulimit -c 0",
-                "ulimit -f unlimited",
-            ]
-            if p.cgroups is None:
-                steps.append(f"ulimit -v {lim.memory_mb * 1024}")
+            steps += _ulimit_steps(self._root_limits(supervisor))
             script = (
                 f"{{ {' && '.join(steps)}; }} || "
                 f"{{ echo '{_LAUNCH_FAILED}joining its cgroups or setting its rlimits failed' >&2; exit 125; }}; "
@@ -325,7 +349,6 @@ class BwrapSandbox(Sandbox):
         (cgroups, the user namespace fd, rlimits), then the launch namespace, the private view
         of this sandbox's volume and the uid drop (`BwrapSandboxProvider.launcher_args`); it
         resets every signal before the exec. With it, where bwrap finds the volume."""
-        lim = self._limits
         p = self._p
         assert p.launcher is not None
         argv = [p.launcher]
@@ -333,21 +356,34 @@ class BwrapSandbox(Sandbox):
             argv += ["-g", str(g / "cgroup.procs")]
         if p.range_userns_fd is not None:
             argv += ["-f", str(p.range_userns_fd)]
-        unlimited = resource.RLIM_INFINITY
-        limits = [
+        for what, soft, hard in self._root_limits(supervisor):
+            argv += ["-r", f"{what}:{_rlim(soft)}:{_rlim(hard)}"]
+        rest, volume = p.launcher_args(self._volume.path)
+        return [*argv, *rest, "-p", str(os.getpid()), "--"], volume
+
+    def _root_limits(self, supervisor: bool) -> list[tuple[int, int, int]]:
+        """The rlimits both root launchers set on bwrap, as (resource, soft, hard); both format
+        them from this one list (`_ulimit_steps` for the shell, `-r` for the compiled launcher).
+
+        As on a normal login the hard limits stay high, so a process may raise its own soft limit
+        (test suites do): the enforcement is the cgroup (memory, pids, cpu.max), the wall-clock
+        timeout and the volume's size. CPU: SIGXCPU at the soft limit; a supervisor lasts many
+        execs and sets each command's own (`_exec_rlimits`), so its soft limit stays unlimited.
+        No file size limit: the volume bounds the bytes written (ENOSPC, as a full disk), and a
+        sparse file past disk_mb works as on any machine (CPython's test_mmap makes 4 GB ones).
+        Core dumps: soft 0, hard unlimited as on a login, where the kernel writes them as files
+        in the process's cwd; where core_pattern pipes them to a host program, hard 0 (never
+        feed a host handler). Address space only where no cgroup bounds memory.
+        """
+        lim, unlimited = self._limits, resource.RLIM_INFINITY
+        out = [
             (resource.RLIMIT_CPU, unlimited if supervisor else lim.cpu_time_s, unlimited),
-            (resource.RLIMIT_CORE, 0, unlimited if p.core_to_file else 0),
+            (resource.RLIMIT_CORE, 0, unlimited if self._p.core_to_file else 0),
             (resource.RLIMIT_FSIZE, unlimited, unlimited),
         ]
-        if p.cgroups is None:
-            limits.append((resource.RLIMIT_AS, lim.memory_mb * 1024 * 1024, lim.memory_mb * 1024 * 1024))
-        for what, soft, hard in limits:
-            argv += [
-                "-r",
-                f"{what}:{'u' if soft == unlimited else soft}:{'u' if hard == unlimited else hard}",
-            ]
-        rest, volume = p.launcher_args(self._volume.path)
-        return [*argv, *rest, "--"], volume
+        if self._p.cgroups is None:
+            out.append((resource.RLIMIT_AS, lim.memory_mb * 1024 * 1024, lim.memory_mb * 1024 * 1024))
+        return out
 
     def _bwrap_argv(self, prefix: Sequence[str], inner_cwd: str, volume: Path) -> list[str]:
         """bwrap's argv up to and including its `--`: the sandbox's namespaces and mounts, with

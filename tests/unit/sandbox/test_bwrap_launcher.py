@@ -6,7 +6,11 @@ sandboxes' volumes."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -147,8 +151,8 @@ async def test_bwrap_reads_a_table_without_the_other_sandboxes(workspace):
 
 @pytest.mark.parametrize(
     "args",
-    [["-g", "/nonexistent/cgroup.procs"], ["-r", "0:5"], ["-v", "/a:/b:/c"], ["-x", "1"], []],
-    ids=["cgroup", "rlimit", "view-without-namespace", "unknown", "no-program"],
+    [["-g", "/nonexistent/cgroup.procs"], ["-r", "0:5"], ["-v", "/a:/b:/c"], ["-x", "1"], ["-p", "1"], []],
+    ids=["cgroup", "rlimit", "view-without-namespace", "unknown", "parent-gone", "no-program"],
 )
 def test_a_failed_step_exits_125_before_anything_runs(tmp_path, args):
     marker = tmp_path / "ran"
@@ -157,3 +161,55 @@ def test_a_failed_step_exits_125_before_anything_runs(tmp_path, args):
     assert r.returncode == 125, r
     assert r.stderr.startswith("inhabit: could not launch the sandbox: "), r.stderr
     assert not marker.exists()
+
+
+def _state(pid: int) -> str | None:
+    """A process's state letter (Z: exited, not yet reaped), None once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def _launch_under_a_parent(with_parent: bool) -> tuple[subprocess.Popen, int]:
+    """(a parent process, the pid of `sleep 60` that it started through the launcher as nobody,
+    naming itself with -p where `with_parent`), once the launcher has exec'd sleep."""
+    die = "'-p', str(os.getpid()), " if with_parent else ""
+    script = (
+        "import os, subprocess, time\n"
+        f"p = subprocess.Popen([{bwrap.LAUNCHER.as_posix()!r}, '-u', '65534:65534', {die}'--', '/bin/sleep', '60'])\n"
+        "print(p.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    pid = int(parent.stdout.readline())
+    for _ in range(500):
+        if Path(f"/proc/{pid}/comm").read_text().strip() == "sleep":
+            break
+        time.sleep(0.01)
+    assert "65534" in Path(f"/proc/{pid}/status").read_text().split("Uid:")[1].splitlines()[0]
+    return parent, pid
+
+
+def test_the_program_dies_with_the_parent_that_started_the_launcher():
+    """-p: the parent-death signal, set after the uid drop (which clears it) and kept across the
+    exec: a provider killed before bwrap sets its own --die-with-parent leaves nothing running."""
+    parent, pid = _launch_under_a_parent(with_parent=True)
+    parent.kill()
+    parent.wait()
+    for _ in range(500):
+        if _state(pid) in (None, "Z"):
+            break
+        time.sleep(0.01)
+    assert _state(pid) in (None, "Z")
+
+    # Without -p the same program outlives its parent: what the option is there for.
+    parent, pid = _launch_under_a_parent(with_parent=False)
+    try:
+        parent.kill()
+        parent.wait()
+        time.sleep(0.3)
+        assert _state(pid) not in (None, "Z")
+    finally:
+        os.kill(pid, signal.SIGKILL)
