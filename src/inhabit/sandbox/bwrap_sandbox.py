@@ -347,8 +347,10 @@ class BwrapSandbox(Sandbox):
     def _compiled_launcher(self, supervisor: bool) -> tuple[list[str], Path]:
         """The compiled launcher's argv up to bwrap: the same steps as the shell's in `_launcher`
         (cgroups, the user namespace fd, rlimits), then the launch namespace, the private view
-        of this sandbox's volume and the uid drop (`BwrapSandboxProvider.launcher_args`); it
-        resets every signal before the exec. With it, where bwrap finds the volume."""
+        of this sandbox's volume and the uid drop (`BwrapSandboxProvider.launcher_args`), and
+        the parent-death signal naming this process (-p: bwrap's own --die-with-parent starts
+        only once bwrap runs); it resets every signal before the exec. With it, where bwrap finds
+        the volume."""
         p = self._p
         assert p.launcher is not None
         argv = [p.launcher]
