@@ -333,3 +333,115 @@ def test_a_code_write_inside_the_integrity_checks_own_read_is_tampering(tmp_path
         tmp_path, {}, files, plugins=["no:hypothesispytest"], test_files=["tests/test_it.py"]
     )
     assert any(e.startswith("patched:") and "Function.runtest" in e for e in events), events
+
+
+# The plugin manager's dispatch, reached through gc (no audit event) and changed without
+# registering a plugin: each payload here leaves every outcome alone, so only the dispatch checks
+# can report it (a payload that also forces an outcome meets the raised-but-passed check too).
+DISPATCH = {
+    "hookcall_monitoring": "_pm.add_hookcall_monitoring(lambda *a: None, lambda *a: None)\n",
+    "relay_caller": (
+        "_real = _pm.hook.pytest_runtest_logreport\n\n\nclass _Caller:\n"
+        "    def __getattr__(self, k):\n        return getattr(_real, k)\n\n"
+        "    def __call__(self, **kw):\n        return _real(**kw)\n\n\n"
+        "_pm.hook.pytest_runtest_logreport = _Caller()\n"
+    ),
+    "callable_hookimpl": (
+        "class _Impl:\n    def __call__(self, report):\n        return None\n\n\n"
+        "_c = _pm.hook.pytest_runtest_logreport\n_w = _c._hookimpls[0]\n"
+        "_c._hookimpls.insert(0, type(_w)(_w.plugin, _w.plugin_name, _Impl(), _w.opts))\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("how", sorted(DISPATCH))
+def test_workspace_code_changing_the_hook_dispatch_is_tampering(tmp_path, how):
+    calc = (
+        "import gc\n\n\ndef add(a, b):\n    return a + b\n\n\n"
+        "_pm = next(o for o in gc.get_objects() if type(o).__name__ == 'PytestPluginManager')\n"
+        + DISPATCH[how]
+    )
+    files = {
+        "calc.py": calc,
+        "tests/test_it.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n",
+    }
+    events = _sealed_run(tmp_path, {}, files, test_files=["tests/test_it.py"])
+    assert any(e.startswith("plugin:") for e in events), events
+
+
+# A gc callback, which runs at (almost) every allocation, rewrites the failing test's report after
+# pytest made it: no runner attribute, plugin or frame is touched, and nothing is left to compare.
+GC_CALLBACK = """import gc
+
+
+def add(a, b):
+    return a - b
+
+
+def _flip(phase, info):
+    for r in gc.get_objects(generation=0) if phase == 'start' else ():
+        if type(r).__name__ == 'TestReport' and getattr(r, 'outcome', '') == 'failed':
+            r.outcome, r.longrepr = 'passed', None
+
+
+gc.callbacks.append(_flip)
+gc.set_threshold(1)
+"""
+
+
+def test_a_report_rewritten_after_its_call_raised_is_tampering(tmp_path):
+    files = {
+        "calc.py": GC_CALLBACK,
+        "tests/test_it.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n",
+    }
+    events = _sealed_run(tmp_path, {}, files, test_files=["tests/test_it.py"])
+    assert any("raised but was reported passed" in e for e in events), events
+
+
+# What pytest itself reports for a call that raised is never `passed`: skips, xfails (strict or
+# not), an expected unittest failure and an exception caught by pytest.raises raise no event.
+RAISING_HONESTLY = """import unittest
+
+import pytest
+
+from calc import add
+
+
+def test_skipped_inside():
+    pytest.skip('not here')
+
+
+@pytest.mark.xfail(reason='known')
+def test_xfail_raises():
+    assert add(2, 3) == 6
+
+
+@pytest.mark.xfail(raises=ZeroDivisionError, strict=True)
+def test_xfail_strict():
+    1 / 0
+
+
+@pytest.mark.xfail(reason='passes anyway')
+def test_xpass():
+    assert add(2, 3) == 5
+
+
+def test_raises_caught():
+    with pytest.raises(ZeroDivisionError):
+        1 / 0
+
+
+class TestOld(unittest.TestCase):
+    @unittest.expectedFailure
+    def test_expected(self):
+        self.assertEqual(add(2, 3), 6)
+
+    def test_plain(self):
+        self.assertEqual(add(2, 3), 5)
+"""
+
+
+def test_calls_that_raise_honestly_raise_no_event(tmp_path):
+    files = {"calc.py": "def add(a, b):\n    return a + b\n", "tests/test_it.py": RAISING_HONESTLY}
+    events = _sealed_run(tmp_path, {}, files, test_files=["tests/test_it.py"])
+    assert events == []
