@@ -45,7 +45,8 @@ an audit hook (`sys.addaudithook`, which cannot be removed). Reported, as "kind:
               frame's f_code, a generator's frame) or every thread's frames (sys._current_frames);
   * gc        workspace code asked gc for the referrers or referents of a runner object;
   * trace     workspace code installed sys.settrace, or a trace or profile function other than the
-              one present at start-up (coverage's) is still installed when the runner runs;
+              one present at start-up (coverage's), or a gc callback of code that is not installed,
+              is still installed when the runner runs;
   * forged    workspace code compiled code under a runner or standard-library file name.
 "Workspace code" is the innermost frame on the stack that is not the standard library, this
 plugin or an installed package. The task's own test code is trusted: exactly the workspace files
@@ -69,6 +70,7 @@ forcing outcomes blindly changes a canary's outcome. The seal catches the plain 
 report).
 """
 
+import gc
 import hashlib
 import hmac
 import json
@@ -263,6 +265,8 @@ class _Guard:
         self.classes = {}
         self.functions = {}
         self.tracers = _tracers()
+        # gc callbacks present at start-up (accepted, like the tracers) and at the last look.
+        self.gc_callbacks = self.gc_seen = tuple(gc.callbacks)
         self.fn_writes = 0  # writes of a function's code or defaults seen by the audit hook
         self.fn_checked = 0  # fn_writes when every snapshot function was last read (the snapshot)
         self.impls_checked = None  # (fn_writes, hook implementation functions) at the last check
@@ -632,6 +636,8 @@ class _Guard:
         # Both are _tracers() 4-tuples (no zip strict=: this file also runs on Python 3.8).
         if any(a is not b for a, b in zip(_tracers(), self.tracers)):  # noqa: B905
             self.note("trace", f"a trace or profile function is installed while the runner runs ({where})")
+        if len(gc.callbacks) != len(self.gc_seen) or not all(map(operator.is_, gc.callbacks, self.gc_seen)):
+            self.check_gc_callbacks(where)
         if item is not None:
             known = self.items.get(id(item))
             if known is not None and (
@@ -642,6 +648,25 @@ class _Guard:
                 self.note("patched", f"the test item {item.nodeid} was altered")
         if self.pm is not None:
             self.check_plugins()
+
+    def check_gc_callbacks(self, where):
+        """A gc callback runs at (almost) any allocation the runner makes, so code under test
+        that leaves one installed can patch the runner between two checks and put it back before
+        the next. Reported like a trace function left installed: one added after start-up whose
+        code is not an installed function (a callable object or a partial hides what it calls)."""
+        self.gc_seen = tuple(gc.callbacks)
+        for cb in self.gc_seen:
+            if any(cb is known for known in self.gc_callbacks):
+                continue
+            fn = cb
+            while type(fn) is types.MethodType:
+                fn = fn.__func__
+            code = _code_of(fn) if type(fn) is types.FunctionType else None
+            if code is None or self.origin(code.co_filename) not in ("stdlib", "library", "runner"):
+                self.note(
+                    "trace",
+                    f"a gc callback of the code under test is installed while the runner runs ({where})",
+                )
 
     def check_plugins(self):
         for plugin in self.pm.get_plugins():

@@ -445,3 +445,57 @@ def test_calls_that_raise_honestly_raise_no_event(tmp_path):
     files = {"calc.py": "def add(a, b):\n    return a + b\n", "tests/test_it.py": RAISING_HONESTLY}
     events = _sealed_run(tmp_path, {}, files, test_files=["tests/test_it.py"])
     assert events == []
+
+
+# A gc callback that times a self-restoring patch of Function.runtest between two checks: armed on
+# the call phase's call-and-report closure (after the setup report was checked), put back by the
+# patched runtest itself, so no check compares a changed class and no call raises.
+GC_TIMED = """import gc, sys
+
+_F = sys.modules['_pytest.python'].Function
+_orig = _F.__dict__['runtest']
+_seen = []
+
+
+def add(a, b):
+    return a - b
+
+
+def _rt(self):
+    _F.runtest = _orig
+
+
+def _arm(phase, info):
+    for o in gc.get_objects(generation=0) if phase == 'start' else ():
+        if type(o).__name__ == 'function' and o.__qualname__ == 'call_and_report.<locals>.<lambda>':
+            if not any(o is x for x in _seen):
+                _seen.append(o)
+                if len(_seen) % 3 == 2:
+                    _F.runtest = _rt
+            return
+
+
+gc.callbacks.append(_arm)
+gc.set_threshold(1)
+"""
+
+
+def test_a_gc_callback_left_installed_is_tampering(tmp_path):
+    files = {
+        "calc.py": GC_TIMED,
+        "tests/test_it.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n",
+    }
+    events = _sealed_run(tmp_path, {}, files, test_files=["tests/test_it.py"])
+    assert any(e.startswith("trace:") and "gc callback" in e for e in events), events
+
+
+def test_a_gc_callback_used_within_a_call_is_not_reported(tmp_path):
+    calc = (
+        "import gc\n\n\ndef add(a, b):\n    seen = []\n    gc.callbacks.append(lambda phase, info: seen.append(phase))\n"
+        "    try:\n        gc.collect()\n    finally:\n        gc.callbacks.pop()\n    return a + b\n"
+    )
+    files = {
+        "calc.py": calc,
+        "tests/test_it.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n",
+    }
+    assert _sealed_run(tmp_path, {}, files, test_files=["tests/test_it.py"]) == []
