@@ -63,7 +63,10 @@ Using gc.get_objects, import hooks, a profiler within a call, or sys.modules is 
 
 What it does NOT protect against: code under test runs in this same process, so a determined
 attack can still reach this module's memory (clear what it recorded, read the key) through
-paths that raise no audit event (a frame's f_back, f_locals, a function's __closure__). That is
+paths that raise no audit event (a frame's f_back, f_locals, a function's __closure__), and
+code that runs between two checks (a thread, a signal handler, a finalizer) can patch a runner
+module or class, which raises no audit event either, and undo it before the next check (a report
+rewritten so still meets the raised-but-passed check; a test kept from raising does not). That is
 why grading also plants known-answer canaries (inhabit.rewards.canaries): whatever the technique,
 forcing outcomes blindly changes a canary's outcome. The seal catches the plain forgeries
 (writing the XML from a test, at import or at exit; patching the junitxml plugin; deleting the

@@ -289,11 +289,12 @@ def test_listed_test_code_is_trusted_wherever_it_lives(tmp_path):
     assert events == []
 
 
-# A callable pushed into a hook's list whose `__code__` is a property: the integrity checks run it
-# themselves when they read the hook implementations' code (their audit hook muted meanwhile), and
-# it swaps a runner function's code. The checks skip re-reading runner functions only when no code
-# write was seen since their last read, and this write must count.
-SNEAK = """import copy, gc, sys
+# An object whose `__code__` is a property, handed to gc.get_referents: the audit hook reads it
+# itself when it judges whether the object is the runner's (muted meanwhile), and the property
+# swaps a runner function's code. The checks skip re-reading runner functions only when no code
+# write was seen since their last read, and this write must count. (Pushed into a hook's list
+# instead, such an object is reported as a hook implementation that is no function, unread.)
+SNEAK = """import gc, sys
 
 
 def add(a, b):
@@ -313,13 +314,7 @@ class _Sneak:
         sys.modules['_pytest.python'].Function.runtest.__code__ = _noop.__code__
 
 
-for _o in gc.get_objects():
-    if type(_o).__name__ == 'PytestPluginManager':
-        _c = _o.hook.pytest_keyboard_interrupt
-        _i = copy.copy(_c._hookimpls[0])
-        _i.function = _Sneak()
-        _c._hookimpls.append(_i)
-        break
+gc.get_referents(_Sneak())
 """
 
 
