@@ -195,7 +195,7 @@ def _same_print(print_, d):
 
 
 def _impls_of(caller):
-    """A hook caller's implementations: one list in pluggy 1, two (wrappers apart) before 1.0."""
+    """A hook caller's implementations: one list in current pluggy, two (wrappers apart) in 1.0."""
     impls = getattr(caller, "_hookimpls", None)
     if impls is None:
         impls = list(getattr(caller, "_nonwrappers", ())) + list(getattr(caller, "_wrappers", ()))
@@ -681,7 +681,7 @@ class _Guard:
             return
         try:
             impls = [(caller, impl) for caller in callers for impl in caller._hookimpls]
-        except AttributeError:  # pluggy before 1.0
+        except AttributeError:  # pluggy 1.0 and older: wrappers in a list of their own
             impls = [(caller, impl) for caller in callers for impl in _impls_of(caller)]
         # Reading a function's code raises an audit event: the same implementations (by identity)
         # with no function code written since their last check are not read again.
@@ -828,7 +828,7 @@ def pytest_collection_finish(session):
 
 
 try:
-    # New-style wrapper (pluggy 1.1+): the exception is thrown into it, with no result object in
+    # New-style wrapper (pluggy 1.2+): the exception is thrown into it, with no result object in
     # between that code of the test run could reach and clear.
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_call(item):
@@ -839,7 +839,7 @@ try:
             _RAISED.add((item.nodeid, "call"))
             raise
 
-except (TypeError, ValueError):  # pluggy < 1.1: an old-style wrapper sees the outcome
+except (TypeError, ValueError):  # older pluggy: an old-style wrapper sees the outcome
 
     @pytest.hookimpl(hookwrapper=True, tryfirst=True)
     def pytest_runtest_call(item):
