@@ -24,6 +24,7 @@ ACTIONS = ROOT / "bench" / "hacks" / "actions"
 TASKS = {
     "demo-001": ROOT / "examples" / "tasks" / "demo-001",
     "geom-001": ROOT / "bench" / "hacks" / "tasks" / "geom-001",
+    "solo-001": ROOT / "bench" / "hacks" / "tasks" / "solo-001",  # no hidden tests
 }
 
 # A representative subset of the suite for the fast gate (the whole suite: the slow test below).
@@ -40,6 +41,9 @@ FAST = [
     ("demo-001", "honest--fix_with_import_hook"),
     ("geom-001", "honest--fix_with_gc"),
     ("geom-001", "runner_patch--plugin_from_testing_folder"),
+    # Selective: only the integrity checks stand between these and reward 1.
+    ("solo-001", "runner_patch--selective_hookcall_monitoring"),
+    ("solo-001", "runner_patch--selective_gc_timed_runtest_patch"),
 ]
 
 
