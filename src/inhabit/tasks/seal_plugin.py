@@ -39,8 +39,9 @@ an audit hook (`sys.addaudithook`, which cannot be removed). Reported, as "kind:
   * plugin    a pytest plugin or hook implementation defined in workspace code that is not a test
               file or conftest (registered through the plugin manager or pushed into its lists), a
               hook implementation that is no function (a callable object carries no code to
-              judge), or the plugin manager's dispatch replaced: its hook execution (pluggy's
-              call monitoring) or a caller in its hook relay;
+              judge), the plugin manager's dispatch replaced (its hook execution, by pluggy's
+              call monitoring say, or a caller in its hook relay), or a hook implementation of a
+              runner module taken out of its hook or given another function;
   * frame     workspace code got a frame of the runner (sys._getframe, a traceback's tb_frame, a
               frame's f_code, a generator's frame) or every thread's frames (sys._current_frames);
   * gc        workspace code asked gc for the referrers or referents of a runner object;
@@ -272,7 +273,8 @@ class _Guard:
         self.gc_callbacks = self.gc_seen = tuple(gc.callbacks)
         self.fn_writes = 0  # writes of a function's code or defaults seen by the audit hook
         self.fn_checked = 0  # fn_writes when every snapshot function was last read (the snapshot)
-        self.impls_checked = None  # (fn_writes, hook implementation functions) at the last check
+        self.impls_checked = None  # (fn_writes, hook implementations, their functions) last checked
+        self.runner_impls = ()  # (hook, implementation, function) of runner modules, at start-up
         self.dispatch_ok = None  # the plugin manager's hook execution when last found runner code
         self.files = {}
         self.own = False  # this module joins the snapshot once it is fully defined (end of file)
@@ -685,16 +687,19 @@ class _Guard:
             impls = [(caller, impl) for caller in callers for impl in _impls_of(caller)]
         # Reading a function's code raises an audit event: the same implementations (by identity)
         # with no function code written since their last check are not read again.
-        functions = [impl.function for _, impl in impls]
+        own = [impl for _, impl in impls]
+        functions = [impl.function for impl in own]
         last = self.impls_checked
         if (
             last is not None
             and last[0] == self.fn_writes
-            and len(last[1]) == len(functions)
-            and all(map(operator.is_, functions, last[1]))
+            and len(last[1]) == len(own)
+            and all(map(operator.is_, own, last[1]))
+            and all(map(operator.is_, functions, last[2]))
         ):
             return
-        self.impls_checked = (self.fn_writes, functions)
+        self.impls_checked = (self.fn_writes, own, functions)
+        self.check_runner_impls(impls, own)
         for caller, impl in impls:
             fn = impl.function
             while type(fn) is types.MethodType:
@@ -705,6 +710,32 @@ class _Guard:
             code = _code_of(fn)
             if code is not None and self.origin(code.co_filename) == "workspace":
                 self.note("plugin", f"a {caller.name} implementation from {code.co_filename}")
+
+    def check_runner_impls(self, impls, own):
+        """The hook implementations of runner modules (pytest's own plugin modules, installed
+        plugins), as registered before the first conftest was imported, stay in their hooks with
+        their functions: a module plugin is never unregistered while the tests run, and taking out
+        `_pytest.runner`'s pytest_runtest_call (or giving it another function) passes every test
+        without a patched attribute or a plugin of the code under test."""
+        present = set(own)
+        for name, impl, fn in self.runner_impls:
+            if impl not in present or impl.function is not fn:
+                self.note(
+                    "plugin", f"the {name} implementation of {impl.plugin_name} was taken out or changed"
+                )
+
+    def take_runner_impls(self, pm):
+        """Record the runner modules' hook implementations (see check_runner_impls)."""
+        callers = list(vars(pm.hook).values())
+        try:
+            impls = [(caller, impl) for caller in callers for impl in caller._hookimpls]
+        except AttributeError:
+            impls = [(caller, impl) for caller in callers for impl in _impls_of(caller)]
+        self.runner_impls = [
+            (caller.name, impl, impl.function)
+            for caller, impl in impls
+            if isinstance(impl.plugin, type(sys)) and self.is_runner_module(impl.plugin.__name__)
+        ]
 
     def check_dispatch(self, callers):
         """Whether the plugin manager still dispatches hooks the runner's way: its hook
@@ -788,6 +819,7 @@ def pytest_load_initial_conftests(early_config):
     # were imported, before the first conftest is (Config's own implementation is trylast).
     _GUARD.adopt_plugins(early_config.pluginmanager)
     _GUARD.verify("while pytest started", rebase="full")
+    _GUARD.take_runner_impls(early_config.pluginmanager)
 
 
 def pytest_sessionstart(session):

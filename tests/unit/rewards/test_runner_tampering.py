@@ -498,3 +498,21 @@ def test_a_gc_callback_used_within_a_call_is_not_reported(tmp_path):
         "tests/test_it.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n",
     }
     assert _sealed_run(tmp_path, {}, files, test_files=["tests/test_it.py"]) == []
+
+
+def test_a_runner_hook_implementation_taken_out_is_tampering(tmp_path):
+    # Without `_pytest.runner`'s pytest_runtest_call no test body runs and every test passes: no
+    # attribute is patched and no plugin of the code under test is registered (the canaries
+    # betray it too, being blind).
+    calc = (
+        "import gc\n\n\ndef add(a, b):\n    return a - b\n\n\n"
+        "_pm = next(o for o in gc.get_objects() if type(o).__name__ == 'PytestPluginManager')\n"
+        "_c = _pm.hook.pytest_runtest_call\n"
+        "_c._hookimpls[:] = [i for i in _c._hookimpls if getattr(i.plugin, '__name__', '') != '_pytest.runner']\n"
+    )
+    files = {
+        "calc.py": calc,
+        "tests/test_it.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n",
+    }
+    events = _sealed_run(tmp_path, {}, files, test_files=["tests/test_it.py"])
+    assert any(e.startswith("plugin:") and "pytest_runtest_call" in e for e in events), events
