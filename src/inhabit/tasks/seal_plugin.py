@@ -32,14 +32,22 @@ an audit hook (`sys.addaudithook`, which cannot be removed). Reported, as "kind:
               read again only where the audit hook saw a write of some function's code or
               defaults since the last read: every such write raises an audit event);
               a runner or test function's code or defaults were replaced (the audit hook, at
-              once); a collected test item got a new type, function or `runtest`;
+              once); a collected test item got a new type, function or `runtest`; a test phase
+              whose call raised was reported passed (the exception is recorded as it leaves the
+              test, so a report rewritten after it was made disagrees with it, whatever rewrote
+              it: a patch put back before the next check, a gc callback, a thread);
   * plugin    a pytest plugin or hook implementation defined in workspace code that is not a test
-              file or conftest (registered through the plugin manager or pushed into its lists);
+              file or conftest (registered through the plugin manager or pushed into its lists), a
+              hook implementation that is no function (a callable object carries no code to
+              judge), the plugin manager's dispatch replaced (its hook execution, by pluggy's
+              call monitoring say, or a caller in its hook relay), or a hook implementation of a
+              runner module taken out of its hook or given another function;
   * frame     workspace code got a frame of the runner (sys._getframe, a traceback's tb_frame, a
               frame's f_code, a generator's frame) or every thread's frames (sys._current_frames);
   * gc        workspace code asked gc for the referrers or referents of a runner object;
   * trace     workspace code installed sys.settrace, or a trace or profile function other than the
-              one present at start-up (coverage's) is still installed when the runner runs;
+              one present at start-up (coverage's), or a gc callback of code that is not installed,
+              is still installed when the runner runs;
   * forged    workspace code compiled code under a runner or standard-library file name.
 "Workspace code" is the innermost frame on the stack that is not the standard library, this
 plugin or an installed package. The task's own test code is trusted: exactly the workspace files
@@ -56,13 +64,17 @@ Using gc.get_objects, import hooks, a profiler within a call, or sys.modules is 
 
 What it does NOT protect against: code under test runs in this same process, so a determined
 attack can still reach this module's memory (clear what it recorded, read the key) through
-paths that raise no audit event (a frame's f_back, f_locals, a function's __closure__). That is
+paths that raise no audit event (a frame's f_back, f_locals, a function's __closure__), and
+code that runs between two checks (a thread, a signal handler, a finalizer) can patch a runner
+module or class, which raises no audit event either, and undo it before the next check (a report
+rewritten so still meets the raised-but-passed check; a test kept from raising does not). That is
 why grading also plants known-answer canaries (inhabit.rewards.canaries): whatever the technique,
 forcing outcomes blindly changes a canary's outcome. The seal catches the plain forgeries
 (writing the XML from a test, at import or at exit; patching the junitxml plugin; deleting the
 report).
 """
 
+import gc
 import hashlib
 import hmac
 import json
@@ -121,6 +133,9 @@ _import_unittest(_TEST_FILES)
 _XML = os.path.join(_DIR, "report.xml") if _KEY else None
 _SEAL = os.path.join(_DIR, "seal.json") if _KEY else None
 _OUTCOMES = {}
+# (node id, phase) of the test phases whose call raised, from the exception itself as it left the
+# test (the call phase) and from pytest's record of it when the report is about to be made.
+_RAISED = set()
 _COLLECT_ERRORS = []
 _RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
 
@@ -144,6 +159,13 @@ _MARSHAL_RAISES_CODE_NEW = sys.version_info < (3, 9)
 _IMPORT_UNMARSHAL = frozenset({"<frozen importlib._bootstrap_external>", "<frozen zipimport>"})
 _WRITE_EVENTS = frozenset({"object.__setattr__", "object.__delattr__"})
 _FN_ATTRS = frozenset({"__code__", "__defaults__", "__kwdefaults__"})
+# What pluggy's `register` accepts as a hook implementation (it takes routines only): anything
+# else in a caller's list was pushed there by hand.
+_ROUTINES = (
+    types.FunctionType, types.BuiltinFunctionType, types.MethodDescriptorType,
+    types.WrapperDescriptorType, types.MethodWrapperType, types.ClassMethodDescriptorType,
+)  # fmt: skip
+_HOOKEXEC = operator.attrgetter("_hookexec")
 _CO_ITERABLE_COROUTINE = 0x100  # the one flag types.coroutine adds to a generator's code
 # pytest rewrites these module globals itself around every test (assertion helpers); the warnings
 # module records in `__warningregistry__` (a dict of data) which warnings a module has issued.
@@ -171,6 +193,14 @@ def _same_print(print_, d):
     if print_ is None or len(d) != len(print_[0]):
         return False
     return all(map(operator.is_, d, print_[0])) and all(map(operator.is_, d.values(), print_[1]))
+
+
+def _impls_of(caller):
+    """A hook caller's implementations: one list in current pluggy, two (wrappers apart) in 1.0."""
+    impls = getattr(caller, "_hookimpls", None)
+    if impls is None:
+        impls = list(getattr(caller, "_nonwrappers", ())) + list(getattr(caller, "_wrappers", ()))
+    return impls
 
 
 def _same_ns(attrs, d):
@@ -239,9 +269,13 @@ class _Guard:
         self.classes = {}
         self.functions = {}
         self.tracers = _tracers()
+        # gc callbacks present at start-up (accepted, like the tracers) and at the last look.
+        self.gc_callbacks = self.gc_seen = tuple(gc.callbacks)
         self.fn_writes = 0  # writes of a function's code or defaults seen by the audit hook
         self.fn_checked = 0  # fn_writes when every snapshot function was last read (the snapshot)
-        self.impls_checked = None  # (fn_writes, hook implementation functions) at the last check
+        self.impls_checked = None  # (fn_writes, hook implementations, their functions) last checked
+        self.runner_impls = ()  # (hook, implementation, function) of runner modules, at start-up
+        self.dispatch_ok = None  # the plugin manager's hook execution when last found runner code
         self.files = {}
         self.own = False  # this module joins the snapshot once it is fully defined (end of file)
         for name, mod in list(sys.modules.items()):
@@ -607,6 +641,8 @@ class _Guard:
         # Both are _tracers() 4-tuples (no zip strict=: this file also runs on Python 3.8).
         if any(a is not b for a, b in zip(_tracers(), self.tracers)):  # noqa: B905
             self.note("trace", f"a trace or profile function is installed while the runner runs ({where})")
+        if len(gc.callbacks) != len(self.gc_seen) or not all(map(operator.is_, gc.callbacks, self.gc_seen)):
+            self.check_gc_callbacks(where)
         if item is not None:
             known = self.items.get(id(item))
             if known is not None and (
@@ -616,32 +652,138 @@ class _Guard:
             ):
                 self.note("patched", f"the test item {item.nodeid} was altered")
         if self.pm is not None:
-            self.check_plugins()
+            # The dispatch before each report is made and at the checkpoints (not again as the
+            # report is logged): what forces a report it made meets the raised-but-passed check.
+            self.check_plugins(dispatch=item is not None or checkpoint)
 
-    def check_plugins(self):
+    def check_gc_callbacks(self, where):
+        """A gc callback runs at (almost) any allocation the runner makes, so code under test
+        that leaves one installed can patch the runner between two checks and put it back before
+        the next. Reported like a trace function left installed: one added after start-up whose
+        code is not an installed function (a callable object or a partial hides what it calls)."""
+        self.gc_seen = tuple(gc.callbacks)
+        for cb in self.gc_seen:
+            if any(cb is known for known in self.gc_callbacks):
+                continue
+            fn = cb
+            while type(fn) is types.MethodType:
+                fn = fn.__func__
+            code = _code_of(fn) if type(fn) is types.FunctionType else None
+            if code is None or self.origin(code.co_filename) not in ("stdlib", "library", "runner"):
+                self.note(
+                    "trace",
+                    f"a gc callback of the code under test is installed while the runner runs ({where})",
+                )
+
+    def check_plugins(self, dispatch=True):
         for plugin in self.pm.get_plugins():
             self.check_plugin(plugin)
-        impls = [
-            (caller, impl)
-            for caller in vars(self.pm.hook).values()
-            for impl in getattr(caller, "_hookimpls", ())
-        ]
+        callers = list(vars(self.pm.hook).values())
+        if dispatch and not self.check_dispatch(callers):
+            return
+        try:
+            impls = [(caller, impl) for caller in callers for impl in caller._hookimpls]
+        except AttributeError:  # pluggy 1.0 and older: wrappers in a list of their own
+            impls = [(caller, impl) for caller in callers for impl in _impls_of(caller)]
         # Reading a function's code raises an audit event: the same implementations (by identity)
         # with no function code written since their last check are not read again.
-        functions = [impl.function for _, impl in impls]
+        own = [impl for _, impl in impls]
+        functions = [impl.function for impl in own]
         last = self.impls_checked
         if (
             last is not None
             and last[0] == self.fn_writes
-            and len(last[1]) == len(functions)
-            and all(map(operator.is_, functions, last[1]))
+            and len(last[1]) == len(own)
+            and all(map(operator.is_, own, last[1]))
+            and all(map(operator.is_, functions, last[2]))
         ):
             return
-        self.impls_checked = (self.fn_writes, functions)
+        self.impls_checked = (self.fn_writes, own, functions)
+        self.check_runner_impls(impls, own)
         for caller, impl in impls:
-            code = _code_of(impl.function)
+            fn = impl.function
+            while type(fn) is types.MethodType:
+                fn = fn.__func__
+            if not isinstance(fn, _ROUTINES):
+                self.note("plugin", f"a {caller.name} implementation that is a {type(fn).__qualname__}")
+                continue
+            code = _code_of(fn)
             if code is not None and self.origin(code.co_filename) == "workspace":
                 self.note("plugin", f"a {caller.name} implementation from {code.co_filename}")
+
+    def check_runner_impls(self, impls, own):
+        """The hook implementations of runner modules (pytest's own plugin modules, installed
+        plugins), as registered before the first conftest was imported, stay in their hooks with
+        their functions: a module plugin is never unregistered while the tests run, and taking out
+        `_pytest.runner`'s pytest_runtest_call (or giving it another function) passes every test
+        without a patched attribute or a plugin of the code under test."""
+        present = set(own)
+        for name, impl, fn in self.runner_impls:
+            if impl not in present or impl.function is not fn:
+                self.note(
+                    "plugin", f"the {name} implementation of {impl.plugin_name} was taken out or changed"
+                )
+
+    def take_runner_impls(self, pm):
+        """Record the runner modules' hook implementations (see check_runner_impls)."""
+        callers = list(vars(pm.hook).values())
+        try:
+            impls = [(caller, impl) for caller in callers for impl in caller._hookimpls]
+        except AttributeError:
+            impls = [(caller, impl) for caller in callers for impl in _impls_of(caller)]
+        self.runner_impls = [
+            (caller.name, impl, impl.function)
+            for caller, impl in impls
+            if isinstance(impl.plugin, type(sys)) and self.is_runner_module(impl.plugin.__name__)
+        ]
+
+    def check_dispatch(self, callers):
+        """Whether the plugin manager still dispatches hooks the runner's way: its hook
+        execution is runner code (pluggy's `_multicall`, or the tracing `--debug` wraps it in),
+        and every caller in its hook relay is of a runner class and executes through the plugin
+        manager. A caller or execution function of the code under test sees and rewrites every
+        hook's result without being a plugin or a hook implementation."""
+        pm = self.pm
+        inner = getattr(pm, "_inner_hookexec", None)
+        if inner is not self.dispatch_ok:
+            if self.runner_callable(inner, 4):
+                self.dispatch_ok = inner
+            else:
+                self.note("plugin", "the plugin manager's hook execution was replaced")
+        for kind in set(map(type, callers)):
+            if not self.is_runner_module(getattr(kind, "__module__", None) or ""):
+                self.note("plugin", f"a hook caller of the class {kind.__qualname__} in the hook relay")
+                return False
+        hookexec = getattr(pm, "_hookexec", None)
+        try:
+            same = hookexec is None or all(
+                map(operator.eq, map(_HOOKEXEC, callers), [hookexec] * len(callers))
+            )
+        except AttributeError:
+            same = False
+        if not same:
+            self.note("plugin", "a hook caller executes through something else than the plugin manager")
+        return True
+
+    def runner_callable(self, fn, depth):
+        """Whether `fn` is runner code and so is every function its closure holds (pluggy's
+        call monitoring wraps the execution in a closure over the callbacks it was given)."""
+        if isinstance(fn, types.MethodType):
+            fn = fn.__func__
+        code = _code_of(fn)
+        if code is None or self.origin(code.co_filename) != "runner":
+            return False
+        for cell in fn.__closure__ or ():
+            try:
+                value = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            if isinstance(value, (types.FunctionType, types.MethodType)):
+                if depth <= 0 or not self.runner_callable(value, depth - 1):
+                    return False
+            elif callable(value) and not self.runner_obj(value):
+                return False
+        return True
 
     def check_plugin(self, plugin):
         # (A plugin object of a class from nowhere is judged by its hook functions' code instead.)
@@ -677,6 +819,7 @@ def pytest_load_initial_conftests(early_config):
     # were imported, before the first conftest is (Config's own implementation is trylast).
     _GUARD.adopt_plugins(early_config.pluginmanager)
     _GUARD.verify("while pytest started", rebase="full")
+    _GUARD.take_runner_impls(early_config.pluginmanager)
 
 
 def pytest_sessionstart(session):
@@ -716,14 +859,50 @@ def pytest_collection_finish(session):
     _GUARD.verify(_AFTER_COLLECTION)
 
 
+try:
+    # New-style wrapper (pluggy 1.2+): the exception is thrown into it, with no result object in
+    # between that code of the test run could reach and clear.
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_call(item):
+        _RAISED.discard((item.nodeid, "call"))  # a rerun of the test starts clean
+        try:
+            return (yield)
+        except BaseException:
+            _RAISED.add((item.nodeid, "call"))
+            raise
+
+except (TypeError, ValueError):  # older pluggy: an old-style wrapper sees the outcome
+
+    @pytest.hookimpl(hookwrapper=True, tryfirst=True)
+    def pytest_runtest_call(item):
+        _RAISED.discard((item.nodeid, "call"))
+        outcome = yield
+        if outcome.excinfo is not None:
+            _RAISED.add((item.nodeid, "call"))
+
+
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_makereport(item, call):
     _GUARD.verify(item.nodeid, item)
+    if call.excinfo is not None:
+        _RAISED.add((item.nodeid, call.when))
     yield
+
+
+def _check_raised(report):
+    """A phase whose call raised is never reported passed by pytest (an exception fails it, a
+    skip or xfail skips it): a passed report of one was rewritten after it was made."""
+    key = (report.nodeid, report.when)
+    if key in _RAISED:
+        _RAISED.discard(key)
+        if report.passed:
+            _GUARD.note("patched", f"the {report.when} of {report.nodeid} raised but was reported passed")
 
 
 def pytest_runtest_logreport(report):
     _GUARD.verify(report.nodeid)
+    if _RAISED:
+        _check_raised(report)
     if report.when == "call":
         _note(report.nodeid, "passed" if report.passed else "skipped" if report.skipped else "failed")
     elif report.failed:
