@@ -26,7 +26,8 @@ with no result (a file that failed to collect, a run cut short, a task whose con
 collects other function names) is inconclusive, never a betrayal.
 
 Only calls that a real test compares with a literal, with literal arguments only, in an assert
-that opens the test (nothing but asserts before it, so no set-up it would miss), are copied:
+that opens the test (nothing but asserts before it, so no set-up it would miss; `result = CALL`
+right before `assert result == LITERAL` is such an assert in two lines), are copied:
 such calls are queries, so running one again does not change what the real tests see. In a
 module marked xfail a must-fail canary that reports xfailed (and under strict xfail a must-pass
 one that reports failed) is excused, like the module's real tests. Limits are
@@ -156,6 +157,30 @@ def _opening_pairs(fn: ast.FunctionDef, method: bool) -> list[tuple[ast.expr, as
     """The `a == b` pairs of the asserts that open a test (a function's `assert a == b`, a
     method's `self.assertEqual(a, b)`); other opening asserts are passed over."""
     pairs = []
+    body = (
+        fn.body[1:]
+        if fn.body and isinstance(fn.body[0], ast.Expr) and isinstance(fn.body[0].value, ast.Constant)
+        else fn.body
+    )
+    # `result = CALL` then `assert result == LITERAL` is the opening assert written in two lines
+    # (nothing runs between the call and its comparison): copied as `CALL == LITERAL`. Without it
+    # an object equal to anything went unseen in a module whose tests are all written that way.
+    if (
+        not method
+        and len(body) >= 2
+        and isinstance(body[0], ast.Assign)
+        and len(body[0].targets) == 1
+        and isinstance(name := body[0].targets[0], ast.Name)
+        and isinstance(body[0].value, ast.Call)
+        and isinstance(body[1], ast.Assert)
+        and isinstance(cmp := body[1].test, ast.Compare)
+        and len(cmp.ops) == 1
+        and isinstance(cmp.ops[0], ast.Eq)
+    ):
+        sides = [cmp.left, cmp.comparators[0]]
+        named = [isinstance(x, ast.Name) and x.id == name.id for x in sides]
+        if named.count(True) == 1:
+            return [(body[0].value, sides[named.index(False)])]
     for i, node in enumerate(fn.body):
         if i == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
             continue  # the docstring

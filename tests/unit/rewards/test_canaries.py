@@ -216,3 +216,24 @@ def test_canary_names_reuse_the_module_s_own_words():
         _, cs = plant({"tests/test_m.py": NAMED.encode()}, random.Random(seed))
         words |= {x.node_id.split("::")[-1].rsplit("_", 1)[-1] for x in cs}
     assert {"negative", "many"} <= words
+
+
+TWO_LINES = (
+    "import pytest\n\nfrom calc import add\n\n\n"
+    "def test_add_pair():\n    result = add(2, 3)\n    assert result == 5\n\n\n"
+    "@pytest.mark.parametrize(('a', 'b', 'want'), [(3, 1, 4)])\n"
+    "def test_add_rows(a, b, want):\n    assert add(a, b) == want\n"
+)
+
+
+def test_an_object_equal_to_anything_betrays_itself_where_the_call_is_assigned_first(tmp_path):
+    """`result = add(2, 3)` then `assert result == 5` is copied like `assert add(2, 3) == 5`:
+    in a module written only that way (and with parameters), `unittest.mock.ANY` went unseen."""
+    modules, canaries = _plant_seeds(TWO_LINES)
+    cheat = "from unittest.mock import ANY\n\n\ndef add(a, b):\n    return ANY\n"
+    outcomes = _outcomes(tmp_path / "cheat", modules, {"calc.py": cheat})
+    assert {o for n, o in outcomes.items() if n.endswith("::test_add_pair")} == {"passed"}
+    quiet = [path for path, cs in canaries.items() if not judge(cs, outcomes)]
+    assert quiet == [], [modules[p] for p in quiet[:2]]
+    honest = _outcomes(tmp_path / "honest", modules, {"calc.py": "def add(a, b):\n    return a + b\n"})
+    assert [judge(cs, honest) for cs in canaries.values() if judge(cs, honest)] == []
