@@ -212,6 +212,16 @@ def _sealed_run(
     return json.loads(json.loads((seal_dir / "seal.json").read_text())["body"])["tampering"]
 
 
+TEST_ADD = "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
+
+
+def _sealed_calc_run(tmp_path: Path, calc: str, plugins=()) -> list[str]:
+    """`_sealed_run` of the workspace `calc.py` (the code under test) with one trusted test file
+    that calls its `add` once."""
+    files = {"calc.py": calc, "tests/test_it.py": TEST_ADD}
+    return _sealed_run(tmp_path, {}, files, plugins=plugins, test_files=["tests/test_it.py"])
+
+
 def test_installed_code_changing_itself_at_import_is_not_tampering(tmp_path):
     # A single-file runner plugin beside other installed modules (like pytest's `py.py` in
     # site-packages) loaded first, then a plugin importing a library that rewrites its own
@@ -323,14 +333,8 @@ gc.get_referents(_Sneak())
 
 
 def test_a_code_write_inside_the_integrity_checks_own_read_is_tampering(tmp_path):
-    files = {
-        "calc.py": SNEAK,
-        "tests/test_it.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n",
-    }
     # Without hypothesis's plugin, whose lazy imports write function code of their own later on.
-    events = _sealed_run(
-        tmp_path, {}, files, plugins=["no:hypothesispytest"], test_files=["tests/test_it.py"]
-    )
+    events = _sealed_calc_run(tmp_path, SNEAK, plugins=["no:hypothesispytest"])
     assert any(e.startswith("patched:") and "Function.runtest" in e for e in events), events
 
 
@@ -360,11 +364,7 @@ def test_workspace_code_changing_the_hook_dispatch_is_tampering(tmp_path, how):
         "_pm = next(o for o in gc.get_objects() if type(o).__name__ == 'PytestPluginManager')\n"
         + DISPATCH[how]
     )
-    files = {
-        "calc.py": calc,
-        "tests/test_it.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n",
-    }
-    events = _sealed_run(tmp_path, {}, files, test_files=["tests/test_it.py"])
+    events = _sealed_calc_run(tmp_path, calc)
     assert any(e.startswith("plugin:") for e in events), events
 
 
@@ -389,11 +389,7 @@ gc.set_threshold(1)
 
 
 def test_a_report_rewritten_after_its_call_raised_is_tampering(tmp_path):
-    files = {
-        "calc.py": GC_CALLBACK,
-        "tests/test_it.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n",
-    }
-    events = _sealed_run(tmp_path, {}, files, test_files=["tests/test_it.py"])
+    events = _sealed_calc_run(tmp_path, GC_CALLBACK)
     assert any("raised but was reported passed" in e for e in events), events
 
 
@@ -480,11 +476,7 @@ gc.set_threshold(1)
 
 
 def test_a_gc_callback_left_installed_is_tampering(tmp_path):
-    files = {
-        "calc.py": GC_TIMED,
-        "tests/test_it.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n",
-    }
-    events = _sealed_run(tmp_path, {}, files, test_files=["tests/test_it.py"])
+    events = _sealed_calc_run(tmp_path, GC_TIMED)
     assert any(e.startswith("trace:") and "gc callback" in e for e in events), events
 
 
@@ -493,11 +485,7 @@ def test_a_gc_callback_used_within_a_call_is_not_reported(tmp_path):
         "import gc\n\n\ndef add(a, b):\n    seen = []\n    gc.callbacks.append(lambda phase, info: seen.append(phase))\n"
         "    try:\n        gc.collect()\n    finally:\n        gc.callbacks.pop()\n    return a + b\n"
     )
-    files = {
-        "calc.py": calc,
-        "tests/test_it.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n",
-    }
-    assert _sealed_run(tmp_path, {}, files, test_files=["tests/test_it.py"]) == []
+    assert _sealed_calc_run(tmp_path, calc) == []
 
 
 def test_a_runner_hook_implementation_taken_out_is_tampering(tmp_path):
@@ -510,9 +498,5 @@ def test_a_runner_hook_implementation_taken_out_is_tampering(tmp_path):
         "_c = _pm.hook.pytest_runtest_call\n"
         "_c._hookimpls[:] = [i for i in _c._hookimpls if getattr(i.plugin, '__name__', '') != '_pytest.runner']\n"
     )
-    files = {
-        "calc.py": calc,
-        "tests/test_it.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n",
-    }
-    events = _sealed_run(tmp_path, {}, files, test_files=["tests/test_it.py"])
+    events = _sealed_calc_run(tmp_path, calc)
     assert any(e.startswith("plugin:") and "pytest_runtest_call" in e for e in events), events
