@@ -153,6 +153,15 @@ def _assert_equal(node: ast.stmt) -> tuple[ast.expr, ast.expr] | None:
     return None
 
 
+def _assert_eq_sides(node: ast.stmt) -> tuple[ast.expr, ast.expr] | None:
+    """(a, b) of `assert a == b` (one comparison), else None."""
+    if isinstance(node, ast.Assert):
+        cmp = node.test
+        if isinstance(cmp, ast.Compare) and len(cmp.ops) == 1 and isinstance(cmp.ops[0], ast.Eq):
+            return cmp.left, cmp.comparators[0]
+    return None
+
+
 def _opening_pairs(fn: ast.FunctionDef, method: bool) -> list[tuple[ast.expr, ast.expr]]:
     """The `a == b` pairs of the asserts that open a test (a function's `assert a == b`, a
     method's `self.assertEqual(a, b)`); other opening asserts are passed over."""
@@ -161,7 +170,7 @@ def _opening_pairs(fn: ast.FunctionDef, method: bool) -> list[tuple[ast.expr, as
         fn.body[1:]
         if fn.body and isinstance(fn.body[0], ast.Expr) and isinstance(fn.body[0].value, ast.Constant)
         else fn.body
-    )
+    )  # without the docstring
     # `result = CALL` then `assert result == LITERAL` is the opening assert written in two lines
     # (nothing runs between the call and its comparison): copied as `CALL == LITERAL`. Without it
     # an object equal to anything went unseen in a module whose tests are all written that way.
@@ -172,18 +181,12 @@ def _opening_pairs(fn: ast.FunctionDef, method: bool) -> list[tuple[ast.expr, as
         and len(body[0].targets) == 1
         and isinstance(name := body[0].targets[0], ast.Name)
         and isinstance(body[0].value, ast.Call)
-        and isinstance(body[1], ast.Assert)
-        and isinstance(cmp := body[1].test, ast.Compare)
-        and len(cmp.ops) == 1
-        and isinstance(cmp.ops[0], ast.Eq)
+        and (sides := _assert_eq_sides(body[1])) is not None
     ):
-        sides = [cmp.left, cmp.comparators[0]]
         named = [isinstance(x, ast.Name) and x.id == name.id for x in sides]
         if named.count(True) == 1:
             return [(body[0].value, sides[named.index(False)])]
-    for i, node in enumerate(fn.body):
-        if i == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
-            continue  # the docstring
+    for node in body:
         if method:
             pair = _assert_equal(node)
             if pair is None:
@@ -192,9 +195,9 @@ def _opening_pairs(fn: ast.FunctionDef, method: bool) -> list[tuple[ast.expr, as
             continue
         if not isinstance(node, ast.Assert):
             break
-        cmp = node.test
-        if isinstance(cmp, ast.Compare) and len(cmp.ops) == 1 and isinstance(cmp.ops[0], ast.Eq):
-            pairs.append((cmp.left, cmp.comparators[0]))
+        pair = _assert_eq_sides(node)
+        if pair is not None:
+            pairs.append(pair)
     return pairs
 
 
