@@ -203,6 +203,23 @@ def _impls_of(caller):
     return impls
 
 
+def _unbound(fn):
+    """The function under however many bound methods wrap `fn` (`fn` itself when none)."""
+    while type(fn) is types.MethodType:
+        fn = fn.__func__
+    return fn
+
+
+def _caller_impls(callers):
+    """(caller, implementation) of every hook caller in `callers`. Current pluggy's one list is
+    read directly (this runs at every check); pluggy 1.0 and older keep wrappers in a list of their
+    own (`_impls_of`)."""
+    try:
+        return [(caller, impl) for caller in callers for impl in caller._hookimpls]
+    except AttributeError:
+        return [(caller, impl) for caller in callers for impl in _impls_of(caller)]
+
+
 def _same_ns(attrs, d):
     """Whether the namespace `d` holds exactly the keys and objects of the dict `attrs`, in order."""
     return (
@@ -665,9 +682,7 @@ class _Guard:
         for cb in self.gc_seen:
             if any(cb is known for known in self.gc_callbacks):
                 continue
-            fn = cb
-            while type(fn) is types.MethodType:
-                fn = fn.__func__
+            fn = _unbound(cb)
             code = _code_of(fn) if type(fn) is types.FunctionType else None
             if code is None or self.origin(code.co_filename) not in ("stdlib", "library", "runner"):
                 self.note(
@@ -681,10 +696,7 @@ class _Guard:
         callers = list(vars(self.pm.hook).values())
         if dispatch and not self.check_dispatch(callers):
             return
-        try:
-            impls = [(caller, impl) for caller in callers for impl in caller._hookimpls]
-        except AttributeError:  # pluggy 1.0 and older: wrappers in a list of their own
-            impls = [(caller, impl) for caller in callers for impl in _impls_of(caller)]
+        impls = _caller_impls(callers)
         # Reading a function's code raises an audit event: the same implementations (by identity)
         # with no function code written since their last check are not read again.
         own = [impl for _, impl in impls]
@@ -701,9 +713,7 @@ class _Guard:
         self.impls_checked = (self.fn_writes, own, functions)
         self.check_runner_impls(impls, own)
         for caller, impl in impls:
-            fn = impl.function
-            while type(fn) is types.MethodType:
-                fn = fn.__func__
+            fn = _unbound(impl.function)
             if not isinstance(fn, _ROUTINES):
                 self.note("plugin", f"a {caller.name} implementation that is a {type(fn).__qualname__}")
                 continue
@@ -727,10 +737,7 @@ class _Guard:
     def take_runner_impls(self, pm):
         """Record the runner modules' hook implementations (see check_runner_impls)."""
         callers = list(vars(pm.hook).values())
-        try:
-            impls = [(caller, impl) for caller in callers for impl in caller._hookimpls]
-        except AttributeError:
-            impls = [(caller, impl) for caller in callers for impl in _impls_of(caller)]
+        impls = _caller_impls(callers)
         self.runner_impls = [
             (caller.name, impl, impl.function)
             for caller, impl in impls
