@@ -78,17 +78,20 @@ async def _launch_view(prov: BwrapSandboxProvider, workspace: Path, supervised: 
     async with await prov.create(workspace) as sb:
         if supervised:
             assert (await sb.exec("true")).ok  # the next exec goes through the supervisor
-        run = asyncio.create_task(sb.exec(f"touch started; while [ ! -e go ]; do sleep 0.02; done; {INSIDE}"))
+        # The shell waits without forking (a shell that forks blocks every signal for that
+        # instant, and the view would catch it at chance): it opens a FIFO for reading, which
+        # blocks until the host opens it for writing.
+        assert (await sb.exec("mkfifo -m 666 gate")).ok
+        run = asyncio.create_task(sb.exec(f": > started; read go < gate; {INSIDE}"))
         for _ in range(1000):
             if (sb.workspace / "started").exists() or run.done():
                 break
             await asyncio.sleep(0.02)
         assert not run.done(), run.result()
         (leader,) = sb._pgids
-        # The shell's loop runs `touch` and `sleep` in turn: which one is alive at this instant is
-        # chance, so the view keeps the processes that stay (bwrap and the shells).
-        host = [p for p in _host_view(leader, sb.sandbox_id) if p["comm"] not in ("touch", "sleep")]
-        (sb.workspace / "go").write_text("")
+        await asyncio.sleep(0.1)  # from `started` to the open of the gate: no fork, a few steps
+        host = _host_view(leader, sb.sandbox_id)
+        await asyncio.to_thread((sb.workspace / "gate").write_text, "go\n")
         result = await run
         assert result.ok, result
     counts = prov.exec_counts
