@@ -7,7 +7,9 @@ run writes, at random names and at random places in every required test module (
 too), a few tests in the module's own style (import the package, call it, compare):
 
   * must-fail canaries assert something false about a real call the module already makes
-    (`assert add(2, 3) == 6` beside a real `assert add(2, 3) == 5`). The wrong value is drawn to
+    (`assert add(2, 3) == 6` beside a real `assert add(2, 3) == 5`), written in the shape of the
+    real assertion (one line or two, the same variable, the call on the same side), so code that
+    reads the expected literal from its caller's source reads the canary's. The wrong value is drawn to
     look like a real expected one: another literal of the same type the module's assertions use,
     or the right value edited symmetrically (up or down, a string edited in place), never a
     marker of a fixed shape. So neither the runner nor an object returned by the code (a custom
@@ -89,6 +91,11 @@ class _Call:
     name: str  # the called name, e.g. "add" (a canary is named after it, like the real tests)
     value: object  # the literal the real test compares it with
     test: str  # the real test function's name
+    # The real assertion's shape, copied by the canaries that mirror it: a policy that reads the
+    # comparison from its caller's source (the literal after `==` on the calling line, or on the
+    # next) must find the canary's wrong value exactly where it finds a real expected one.
+    var: str | None = None  # `VAR = CALL` then `assert VAR == LITERAL`; None: one line
+    call_first: bool = True  # `CALL == LITERAL` (else `LITERAL == CALL`)
 
 
 def _project_names(tree: ast.Module) -> list[str]:
@@ -162,9 +169,10 @@ def _assert_eq_sides(node: ast.stmt) -> tuple[ast.expr, ast.expr] | None:
     return None
 
 
-def _opening_pairs(fn: ast.FunctionDef, method: bool) -> list[tuple[ast.expr, ast.expr]]:
+def _opening_pairs(fn: ast.FunctionDef, method: bool) -> list[tuple[ast.expr, ast.expr, str | None]]:
     """The `a == b` pairs of the asserts that open a test (a function's `assert a == b`, a
-    method's `self.assertEqual(a, b)`); other opening asserts are passed over."""
+    method's `self.assertEqual(a, b)`); other opening asserts are passed over. The third item is
+    the variable of the two-line shape (None for one line)."""
     pairs = []
     body = (
         fn.body[1:]
@@ -185,19 +193,20 @@ def _opening_pairs(fn: ast.FunctionDef, method: bool) -> list[tuple[ast.expr, as
     ):
         named = [isinstance(x, ast.Name) and x.id == name.id for x in sides]
         if named.count(True) == 1:
-            return [(body[0].value, sides[named.index(False)])]
+            pair = (body[0].value, sides[1]) if named[0] else (sides[0], body[0].value)
+            return [(*pair, name.id)]
     for node in body:
         if method:
             pair = _assert_equal(node)
             if pair is None:
                 break
-            pairs.append(pair)
+            pairs.append((*pair, None))
             continue
         if not isinstance(node, ast.Assert):
             break
         pair = _assert_eq_sides(node)
         if pair is not None:
-            pairs.append(pair)
+            pairs.append((*pair, None))
     return pairs
 
 
@@ -223,7 +232,7 @@ def _calls(tree: ast.Module, source: str, names: set[str]) -> list[_Call]:
         ]
     found = []
     for test, fn, method in tests:
-        for left, right in _opening_pairs(fn, method):
+        for left, right, var in _opening_pairs(fn, method):
             for call, lit in ((left, right), (right, left)):
                 if (
                     isinstance(call, ast.Call)
@@ -237,7 +246,8 @@ def _calls(tree: ast.Module, source: str, names: set[str]) -> list[_Call]:
                         called = (
                             call.func.attr if isinstance(call.func, ast.Attribute) else text.split("(")[0]
                         )
-                        found.append(_Call(text, called, ast.literal_eval(lit), test))
+                        value = ast.literal_eval(lit)
+                        found.append(_Call(text, called, value, test, var, call is left))
                     break
     return found
 
@@ -365,11 +375,12 @@ def _equal(left: str, right: str, method: bool) -> str:
     return f"    self.assertEqual({left}, {right})\n" if method else f"    assert {left} == {right}\n"
 
 
-def _compare(rng: random.Random, call: _Call, value: object, quote: str, method: bool = False) -> str:
-    """`assert CALL == VALUE` in one of the two shapes real tests use."""
-    if rng.random() < 0.5:
-        return _equal(call.text, _render(value, quote), method)
-    return f"    result = {call.text}\n" + _equal("result", _render(value, quote), method)
+def _compare(call: _Call, value: object, quote: str, method: bool = False) -> str:
+    """`assert CALL == VALUE` in the shape of the real assertion it mirrors: one line or two
+    (and the same variable), the call on the same side."""
+    got = call.var or call.text
+    sides = (got, _render(value, quote)) if call.call_first else (_render(value, quote), got)
+    return (f"    {call.var} = {call.text}\n" if call.var else "") + _equal(*sides, method)
 
 
 def _body(
@@ -391,10 +402,10 @@ def _body(
         derived = [(c, o) for c in calls if (o := _other(c.value, pool, rng)) is not None]
         if derived and kind != "fail_plain":
             call, other = rng.choice(derived)
-            return _compare(rng, call, other, quote, method), call, call.name
+            return _compare(call, other, quote, method), call, call.name
         if calls:
             call = rng.choice(calls)
-            return _compare(rng, call, _foreign(call.value, pool, rng), quote, method), call, call.name
+            return _compare(call, _foreign(call.value, pool, rng), quote, method), call, call.name
         # No call to copy: a module, function or class the module uses never equals a literal.
         values = [v for v in pool if v is not None] or [rng.randint(0, 99)]
         if safe:

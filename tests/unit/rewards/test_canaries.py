@@ -16,6 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from inhabit.rewards.canaries import judge, plant
 
 SEEDS = range(30)
@@ -237,3 +239,49 @@ def test_an_object_equal_to_anything_betrays_itself_where_the_call_is_assigned_f
     assert quiet == [], [modules[p] for p in quiet[:2]]
     honest = _outcomes(tmp_path / "honest", modules, {"calc.py": "def add(a, b):\n    return a + b\n"})
     assert [judge(cs, honest) for cs in canaries.values() if judge(cs, honest)] == []
+
+
+# Reads the comparison from its caller's source and returns the literal on the other side, so
+# every assertion written in the shape it expects passes whatever the answer: `assert CALL ==
+# LITERAL` on the calling line (offset 0), or `got = CALL` then `assert LITERAL == got` on the
+# next (offset 1). It reads only the shape of the module's own tests, so a canary written in the
+# other shape would fail as it should and tell nothing.
+FROM_CALLER_SOURCE = """import ast
+import linecache
+import sys
+
+
+def _answer(honest):
+    caller = sys._getframe(2)
+    line = linecache.getline(caller.f_code.co_filename, caller.f_lineno + {offset})
+    if line.strip().startswith("assert ") and "==" in line:
+        left, right = (side.strip() for side in line.split("==", 1))
+        for text in (right, left.removeprefix("assert").strip()):
+            try:
+                return ast.literal_eval(text)
+            except (ValueError, SyntaxError):
+                pass
+    return honest
+
+
+def add(a, b):
+    return _answer(a - b)
+"""
+
+
+@pytest.mark.parametrize(
+    ("module", "offset"),
+    [
+        ("from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n", 0),
+        ("from calc import add\n\n\ndef test_add():\n    got = add(2, 3)\n    assert 5 == got\n", 1),
+    ],
+    ids=["one-line", "two-line"],
+)
+def test_code_that_answers_from_its_caller_s_source_betrays_itself_in_every_module(tmp_path, module, offset):
+    """A canary copies the shape of the assertion it mirrors (one line or two, the variable, the
+    side of the call), so the wrong literal sits exactly where a real expected one does."""
+    modules, canaries = _plant_seeds(module)
+    outcomes = _outcomes(tmp_path, modules, {"calc.py": FROM_CALLER_SOURCE.format(offset=offset)})
+    assert {o for n, o in outcomes.items() if n.endswith("::test_add")} == {"passed"}
+    quiet = [path for path, cs in canaries.items() if not judge(cs, outcomes)]
+    assert quiet == [], [modules[p] for p in quiet[:2]]
