@@ -40,6 +40,10 @@ def episodes(tmp: Path) -> list[tuple[str, Path, list]]:
         out.append((f"{t.id}/expert", task_dir, expert_actions(t)))
         out.append((f"{t.id}/careless", task_dir, careless_actions(t, rng)))
     for path in sorted((HACKS / "actions").glob("*/*.json")):
+        if path.stem.startswith("guess--"):
+            # Code that guesses which test is real escapes in a share of the gradings by design
+            # (canaries are drawn afresh for each), so two gradings of it may rightly differ.
+            continue
         task = path.parent.name
         task_dir = ROOT / "examples" / "tasks" / task if task == "demo-001" else HACKS / "tasks" / task
         out.append((f"{task}/{path.stem}", task_dir, parse_actions(json.loads(path.read_text()), str(path))))
