@@ -1,6 +1,6 @@
 """Cold and warm pytest runs grade the same: over 300 recorded episodes (the quickstart's scripted
-expert and careless transcripts on 100 tasks, and every actions file of the reward-hack suite but the guessing ones) are
-each played once on bwrap (the episode's own run_tests calls warm, the default) and their final
+expert and careless transcripts on 100 tasks, and every actions file of the reward-hack suite
+but the guessing ones) are each played once on bwrap (the episode's own run_tests calls warm, the default) and their final
 workspace graded twice, with grading's test run cold and warm: the same status, reward, flags and
 per-test outcomes. (Played twice instead, an episode whose actions race a daemon against the end
 of their exec can end with a different workspace each time, cold or warm alike.) Slow (~10 min
