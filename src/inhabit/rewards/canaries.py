@@ -72,6 +72,10 @@ _WORDS = (
 )  # fmt: skip
 _SYLLABLES = ("ka", "lo", "mi", "ne", "ru", "to", "va", "shi", "den", "por", "lin", "mar")
 _SENTINEL = object()  # written into a canary as a fresh `object()`, equal to nothing honest
+# Copies of a real test per function the module compares with a literal: code that reads the
+# module and answers in only one of the tests comparing a call with different literals picks the
+# real one once in _COPIES + 1.
+_COPIES = 3
 
 
 @dataclass(frozen=True)
@@ -96,6 +100,11 @@ class _Call:
     # next) must find the canary's wrong value exactly where it finds a real expected one.
     var: str | None = None  # `VAR = CALL` then `assert VAR == LITERAL`; None: one line
     call_first: bool = True  # `CALL == LITERAL` (else `LITERAL == CALL`)
+    # Where a top-level test whose body opens with this comparison lies (its first and last line)
+    # and where its literal is (line, start and end byte column): such a test is copied whole,
+    # with only the literal changed. None for a method or a comparison after another assert.
+    span: tuple[int, int] | None = None
+    literal_at: tuple[int, int, int] | None = None
 
 
 def _project_names(tree: ast.Module) -> list[str]:
@@ -232,7 +241,7 @@ def _calls(tree: ast.Module, source: str, names: set[str]) -> list[_Call]:
         ]
     found = []
     for test, fn, method in tests:
-        for left, right, var in _opening_pairs(fn, method):
+        for i, (left, right, var) in enumerate(_opening_pairs(fn, method)):
             for call, lit in ((left, right), (right, left)):
                 if (
                     isinstance(call, ast.Call)
@@ -247,9 +256,33 @@ def _calls(tree: ast.Module, source: str, names: set[str]) -> list[_Call]:
                             call.func.attr if isinstance(call.func, ast.Attribute) else text.split("(")[0]
                         )
                         value = ast.literal_eval(lit)
-                        found.append(_Call(text, called, value, test, var, call is left))
+                        whole = not method and i == 0 and _opens(fn, lit) and lit.lineno == lit.end_lineno
+                        found.append(
+                            _Call(
+                                text,
+                                called,
+                                value,
+                                test,
+                                var,
+                                call is left,
+                                (fn.lineno, fn.end_lineno or fn.lineno) if whole else None,
+                                (lit.lineno, lit.col_offset, lit.end_col_offset or 0) if whole else None,
+                            )
+                        )
                     break
     return found
+
+
+def _opens(fn: ast.FunctionDef, lit: ast.expr) -> bool:
+    """Whether `lit` is in the first statement of `fn` after its docstring (or the second, in the
+    two-line shape): a copy of the whole test then runs nothing before the comparison that the
+    real test would not run either (a earlier assert may call code that changes state)."""
+    body = fn.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]
+    if len(body) >= 2 and isinstance(body[0], ast.Assign):
+        body = body[1:]
+    return bool(body) and any(node is lit for node in ast.walk(body[0]))
 
 
 def _literals(tree: ast.Module) -> list[object]:
@@ -272,11 +305,15 @@ def _kind(value: object) -> str:
     return type(value).__name__
 
 
-def _edit_str(value: str, rng: random.Random) -> str | None:
-    """`value` with one character replaced by another of its class (same length, same alphabet)."""
-    if not value:
+def _edit_str(value: str, rng: random.Random, used: set[int] | None = None) -> str | None:
+    """`value` with one character replaced by another of its class (same length, same alphabet),
+    at a position not in `used` (which records it)."""
+    free = [i for i in range(len(value)) if used is None or i not in used]
+    if not free:
         return None
-    i = rng.randrange(len(value))
+    i = rng.choice(free)
+    if used is not None:
+        used.add(i)
     c = value[i]
     for alphabet in (string.ascii_lowercase, string.ascii_uppercase, string.digits):
         if c in alphabet:
@@ -287,17 +324,23 @@ def _edit_str(value: str, rng: random.Random) -> str | None:
     return value[:i] + rng.choice(choices) + value[i + 1 :]
 
 
-def _perturb(value: object, rng: random.Random) -> object | None:
-    """A nearby value of the same type, up or down with equal odds (None when there is no safe one).
+def _perturb(
+    value: object, rng: random.Random, sign: int | None = None, used: set[int] | None = None
+) -> object | None:
+    """A nearby value of the same type, up or down with equal odds unless `sign` says which (None
+    when there is no safe one; with `sign` given, an integer never changes sign, None instead); a
+    string is edited at a position not in `used`.
 
     Symmetric on purpose: a code-side `__eq__` that could tell wrong values from right ones by
     their shape (always larger, a suffix) could fail canaries while passing real tests."""
-    sign = rng.choice((-1, 1))
+    forced, sign = sign is not None, sign or rng.choice((-1, 1))
     if isinstance(value, bool):
         return not value
     if isinstance(value, int):
         step = sign * rng.choice((1, 1, 2, 3, 5, 10))
-        return value + step if (value + step < 0) == (value < 0) else value - step  # keep the sign
+        if (value + step < 0) == (value < 0):
+            return value + step
+        return None if forced else value - step  # keep the sign
     if isinstance(value, float):
         if value != value or value in (float("inf"), float("-inf")):
             return None
@@ -306,7 +349,7 @@ def _perturb(value: object, rng: random.Random) -> object | None:
         new = round(value * (1 + sign * rng.choice((0.1, 0.2, 0.5))) if value else sign * 0.5, digits)
         return new if new != value else round(value + sign * 10.0**-digits, digits)
     if isinstance(value, str):
-        return _edit_str(value, rng)
+        return _edit_str(value, rng, used)
     if isinstance(value, (list, tuple)) and value:
         i = rng.randrange(len(value))
         new = _perturb(value[i], rng)
@@ -321,6 +364,46 @@ def _other(value: object, pool: list[object], rng: random.Random) -> object | No
     if same and rng.random() < 0.6:
         return rng.choice(same)
     return _perturb(value, rng)
+
+
+def _chain(value: object, k: int, rng: random.Random) -> list[object]:
+    """Up to `k` distinct wrong values of `value`'s type around it, `value` at a uniformly drawn
+    rank among them: a random walk from it in each direction (numbers down, then up; a string
+    edited at a fresh position at each step, so the values lie on a path of single edits).
+
+    Several canaries mirroring one assertion with edits of the right value would give it away
+    as the value nearest all the others; on a walk it is as likely at either end or anywhere
+    between. Values from the module's pool are not used: a wrong value that another call of the
+    module is compared with gives the canary away too."""
+    used: set[int] = set()
+    walks: list[list[object]] = []
+    for sign in (-1, 1):
+        walk: list[object] = []
+        cur = value
+        while len(walk) < k:
+            for _ in range(8):
+                new = _perturb(cur, rng, sign, used)
+                if (
+                    new is not None
+                    and new != value
+                    and new not in walk
+                    and all(new != w for x in walks for w in x)
+                ):
+                    break
+            else:
+                break
+            walk.append(new)
+            cur = new
+        walks.append(walk)
+    down, up = walks
+    # How many lie below, drawn among the splits both walks allow (a value near zero can go down
+    # only so far without changing its sign, which would give the copy away).
+    if len(down) + len(up) < k:
+        k = len(down) + len(up)
+    below = rng.randint(max(0, k - len(up)), min(k, len(down)))
+    out = down[:below] + up[: k - below]
+    rng.shuffle(out)
+    return out
 
 
 def _foreign(value: object, pool: list[object], rng: random.Random) -> object:
@@ -358,6 +441,50 @@ def _name(
         if name not in taken:
             taken.add(name)
             return name
+
+
+def _sibling_names(
+    rng: random.Random, test: str, n: int, taken: set[str], own: list[str], project: set[str]
+) -> list[str] | None:
+    """`n` names for copies of `test`, each its name with the same one word changed (not the
+    name of a project function): `test_add_negative` gives `test_add_zero`, `test_add_empty`. Any
+    rule on the names' length, their stem or which word differs picks the real one no more often
+    than a copy. None when the name has no such word (`test_add`)."""
+    if not test.startswith("test_"):
+        return None
+    words = test[len("test_") :].split("_")
+    spots = [i for i, w in enumerate(words) if w and w.lower() not in project]
+    if not spots:
+        return None
+    i = rng.choice(spots)
+    out: list[str] = []
+    for _ in range(50 * n):
+        word = rng.choice(own) if own and rng.random() < 0.5 else rng.choice(_WORDS)
+        name = "test_" + "_".join([*words[:i], word, *words[i + 1 :]])
+        if name not in taken:
+            taken.add(name)
+            out.append(name)
+            if len(out) == n:
+                return out
+    return out or None
+
+
+def _copy_test(lines: list[str], call: _Call, name: str, value: object) -> str:
+    """The source of the real test `call` comes from, renamed to `name`, its literal `value`
+    (written in the real literal's quotes)."""
+    assert call.span is not None and call.literal_at is not None
+    first, last = call.span
+    out = lines[first - 1 : last]
+    head = out[0]
+    at = head.index("def ") + len("def ")
+    at += len(head[at:]) - len(head[at:].lstrip())
+    out[0] = head[:at] + name + head[at + len(call.test) :]
+    line, start, end = call.literal_at
+    raw = out[line - first].encode()
+    old = raw[start:end].decode()
+    quote = '"' if old.lstrip("rbuRBU").startswith('"') else "'"
+    out[line - first] = (raw[:start] + _render(value, quote).encode() + raw[end:]).decode()
+    return "".join(out)
 
 
 def _render(value: object, quote: str) -> str:
@@ -484,17 +611,53 @@ def _plant_one(path: str, source: str, rng: random.Random, extra: int) -> tuple[
     lines = source.splitlines(keepends=True)
     if lines and not lines[-1].endswith("\n"):
         lines[-1] += "\n"
-    inserts: dict[int, list[str]] = {}
+    # Line index -> (order, text) to insert before that line: a class's canary method first, then
+    # copies placed right after the test they copy, canaries at random places, and copies placed
+    # right before the test they copy.
+    inserts: dict[int, list[tuple[int, str]]] = {}
     canaries = []
+    copied: set[str] = set()
+    project = {n.lower() for n in names}
     for kind in kinds:
         kind, _, only = kind.partition(":")
         of = [c for c in calls if c.name == only] if only else calls
+        whole = [c for c in of if c.span is not None and c.test not in copied]
+        if kind.startswith("fail") and kind != "fail_plain" and whole:
+            # Copies of one real test, each the whole test with its literal changed and its name
+            # changed in one word, the real test at a random rank among them in value and in place
+            # (docs/grading.md: code that reads the module must guess which one is real).
+            call = rng.choice(whole)
+            copied.add(call.test)
+            values = _chain(call.value, _COPIES, rng)
+            sibling = _sibling_names(rng, call.test, len(values), taken, own, project) or [
+                _name(rng, prefix, stems, taken, call.name.lower() if call.name.isidentifier() else None, own)
+                for _ in values
+            ]
+            before = rng.randint(0, len(sibling))
+            assert call.span is not None
+            for j, (name, value) in enumerate(zip(sibling, values, strict=False)):
+                text = _copy_test(lines, call, name, value)
+                if j < before:
+                    inserts.setdefault(call.span[0] - 1, []).append((2, f"{text}\n\n"))
+                else:
+                    inserts.setdefault(call.span[1], []).append((0, f"\n\n{text}"))
+                canaries.append(
+                    Canary(f"{path}::{name}", "failed", f"{path}::{call.test}", excused["failed"])
+                )
+            if sibling:
+                continue
+        if kind.startswith("fail") and kind != "fail_plain":
+            # One more canary beside a test's copies, with a value of its own drawing, would stand
+            # out among them: another real assertion, or a value of another kind.
+            of = [c for c in of if c.test not in copied]
+            kind = kind if of else "fail_plain"
+            of = of or calls
         body, mirror, hint = _body(kind, rng, of, safe, pool, quote)
         name = _name(rng, prefix, stems, taken, hint.lower() if hint and hint.isidentifier() else None, own)
         slot = rng.choice(slots)
         text = f"def {name}():\n{body}"
         # Spaced like the module's own functions: two blank lines on each side.
-        inserts.setdefault(slot, []).append(f"\n\n{text}" if slot == len(lines) else f"{text}\n\n")
+        inserts.setdefault(slot, []).append((1, f"\n\n{text}" if slot == len(lines) else f"{text}\n\n"))
         expect = "failed" if kind.startswith("fail") else "passed"
         source_id = f"{path}::{mirror.test}" if mirror else None
         canaries.append(Canary(f"{path}::{name}", expect, source_id, excused[expect]))
@@ -518,12 +681,12 @@ def _plant_one(path: str, source: str, rng: random.Random, extra: int) -> tuple[
         )
         taken.add(name)
         text = "".join(inner + ln[4:] + "\n" for ln in body.splitlines())
-        inserts.setdefault(cls.end_lineno, []).insert(0, f"\n{indent}def {name}(self):\n{text}")
+        inserts.setdefault(cls.end_lineno, []).append((-1, f"\n{indent}def {name}(self):\n{text}"))
         source_id = f"{path}::{mirror.test}" if mirror else None
         canaries.append(Canary(f"{path}::{cls.name}::{name}", "failed", source_id, excused["failed"]))
     out = []
     for i in range(len(lines) + 1):
-        out += inserts.get(i, [])
+        out += [text for _, text in sorted(inserts.get(i, []), key=lambda item: item[0])]
         if i < len(lines):
             out.append(lines[i])
     return "".join(out), canaries
