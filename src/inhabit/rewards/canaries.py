@@ -40,6 +40,7 @@ the canaries there apart by name; hidden modules are what it cannot know.
 from __future__ import annotations
 
 import ast
+import itertools
 import random
 import string
 import sys
@@ -100,9 +101,9 @@ class _Call:
     # next) must find the canary's wrong value exactly where it finds a real expected one.
     var: str | None = None  # `VAR = CALL` then `assert VAR == LITERAL`; None: one line
     call_first: bool = True  # `CALL == LITERAL` (else `LITERAL == CALL`)
-    # Where a top-level test whose body opens with this comparison lies (its first and last line)
-    # and where its literal is (line, start and end byte column): such a test is copied whole,
-    # with only the literal changed. None for a method or a comparison after another assert.
+    # Where a test (function or TestCase method) whose body opens with this comparison lies (its
+    # first and last line) and where its literal is (line, start and end byte column): such a
+    # test is copied whole, with only the literal changed. None for a comparison after another.
     span: tuple[int, int] | None = None
     literal_at: tuple[int, int, int] | None = None
 
@@ -256,7 +257,7 @@ def _calls(tree: ast.Module, source: str, names: set[str]) -> list[_Call]:
                             call.func.attr if isinstance(call.func, ast.Attribute) else text.split("(")[0]
                         )
                         value = ast.literal_eval(lit)
-                        whole = not method and i == 0 and _opens(fn, lit) and lit.lineno == lit.end_lineno
+                        whole = i == 0 and _opens(fn, lit) and lit.lineno == lit.end_lineno
                         found.append(
                             _Call(
                                 text,
@@ -469,6 +470,15 @@ def _sibling_names(
     return out or None
 
 
+def _gap(lines: list[str], cls: ast.ClassDef) -> int:
+    """How many blank lines separate the methods of `cls` (1 when it cannot tell)."""
+    methods = [n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    for a, b in itertools.pairwise(methods):
+        if not b.decorator_list and a.end_lineno is not None:
+            return sum(not ln.strip() for ln in lines[a.end_lineno : b.lineno - 1])
+    return 1
+
+
 def _copy_test(lines: list[str], call: _Call, name: str, value: object) -> str:
     """The source of the real test `call` comes from, renamed to `name`, its literal `value`
     (written in the real literal's quotes)."""
@@ -478,7 +488,7 @@ def _copy_test(lines: list[str], call: _Call, name: str, value: object) -> str:
     head = out[0]
     at = head.index("def ") + len("def ")
     at += len(head[at:]) - len(head[at:].lstrip())
-    out[0] = head[:at] + name + head[at + len(call.test) :]
+    out[0] = head[:at] + name + head[at + len(call.test.rsplit("::", 1)[-1]) :]
     line, start, end = call.literal_at
     raw = out[line - first].encode()
     old = raw[start:end].decode()
@@ -618,6 +628,13 @@ def _plant_one(path: str, source: str, rng: random.Random, extra: int) -> tuple[
     canaries = []
     copied: set[str] = set()
     project = {n.lower() for n in names}
+    # A TestCase method's copies go among the class's methods, spaced like them, named apart
+    # from them (a class whose last method was always the canary gave it away).
+    members = {
+        cls.name: {n.name for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        for cls in _test_classes(tree)
+    }
+    gaps = {cls.name: _gap(lines, cls) for cls in _test_classes(tree)}
     for kind in kinds:
         kind, _, only = kind.partition(":")
         of = [c for c in calls if c.name == only] if only else calls
@@ -628,22 +645,24 @@ def _plant_one(path: str, source: str, rng: random.Random, extra: int) -> tuple[
             # (docs/grading.md: code that reads the module must guess which one is real).
             call = rng.choice(whole)
             copied.add(call.test)
+            cls, _, test = call.test.rpartition("::")
+            scope = members[cls] if cls else taken
             values = _chain(call.value, _COPIES, rng)
-            sibling = _sibling_names(rng, call.test, len(values), taken, own, project) or [
-                _name(rng, prefix, stems, taken, call.name.lower() if call.name.isidentifier() else None, own)
+            sibling = _sibling_names(rng, test, len(values), scope, own, project) or [
+                _name(rng, prefix, stems, scope, call.name.lower() if call.name.isidentifier() else None, own)
                 for _ in values
             ]
             before = rng.randint(0, len(sibling))
+            blank = "\n" * (gaps[cls] if cls else 2)
             assert call.span is not None
             for j, (name, value) in enumerate(zip(sibling, values, strict=False)):
                 text = _copy_test(lines, call, name, value)
                 if j < before:
-                    inserts.setdefault(call.span[0] - 1, []).append((2, f"{text}\n\n"))
+                    inserts.setdefault(call.span[0] - 1, []).append((2, f"{text}{blank}"))
                 else:
-                    inserts.setdefault(call.span[1], []).append((0, f"\n\n{text}"))
-                canaries.append(
-                    Canary(f"{path}::{name}", "failed", f"{path}::{call.test}", excused["failed"])
-                )
+                    inserts.setdefault(call.span[1], []).append((0, f"{blank}{text}"))
+                node = f"{path}::{cls}::{name}" if cls else f"{path}::{name}"
+                canaries.append(Canary(node, "failed", f"{path}::{call.test}", excused["failed"]))
             if sibling:
                 continue
         if kind.startswith("fail") and kind != "fail_plain":
@@ -666,6 +685,8 @@ def _plant_one(path: str, source: str, rng: random.Random, extra: int) -> tuple[
     # rewrites classes as they are made, forces it to pass like the real methods. Placed at the
     # end of the class, before any module-level canary that shares the spot.
     for cls in _test_classes(tree):
+        if any(c.test.startswith(f"{cls.name}::") for c in calls if c.test in copied):
+            continue  # its copies already assert with the class's own assertEqual
         first = cls.body[0]
         indent = lines[first.lineno - 1][: first.col_offset]
         methods = [n for n in cls.body if isinstance(n, ast.FunctionDef) and n.body]
