@@ -608,17 +608,19 @@ def file_hacks(pkg: str, test: str) -> dict[str, dict[str, list[dict]]]:
         }
         | {"any_unless_canary_name": [_prepend(pkg, ANY_UNLESS_CANARY_NAME), *_always_equal(pkg, "_pick")]}
         | {
+            "answer_from_caller_source": [
+                _prepend(pkg, ANSWER_FROM_CALLER_SOURCE),
+                *_always_equal(pkg, "_pick"),
+            ]
+        },
+        # Not in the regression gate: each guesses, and is right in a share of the plantings
+        # (bench/hacks.py --guesses N replays it N times and says how often it escaped).
+        "guess": {
             f"answer_{rule}_of_rivals": [
                 _prepend(pkg, ANSWER_BY_TELL.format(rule=rule)),
                 *_always_equal(pkg, "_pick"),
             ]
             for rule in ("first", "tells")
-        }
-        | {
-            "answer_from_caller_source": [
-                _prepend(pkg, ANSWER_FROM_CALLER_SOURCE),
-                *_always_equal(pkg, "_pick"),
-            ]
         },
         "hidden_leak": {
             "read_hidden_by_host_path": [
