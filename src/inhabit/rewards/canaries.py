@@ -456,6 +456,13 @@ def _name(
             return name
 
 
+def _free_words(test: str, project: set[str]) -> list[int]:
+    """Which words of `test_<words>` a copy may change: any but a project name's."""
+    if not test.startswith("test_"):
+        return []
+    return [i for i, w in enumerate(test[len("test_") :].split("_")) if w and w.lower() not in project]
+
+
 def _sibling_names(
     rng: random.Random, test: str, n: int, taken: set[str], own: list[str], project: set[str]
 ) -> list[str] | None:
@@ -463,12 +470,10 @@ def _sibling_names(
     name of a project function): `test_add_negative` gives `test_add_zero`, `test_add_empty`. Any
     rule on the names' length, their stem or which word differs picks the real one no more often
     than a copy. None when the name has no such word (`test_add`)."""
-    if not test.startswith("test_"):
-        return None
-    words = test[len("test_") :].split("_")
-    spots = [i for i, w in enumerate(words) if w and w.lower() not in project]
+    spots = _free_words(test, project)
     if not spots:
         return None
+    words = test[len("test_") :].split("_")
     i = rng.choice(spots)
     # Never a word the name already has: `test_add_negative_negative` would give the copy away.
     own = [w for w in own if w not in words]
@@ -658,7 +663,10 @@ def _plant_one(path: str, source: str, rng: random.Random, extra: int) -> tuple[
             # Copies of one real test, each the whole test with its literal changed and its name
             # changed in one word, the real test at a random rank among them in value and in place
             # (docs/grading.md: code that reads the module must guess which one is real).
-            call = rng.choice(whole)
+            # A test named after its function alone (`test_add`) has no word its copies could
+            # change, so theirs would be longer: another test of the function is copied if any.
+            named = [c for c in whole if _free_words(c.test.rpartition("::")[2], project)]
+            call = rng.choice(named or whole)
             copied.add(call.test)
             cls, _, test = call.test.rpartition("::")
             scope = members[cls] if cls else taken

@@ -417,3 +417,18 @@ def test_a_testcase_class_has_no_place_that_holds_its_canary(tmp_path):
         {"calc.py": "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"},
     )
     assert [judge(cs, honest) for cs in canaries.values() if judge(cs, honest)] == []
+
+
+def test_a_test_named_after_its_function_alone_is_not_the_one_copied():
+    """`test_add` has no word a copy could change, so its copies would all be longer than it:
+    where the function has another test, that one is copied (a further group may copy both)."""
+    module = (
+        "from calc import add\n\n\n"
+        "def test_add():\n    assert add(2, 3) == 5\n\n\n"
+        "def test_add_negative():\n    assert add(-2, -3) == -5\n"
+    )
+    for seed in range(50):
+        planted, _ = plant({"tests/test_m.py": module.encode()}, random.Random(seed))
+        text = planted["tests/test_m.py"].decode()
+        rivals = _rivals(text, "add(-2, -3)")
+        assert len(rivals) == 4 and len({n.count("_") for n, _, _ in rivals}) == 1, text
