@@ -289,7 +289,7 @@ def _calls(tree: ast.Module, source: str, names: set[str]) -> list[_Call]:
 def _opens(fn: ast.FunctionDef, lit: ast.expr) -> bool:
     """Whether `lit` is in the first statement of `fn` after its docstring (or the second, in the
     two-line shape): a copy of the whole test then runs nothing before the comparison that the
-    real test would not run either (a earlier assert may call code that changes state)."""
+    real test would not run either (an earlier assert may call code that changes state)."""
     body = fn.body
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
         body = body[1:]
