@@ -44,9 +44,8 @@ honest run of it executes nothing the real test would not. In a
 module marked xfail a must-fail canary that reports xfailed (and under strict xfail a must-pass
 one that reports failed) is excused, like the module's real tests. Limits are
 listed in docs/grading.md: a policy that knows the exact text of a visible test module can tell
-the canaries there apart; hidden modules are what it cannot know, and there it can still weigh
-the words of the names (a real test's word that neither the word list nor another test's name
-has).
+the canaries there apart; hidden modules are what it cannot know, and there it must guess, or
+weigh what is not structure (the words of the names, whether a string reads as words).
 """
 
 from __future__ import annotations
