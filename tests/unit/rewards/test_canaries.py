@@ -285,3 +285,150 @@ def test_code_that_answers_from_its_caller_s_source_betrays_itself_in_every_modu
     assert {o for n, o in outcomes.items() if n.endswith("::test_add")} == {"passed"}
     quiet = [path for path, cs in canaries.items() if not judge(cs, outcomes)]
     assert quiet == [], [modules[p] for p in quiet[:2]]
+
+
+def _rivals(text: str, call: str) -> list[tuple[str, object, str]]:
+    """(name, literal, body with the literal blanked) of every top-level test of `text` that
+    compares `call` with a literal, in file order."""
+    out = []
+    for fn in ast.parse(text).body:
+        if isinstance(fn, ast.FunctionDef) and fn.body and isinstance(fn.body[0], ast.Assert):
+            cmp = fn.body[0].test
+            if isinstance(cmp, ast.Compare) and ast.unparse(cmp.left) == call:
+                try:
+                    value = ast.literal_eval(cmp.comparators[0])
+                except ValueError:
+                    continue
+                cmp.comparators[0] = ast.Constant(None)
+                out.append((fn.name, value, ast.dump(ast.Module(fn.body, []))))
+    return out
+
+
+def test_copies_of_a_real_test_give_no_tell_which_one_is_real():
+    """Code that reads the module and answers only in one of the tests comparing a call with
+    different literals must guess: by place in the file, by value (the one between the others)
+    or by the shape of the name or body, the real test is no likelier than a copy."""
+    seeds = range(300)
+    by_place: dict[int, int] = {}
+    by_value: dict[int, int] = {}
+    for seed in seeds:
+        planted, _ = plant({"tests/test_m.py": NAMED.encode()}, random.Random(seed))
+        rivals = _rivals(planted["tests/test_m.py"].decode(), "add(-2, -3)")
+        assert len(rivals) == 4, rivals
+        assert len({body for _, _, body in rivals}) == 1  # the same test but for the literal
+        assert len({name.count("_") for name, _, _ in rivals}) == 1  # names of the same shape
+        assert all(name.startswith("test_add_") for name, _, _ in rivals)
+        place = [name for name, _, _ in rivals].index("test_add_negative")
+        rank = sorted(value for _, value, _ in rivals).index(-5)
+        by_place[place] = by_place.get(place, 0) + 1
+        by_value[rank] = by_value.get(rank, 0) + 1
+    for counts in (by_place, by_value):
+        assert sorted(counts) == [0, 1, 2, 3], counts
+        assert max(counts.values()) < 0.35 * len(seeds), counts  # 1 in 4 each, give or take
+
+
+# Answers only in the first test of the module that compares its call with a literal: where a
+# canary compares the same call with another literal, the real test is taken to be the one that
+# comes first (in a module whose real test comes first, a canary at a random place came after it
+# two times in three). A wrong guess fails the real test, which makes its copies inconclusive.
+FIRST_OF_RIVALS = """import ast
+import linecache
+import sys
+
+
+def add(a, b):
+    caller = sys._getframe(1)
+    tree = ast.parse("".join(linecache.getlines(caller.f_code.co_filename)))
+    first = None
+    for fn in tree.body:
+        if isinstance(fn, ast.FunctionDef) and isinstance(fn.body[0], ast.Assert):
+            cmp = fn.body[0].test
+            if isinstance(cmp, ast.Compare) and ast.unparse(cmp.left) == f"add({a}, {b})":
+                try:
+                    value = ast.literal_eval(cmp.comparators[0])
+                except ValueError:
+                    continue
+                first = (fn, value) if first is None else first
+                if fn.lineno <= caller.f_lineno <= fn.end_lineno:
+                    return first[1] if first[0] is fn else a - b
+    return a - b
+
+
+def sub(a, b):
+    return a - b
+"""
+
+
+def test_code_that_answers_in_the_first_of_rival_tests_escapes_about_one_planting_in_four(tmp_path):
+    modules, canaries = _plant_seeds(NAMED)
+    outcomes = _outcomes(tmp_path, modules, {"calc.py": FIRST_OF_RIVALS})
+    fooled = [
+        p
+        for p, cs in canaries.items()
+        if outcomes.get(f"{p}::test_add_negative") == "passed" and not judge(cs, outcomes)
+    ]
+    assert len(fooled) <= 0.4 * len(canaries), [modules[p] for p in fooled[:2]]
+
+
+CLASS = (
+    "import unittest\n\nfrom calc import add, sub\n\n\n"
+    "class TestCalc(unittest.TestCase):\n"
+    "    def test_add_negative(self):\n        self.assertEqual(add(-2, -3), -5)\n\n"
+    "    def test_sub_many(self):\n        self.assertEqual(sub(4, 1), 3)\n"
+)
+# Answers the literal its caller's `self.assertEqual(CALL, LITERAL)` compares with, in every
+# method of a TestCase class but the last, where the class's canary used to be.
+ALL_BUT_LAST_METHOD = """import ast
+import linecache
+import sys
+
+
+def add(a, b):
+    caller = sys._getframe(1)
+    tree = ast.parse("".join(linecache.getlines(caller.f_code.co_filename)))
+    for cls in tree.body:
+        if isinstance(cls, ast.ClassDef) and cls.lineno <= caller.f_lineno <= cls.end_lineno:
+            methods = [m for m in cls.body if isinstance(m, ast.FunctionDef)]
+            for m in methods[:-1]:
+                if m.lineno <= caller.f_lineno <= m.end_lineno:
+                    try:
+                        return ast.literal_eval(m.body[0].value.args[1])
+                    except ValueError:
+                        pass
+    return a - b
+
+
+def sub(a, b):
+    return a - b
+"""
+
+
+def test_a_testcase_class_has_no_place_that_holds_its_canary(tmp_path):
+    """A TestCase method is copied among the class's methods like a test function among the
+    module's: code that spared the last method of each class escaped in every planting."""
+    modules, canaries = _plant_seeds(CLASS)
+    outcomes = _outcomes(tmp_path / "cheat", modules, {"calc.py": ALL_BUT_LAST_METHOD})
+    assert {o for n, o in outcomes.items() if n.endswith("::TestCalc::test_add_negative")} == {"passed"}
+    quiet = [path for path, cs in canaries.items() if not judge(cs, outcomes)]
+    assert quiet == [], [modules[p] for p in quiet[:2]]
+    honest = _outcomes(
+        tmp_path / "honest",
+        modules,
+        {"calc.py": "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"},
+    )
+    assert [judge(cs, honest) for cs in canaries.values() if judge(cs, honest)] == []
+
+
+def test_a_test_named_after_its_function_alone_is_not_the_one_copied():
+    """`test_add` has no word a copy could change, so its copies would all be longer than it:
+    where the function has another test, that one is copied (a further group may copy both)."""
+    module = (
+        "from calc import add\n\n\n"
+        "def test_add():\n    assert add(2, 3) == 5\n\n\n"
+        "def test_add_negative():\n    assert add(-2, -3) == -5\n"
+    )
+    for seed in range(50):
+        planted, _ = plant({"tests/test_m.py": module.encode()}, random.Random(seed))
+        text = planted["tests/test_m.py"].decode()
+        rivals = _rivals(text, "add(-2, -3)")
+        assert len(rivals) == 4 and len({n.count("_") for n, _, _ in rivals}) == 1, text
