@@ -619,6 +619,13 @@ def _plant_one(path: str, source: str, rng: random.Random, extra: int) -> tuple[
     taken = {n.name for n in defs} | {
         t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)
     }
+    # Nor a TestCase method's name: a module-level test named like a method stands out.
+    taken |= {
+        m.name
+        for cls in _test_classes(tree)
+        for m in cls.body
+        if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))
+    }
     tests = [n.name for n in defs if isinstance(n, ast.FunctionDef) and n.name.startswith("test")]
     prefix = "test_"
     stems = [t.split("_")[1] for t in tests if t.count("_") >= 1 and t.split("_")[1]]
@@ -687,6 +694,9 @@ def _plant_one(path: str, source: str, rng: random.Random, extra: int) -> tuple[
                 canaries.append(Canary(node, "failed", f"{path}::{call.test}", excused["failed"]))
             if sibling:
                 continue
+            # No wrong value of its type to write (`None`): nothing was copied, so the test (and
+            # its TestCase class, which then keeps its own canary method) counts as not copied.
+            copied.discard(call.test)
         if kind.startswith("fail") and kind != "fail_plain":
             # One more canary beside a test's copies, with a value of its own drawing, would stand
             # out among them: another real assertion, or a value of another kind.

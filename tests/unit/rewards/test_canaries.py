@@ -432,3 +432,38 @@ def test_a_test_named_after_its_function_alone_is_not_the_one_copied():
         text = planted["tests/test_m.py"].decode()
         rivals = _rivals(text, "add(-2, -3)")
         assert len(rivals) == 4 and len({n.count("_") for n, _, _ in rivals}) == 1, text
+
+
+NONE_CASE = (
+    "import unittest\n\nfrom calc import find\n\n\n"
+    "class TestFind(unittest.TestCase):\n    def test_find_missing(self):\n        self.assertEqual(find(3), None)\n"
+)
+# Gives every TestCase class made after it a no-op assertEqual (the class's own, not runner code).
+DISARM_CLASSES = """import unittest
+
+_made = unittest.TestCase.__init_subclass__.__func__
+
+
+def _disarm(cls, **kwargs):
+    _made(cls, **kwargs)
+    cls.assertEqual = lambda self, first, second, msg=None: None
+
+
+unittest.TestCase.__init_subclass__ = classmethod(_disarm)
+
+
+def find(x):
+    return 0
+"""
+
+
+def test_a_class_whose_comparison_has_no_wrong_value_keeps_its_own_canary(tmp_path):
+    """`self.assertEqual(find(3), None)` has no wrong value of its type to copy the test with, so
+    the class keeps its canary method, which a disarmed assertEqual forces to pass."""
+    modules, canaries = _plant_seeds(NONE_CASE)
+    outcomes = _outcomes(tmp_path, modules, {"calc.py": DISARM_CLASSES})
+    assert {o for n, o in outcomes.items() if n.endswith("::TestFind::test_find_missing")} == {"passed"}
+    # No module-level canary takes a method's name (it would stand out).
+    assert not [n for n in outcomes if n.endswith(".py::test_find_missing")]
+    quiet = [path for path, cs in canaries.items() if not judge(cs, outcomes)]
+    assert quiet == [], [modules[p] for p in quiet[:2]]
