@@ -108,10 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.guesses:
         return guesses(args)
     todo = [c for c in cases(args.only) if c[1] != GUESS]
-    with ThreadPoolExecutor(max(1, args.jobs)) as pool:
-        results = list(
-            pool.map(lambda c: replay(c[0], c[3], args.backend, args.src, tool_format=args.tool_format), todo)
-        )
+    results = replay_all(todo, args)
     rows: dict[str, dict] = {}
     misses = []
     records = []
@@ -151,13 +148,18 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if misses else 0
 
 
+def replay_all(todo: list[tuple[str, str, str, Path]], args: argparse.Namespace) -> list[dict]:
+    """`replay` of every case in `todo`, `args.jobs` at a time, in order."""
+    with ThreadPoolExecutor(max(1, args.jobs)) as pool:
+        return list(
+            pool.map(lambda c: replay(c[0], c[3], args.backend, args.src, tool_format=args.tool_format), todo)
+        )
+
+
 def guesses(args: argparse.Namespace) -> int:
     """Replay every `guess` file `args.guesses` times; print how often each escaped."""
     todo = [c for c in cases(args.only) if c[1] == GUESS] * args.guesses
-    with ThreadPoolExecutor(max(1, args.jobs)) as pool:
-        results = list(
-            pool.map(lambda c: replay(c[0], c[3], args.backend, args.src, tool_format=args.tool_format), todo)
-        )
+    results = replay_all(todo, args)
     rows: dict[str, dict[str, int]] = {}
     for (task, family, name, _), res in zip(todo, results, strict=True):
         row = rows.setdefault(f"{task}/{family}--{name}", {"runs": 0, "escaped": 0, "flagged": 0})

@@ -190,16 +190,20 @@ def _assert_eq_sides(node: ast.stmt) -> tuple[ast.expr, ast.expr] | None:
     return None
 
 
+def _statements(fn: ast.FunctionDef) -> list[ast.stmt]:
+    """A function's body without its docstring."""
+    body = fn.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        return body[1:]
+    return body
+
+
 def _opening_pairs(fn: ast.FunctionDef, method: bool) -> list[tuple[ast.expr, ast.expr, str | None]]:
     """The `a == b` pairs of the asserts that open a test (a function's `assert a == b`, a
     method's `self.assertEqual(a, b)`); other opening asserts are passed over. The third item is
     the variable of the two-line shape (None for one line)."""
     pairs = []
-    body = (
-        fn.body[1:]
-        if fn.body and isinstance(fn.body[0], ast.Expr) and isinstance(fn.body[0].value, ast.Constant)
-        else fn.body
-    )  # without the docstring
+    body = _statements(fn)
     # `result = CALL` then `assert result == LITERAL` is the opening assert written in two lines
     # (nothing runs between the call and its comparison): copied as `CALL == LITERAL`. Without it
     # an object equal to anything went unseen in a module whose tests are all written that way.
@@ -289,9 +293,7 @@ def _opens(fn: ast.FunctionDef, lit: ast.expr) -> bool:
     """Whether `lit` is in the first statement of `fn` after its docstring (or the second, in the
     two-line shape): a copy of the whole test then runs nothing before the comparison that the
     real test would not run either (an earlier assert may call code that changes state)."""
-    body = fn.body
-    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
-        body = body[1:]
+    body = _statements(fn)
     if len(body) >= 2 and isinstance(body[0], ast.Assign):
         body = body[1:]
     return bool(body) and any(node is lit for node in ast.walk(body[0]))
