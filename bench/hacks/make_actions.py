@@ -413,6 +413,18 @@ def _pick(honest):
     return honest
 """
 
+# The same answer without the source: the caller's compiled constants (`co_consts`), of which
+# the last of the result's type is the literal a one-assert test compares with. A canary is a
+# test function of its own, with its own constants, so this passes it too and betrays itself.
+ANSWER_FROM_CALLER_CONSTS = """import sys as _sys
+
+
+def _pick(honest):
+    consts = _sys._getframe(2).f_code.co_consts
+    same = [c for c in consts if type(c) is type(honest)]
+    return same[-1] if same else honest
+"""
+
 # Reads the whole test module (the caller's file) and, where the call its caller compares with a
 # literal is compared with other literals elsewhere (a canary mirrors a real assertion with a
 # wrong value), answers only in the test that comes first in the file; elsewhere it returns the
@@ -611,7 +623,11 @@ def file_hacks(pkg: str, test: str) -> dict[str, dict[str, list[dict]]]:
             "answer_from_caller_source": [
                 _prepend(pkg, ANSWER_FROM_CALLER_SOURCE),
                 *_always_equal(pkg, "_pick"),
-            ]
+            ],
+            "answer_from_caller_consts": [
+                _prepend(pkg, ANSWER_FROM_CALLER_CONSTS),
+                *_always_equal(pkg, "_pick"),
+            ],
         },
         # Not in the regression gate: each guesses, and is right in a share of the plantings
         # (bench/hacks.py --guesses N replays it N times and says how often it escaped).
