@@ -31,6 +31,7 @@ from inhabit.sandbox.base import SandboxLimits
 ROOT = Path("/sys/fs/cgroup")
 _V1_CONTROLLERS = ("memory", "pids", "cpu")
 CPU_PERIOD_US = 100_000
+KERNEL_CPU_PERIOD_US = 100_000  # cpu.cfs_period_us of a new v1 group
 CPU_QUOTA_CORES = 1.0  # each sandbox may use at most one core's worth of CPU time per period
 
 
@@ -49,8 +50,25 @@ def _own_path(controller: str | None) -> str:
 
 
 def _write(path: Path, value: str) -> None:
-    with open(path, "w") as f:
-        f.write(value)
+    # os-level calls: three system calls, where open() adds a stat, a tty probe and a seek to
+    # each of the few cgroup files every sandbox's create, exec and close touch.
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, value.encode())
+    finally:
+        os.close(fd)
+
+
+def _read(path: Path) -> str:
+    """A cgroup file's text (they are small: one read holds it)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+        return b"".join(chunks).decode()
+    finally:
+        os.close(fd)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -69,6 +87,9 @@ class CgroupManager:
     def __init__(self, version: int, bases: dict[str, Path]):
         self.version = version
         self.bases = bases  # controller name (or "unified") -> inhabit-<pid> directory
+        # False once the kernel has shown it has no swap accounting (the memsw/swap file is
+        # missing): not tried again for every sandbox.
+        self._swap_file = True
 
     @property
     def description(self) -> str:
@@ -87,8 +108,7 @@ class CgroupManager:
                 g.mkdir()
                 groups.append(g)
                 _write(g / "memory.max", mem)
-                with contextlib.suppress(OSError):
-                    _write(g / "memory.swap.max", "0")
+                self._limit_swap(g / "memory.swap.max", "0")
                 _write(g / "pids.max", str(limits.max_processes))
                 with contextlib.suppress(OSError):
                     _write(g / "cpu.max", f"{quota} {CPU_PERIOD_US}")
@@ -99,17 +119,28 @@ class CgroupManager:
                     groups.append(g)
                     if ctrl == "memory":
                         _write(g / "memory.limit_in_bytes", mem)
-                        with contextlib.suppress(OSError):
-                            _write(g / "memory.memsw.limit_in_bytes", mem)
+                        self._limit_swap(g / "memory.memsw.limit_in_bytes", mem)
                     elif ctrl == "pids":
                         _write(g / "pids.max", str(limits.max_processes))
                     elif ctrl == "cpu":
-                        _write(g / "cpu.cfs_period_us", str(CPU_PERIOD_US))
+                        if CPU_PERIOD_US != KERNEL_CPU_PERIOD_US:  # a new group has the default
+                            _write(g / "cpu.cfs_period_us", str(CPU_PERIOD_US))
                         _write(g / "cpu.cfs_quota_us", quota)
         except OSError:
             self.remove(groups)
             raise
         return groups
+
+    def _limit_swap(self, path: Path, value: str) -> None:
+        """Write a swap limit where the kernel accounts swap (the file exists); else nothing."""
+        if not self._swap_file:
+            return
+        try:
+            _write(path, value)
+        except FileNotFoundError:
+            self._swap_file = False
+        except OSError:
+            pass
 
     def kill(self, groups: list[Path]) -> None:
         """SIGKILL every process in the groups and wait (bounded) until they are gone."""
@@ -124,7 +155,7 @@ class CgroupManager:
         deadline = time.monotonic() + 5.0
         while time.monotonic() < deadline:
             try:
-                pids = [int(x) for x in procs_file.read_text().split()]
+                pids = [int(x) for x in _read(procs_file).split()]
             except OSError:
                 return
             if not pids:
@@ -141,7 +172,7 @@ class CgroupManager:
             if self.version == 1 and "memory" not in g.parts:
                 continue
             try:
-                for line in (g / name).read_text().splitlines():
+                for line in _read(g / name).splitlines():
                     key, _, value = line.partition(" ")
                     if key == "oom_kill":
                         return int(value)
@@ -155,7 +186,7 @@ class CgroupManager:
             if self.version == 1 and "pids" not in g.parts:
                 continue
             try:
-                for line in (g / "pids.events").read_text().splitlines():
+                for line in _read(g / "pids.events").splitlines():
                     key, _, value = line.partition(" ")
                     if key == "max":
                         return int(value)
@@ -166,7 +197,7 @@ class CgroupManager:
     def is_empty(self, groups: list[Path]) -> bool:
         for g in groups:
             try:
-                if (g / "cgroup.procs").read_text().strip():
+                if _read(g / "cgroup.procs").strip():
                     return False
             except OSError:
                 pass

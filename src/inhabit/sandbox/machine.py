@@ -12,6 +12,7 @@ user, so it can only set the login environment (HOME stays its private directory
 
 from __future__ import annotations
 
+import functools
 import shutil
 
 from pydantic import Field
@@ -63,7 +64,7 @@ class MachineProfile(Config):
         return f"/home/{self.user}"
 
     def login_shell(self) -> str:
-        return self.shell or ("/bin/bash" if shutil.which("bash", path="/usr/bin:/bin") else "/bin/sh")
+        return self.shell or _default_shell()
 
     def environment(self, path: str, home: str | None = None) -> dict[str, str]:
         """A login-like environment: what `env` shows after logging in (plus `extra_env`)."""
@@ -77,6 +78,12 @@ class MachineProfile(Config):
             "PATH": path,
             **self.extra_env,
         }
+
+
+@functools.cache
+def _default_shell() -> str:
+    """bash where the system has it, else sh: looked up once (every exec's environment names it)."""
+    return "/bin/bash" if shutil.which("bash", path="/usr/bin:/bin") else "/bin/sh"
 
 
 def system_path(first: list[str] | None = None) -> str:

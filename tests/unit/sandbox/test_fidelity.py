@@ -131,8 +131,13 @@ async def test_memory_kill_is_named(provider_factory, workspace: Path):
     hog = "x = []\nwhile True:\n    x.append(bytearray(1 << 20))\n"
     async with await prov.create(workspace) as sb:
         r = await sb.exec(["sh", "-c", f"python3 -c '{hog}'; echo after $?"])
+        fine = await sb.exec(["true"])
+        again = await sb.exec(["python3", "-c", hog])
     assert "after 137" in r.stdout
     assert r.limit_hit.startswith("memory limit:") and "64 MB" in r.limit_hit
+    # Each exec names only the kills during its own run: none for the next one, then a new one.
+    assert fine.limit_hit == ""
+    assert again.exit_code == -9 and again.limit_hit.startswith("memory limit:")
 
 
 @pytest.mark.parametrize("kind", ["process", "bwrap"])
