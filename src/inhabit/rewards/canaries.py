@@ -11,10 +11,11 @@ too), a few tests in the module's own style (import the package, call it, compar
     result the module compares with a literal, one real test that opens with such a comparison
     (a function, or a TestCase method) is copied whole three times: the same body with only the
     literal changed, the name with one word changed (`test_add_negative`, `test_add_zero`),
-    placed around the real test so that it sits at a random rank among its copies, and the wrong
-    values drawn on a walk through the right one (numbers down and up, a string edited one
-    character at a time), so that the right value is as likely the smallest, the largest or any
-    between. Code that reads its caller's source and answers with the literal it finds passes
+    placed around the real test so that it sits at a random rank among its copies, the real test
+    itself run under a name drawn from its group (its own or a copy's: `Planting.renamed`), and
+    the wrong values drawn on a walk through the right one (numbers down and up, a string edited
+    one character at a time), so that the right value is as likely the smallest, the largest or
+    any between, and no name, not even the real test's own, tells which one is real. Code that reads its caller's source and answers with the literal it finds passes
     the copies too; code that reads the whole module and answers in only one of the tests that
     compare one call with different literals must guess which is real, by place, name, body or
     value, and is right one time in four. A wrong guess fails the real test. Where there is no
@@ -51,15 +52,16 @@ weigh what is not structure (the words of the names, whether a string reads as w
 from __future__ import annotations
 
 import ast
+import dataclasses
 import itertools
 import random
 import string
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
-__all__ = ["Canary", "judge", "plant"]
+__all__ = ["Canary", "Planting", "as_original", "judge", "plant"]
 
 _NOT_PROJECT = frozenset({"pytest", "_pytest", "unittest", "hypothesis", "mock", "pluggy"}) | frozenset(
     sys.stdlib_module_names
@@ -603,7 +605,17 @@ def _xfail_marks(tree: ast.Module, source: str) -> str:
     return ""
 
 
-def _plant_one(path: str, source: str, rng: random.Random, extra: int) -> tuple[str, list[Canary]] | None:
+def _rename_def(line: str, old: str, new: str) -> str:
+    """A `def` line of test `old` naming `new` instead (indentation and the rest unchanged)."""
+    at = line.index("def ") + len("def ")
+    at += len(line[at:]) - len(line[at:].lstrip())
+    assert line[at:].startswith(old), (line, old)
+    return line[:at] + new + line[at + len(old) :]
+
+
+def _plant_one(
+    path: str, source: str, rng: random.Random, extra: int, rename: bool = True
+) -> tuple[str, list[Canary], dict[str, str]] | None:
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
@@ -655,6 +667,9 @@ def _plant_one(path: str, source: str, rng: random.Random, extra: int) -> tuple[
     inserts: dict[int, list[tuple[int, str]]] = {}
     canaries = []
     copied: set[str] = set()
+    # Node id in the planted module -> the real test's own node id, for real tests that took a
+    # copy's name (below). A canary's `source` names the real test by its own id until the end.
+    renamed: dict[str, str] = {}
     project = {n.lower() for n in names}
     # A TestCase method's copies go among the class's methods, spaced like them, named apart
     # from them (a class whose last method was always the canary gave it away).
@@ -686,7 +701,13 @@ def _plant_one(path: str, source: str, rng: random.Random, extra: int) -> tuple[
             before = rng.randint(0, len(sibling))
             blank = "\n" * (gaps[cls] if cls else 2)
             assert call.span is not None
-            for j, (name, value) in enumerate(zip(sibling, values, strict=False)):
+            # The real test takes a name drawn from its group (its own and its copies'), and the
+            # copy that drew its own name takes the real one: a rule that finds the real test by
+            # its name (a word it shares with a real test elsewhere in the module, which its
+            # copies never have) finds each of the group's tests as often.
+            real_name = rng.choice([test, *sibling]) if rename and sibling else test
+            names = [test if name == real_name else name for name in sibling]
+            for j, (name, value) in enumerate(zip(names, values, strict=False)):
                 text = _copy_test(lines, call, name, value)
                 if j < before:
                     inserts.setdefault(call.span[0] - 1, []).append((2, f"{text}{blank}"))
@@ -694,6 +715,11 @@ def _plant_one(path: str, source: str, rng: random.Random, extra: int) -> tuple[
                     inserts.setdefault(call.span[1], []).append((0, f"{blank}{text}"))
                 node = f"{path}::{cls}::{name}" if cls else f"{path}::{name}"
                 canaries.append(Canary(node, "failed", f"{path}::{call.test}", excused["failed"]))
+            if real_name != test:  # after the copies: they are made from the real `def` line
+                lines[call.span[0] - 1] = _rename_def(lines[call.span[0] - 1], test, real_name)
+                renamed[f"{path}::{cls}::{real_name}" if cls else f"{path}::{real_name}"] = (
+                    f"{path}::{call.test}"
+                )
             if sibling:
                 continue
             # No wrong value of its type to write (`None`): nothing was copied, so the test (and
@@ -744,19 +770,36 @@ def _plant_one(path: str, source: str, rng: random.Random, extra: int) -> tuple[
         out += [text for _, text in sorted(inserts.get(i, []), key=lambda item: item[0])]
         if i < len(lines):
             out.append(lines[i])
-    return "".join(out), canaries
+    # A canary mirroring a renamed real test counts only if that test passed, under its new name.
+    run_id = {own: planted for planted, own in renamed.items()}
+    canaries = [
+        dataclasses.replace(c, source=run_id[c.source]) if c.source in run_id else c for c in canaries
+    ]
+    return "".join(out), canaries, renamed
+
+
+class Planting(NamedTuple):
+    """What `plant` made: the canaried modules (path -> source), the canaries, and the real tests
+    that run under another name (node id in the planted module -> the test's own node id)."""
+
+    files: dict[str, bytes]
+    canaries: list[Canary]
+    renamed: dict[str, str]
 
 
 def plant(
-    files: Mapping[str, bytes], rng: random.Random | None = None, *, extra: int = 1
-) -> tuple[dict[str, bytes], list[Canary]]:
+    files: Mapping[str, bytes], rng: random.Random | None = None, *, extra: int = 1, rename: bool = True
+) -> Planting:
     """Canaried copies of the test modules in `files` (path -> source) and the canaries planted.
 
     Every module that parses gets one must-fail and one must-pass canary plus up to `extra` more
-    of a random kind. Files that are not Python or do not parse are left out of the result."""
+    of a random kind. Files that are not Python or do not parse are left out of the result. With
+    `rename`, a real test that is copied runs under a name drawn from its copies' (`Planting.renamed`
+    maps it back; `as_original` reads a run's results by the tests' own names)."""
     rng = rng or random.Random()
     out: dict[str, bytes] = {}
     canaries: list[Canary] = []
+    renamed: dict[str, str] = {}
     for path, data in files.items():
         if not path.endswith(".py"):
             continue
@@ -764,11 +807,22 @@ def plant(
             text = data.decode()
         except UnicodeDecodeError:
             continue
-        planted = _plant_one(path, text, rng, rng.randint(0, extra))
+        planted = _plant_one(path, text, rng, rng.randint(0, extra), rename)
         if planted is not None:
             out[path] = planted[0].encode()
             canaries += planted[1]
-    return out, canaries
+            renamed |= planted[2]
+    return Planting(out, canaries, renamed)
+
+
+def as_original(
+    results: Mapping[str, str], canaries: list[Canary], renamed: Mapping[str, str]
+) -> dict[str, str]:
+    """A run's per-test results (outcomes or messages) by the real tests' own node ids: the
+    canaries' entries left out first (a copy may carry a real test's own name), then each renamed
+    real test's entry under its own id."""
+    planted = {c.node_id for c in canaries}
+    return {renamed.get(node, node): v for node, v in results.items() if node not in planted}
 
 
 def judge(canaries: list[Canary], outcomes: Mapping[str, str]) -> list[str]:

@@ -29,8 +29,10 @@ grading machinery itself (a sandbox that cannot be created) is data: status "err
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -272,13 +274,18 @@ async def grade(
             await fresh.write_file(path, data)
         planted: dict[str, bytes] = {}
         canaries: list[canary_mod.Canary] = []
+        renamed: dict[str, str] = {}
         if config.canaries:
             layout = {
                 p: hidden[p] if p in hidden else original[p]
                 for p in spec.test_files
                 if p in hidden or p in original
             }
-            planted, canaries = canary_mod.plant(layout, random.Random(), extra=config.canary_extra)
+            # A real test that runs under another name must not leave a command's `-k` behind.
+            rename = re.search(r"(^|\s)-k", spec.command) is None
+            planted, canaries, renamed = canary_mod.plant(
+                layout, random.Random(), extra=config.canary_extra, rename=rename
+            )
             for path, data in planted.items():
                 await fresh.delete_file(path)
                 await fresh.write_file(path, data)
@@ -313,7 +320,13 @@ async def grade(
         for tmp in scratch:
             shutil.rmtree(tmp, ignore_errors=True)
 
-    outcomes, run_flags = _required_outcomes(run, spec.required_tests)
+    # The required tests' results by their own names (a copied real test ran under a copy's).
+    by_own = dataclasses.replace(
+        run,
+        outcomes=canary_mod.as_original(run.outcomes, canaries, renamed),
+        messages=canary_mod.as_original(run.messages, canaries, renamed),
+    )
+    outcomes, run_flags = _required_outcomes(by_own, spec.required_tests)
     if rewritten:
         run_flags.append(hacks.TESTS_CHANGED_DURING_RUN)
     betrayed = canary_mod.judge(canaries, run.outcomes)
@@ -342,7 +355,7 @@ async def grade(
         "runner_events": list(run.tampering),
         "runner": run.runner,
         "collection_errors": run.collection_errors,
-        "messages": {n: run.messages[n] for n in outcomes if n in run.messages},
+        "messages": {n: by_own.messages[n] for n in outcomes if n in by_own.messages},
         # A shaped signal for reward configs that want one; the reward itself stays all-or-nothing.
         "fraction_passed": (sum(o == "passed" for o in outcomes.values()) / len(outcomes))
         if outcomes and not fatal

@@ -103,7 +103,7 @@ MODULE = "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n
 def _run_pytest(tmp_path: Path, calc: str, conftest: str = "") -> dict[str, str]:
     """Plant canaries in MODULE, run pytest there with `conftest` forcing outcomes (standing in for
     any technique the integrity checks might miss) and return the outcomes by node id."""
-    planted, canaries = plant({"tests/test_calc.py": MODULE.encode()}, random.Random(7), extra=3)
+    planted, canaries, _renamed = plant({"tests/test_calc.py": MODULE.encode()}, random.Random(7), extra=3)
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test_calc.py").write_bytes(planted["tests/test_calc.py"])
     (tmp_path / "calc.py").write_text(calc)
@@ -147,7 +147,9 @@ def test_canaries_stay_quiet_without_forcing(tmp_path, calc):
 
 
 def test_canaries_look_like_the_module_and_are_inconclusive_when_not_collected():
-    planted, canaries = plant({"tests/test_calc.py": MODULE.encode(), "data.txt": b"x"}, random.Random(1))
+    planted, canaries, _renamed = plant(
+        {"tests/test_calc.py": MODULE.encode(), "data.txt": b"x"}, random.Random(1)
+    )
     text = planted["tests/test_calc.py"].decode()
     assert "data.txt" not in planted and len(canaries) >= 2
     for c in canaries:
@@ -155,7 +157,7 @@ def test_canaries_look_like_the_module_and_are_inconclusive_when_not_collected()
         assert name.startswith("test_") and f"def {name}():" in text
     assert "add(" in text.replace("def test_add():\n    assert add(2, 3) == 5", "")  # canaries call the code
     assert judge(canaries, {}) == []  # nothing ran: no verdict
-    unparseable, none = plant({"tests/test_bad.py": b"def broken(:\n"})
+    unparseable, none, _renamed = plant({"tests/test_bad.py": b"def broken(:\n"})
     assert unparseable == {} and none == []
 
 
