@@ -614,7 +614,7 @@ def _rename_def(line: str, old: str, new: str) -> str:
 
 
 def _plant_one(
-    path: str, source: str, rng: random.Random, extra: int, rename: bool = True
+    path: str, source: str, rng: random.Random, extra: int, rename: bool = True, elsewhere: str = ""
 ) -> tuple[str, list[Canary], dict[str, str]] | None:
     try:
         tree = ast.parse(source)
@@ -705,7 +705,10 @@ def _plant_one(
             # copy that drew its own name takes the real one: a rule that finds the real test by
             # its name (a word it shares with a real test elsewhere in the module, which its
             # copies never have) finds each of the group's tests as often.
-            real_name = rng.choice([test, *sibling]) if rename and sibling else test
+            # Not a test whose name anything else may name (a later line of its module, a
+            # conftest or configuration selecting or marking it by name): it would miss it.
+            named_elsewhere = source.count(test) > 1 or test in elsewhere
+            real_name = rng.choice([test, *sibling]) if rename and sibling and not named_elsewhere else test
             names = [test if name == real_name else name for name in sibling]
             for j, (name, value) in enumerate(zip(names, values, strict=False)):
                 text = _copy_test(lines, call, name, value)
@@ -788,14 +791,21 @@ class Planting(NamedTuple):
 
 
 def plant(
-    files: Mapping[str, bytes], rng: random.Random | None = None, *, extra: int = 1, rename: bool = True
+    files: Mapping[str, bytes],
+    rng: random.Random | None = None,
+    *,
+    extra: int = 1,
+    rename: bool = True,
+    elsewhere: str = "",
 ) -> Planting:
     """Canaried copies of the test modules in `files` (path -> source) and the canaries planted.
 
     Every module that parses gets one must-fail and one must-pass canary plus up to `extra` more
     of a random kind. Files that are not Python or do not parse are left out of the result. With
     `rename`, a real test that is copied runs under a name drawn from its copies' (`Planting.renamed`
-    maps it back; `as_original` reads a run's results by the tests' own names)."""
+    maps it back; `as_original` reads a run's results by the tests' own names), unless its name
+    appears anywhere else in its module or in `elsewhere` (the text of the files that could select
+    or mark tests by name: conftests, pytest's configuration)."""
     rng = rng or random.Random()
     out: dict[str, bytes] = {}
     canaries: list[Canary] = []
@@ -807,7 +817,7 @@ def plant(
             text = data.decode()
         except UnicodeDecodeError:
             continue
-        planted = _plant_one(path, text, rng, rng.randint(0, extra), rename)
+        planted = _plant_one(path, text, rng, rng.randint(0, extra), rename, elsewhere)
         if planted is not None:
             out[path] = planted[0].encode()
             canaries += planted[1]

@@ -29,6 +29,7 @@ grading machinery itself (a sandbox that cannot be created) is data: status "err
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import random
@@ -202,6 +203,17 @@ def _maybe_config(path: str) -> bool:
     return path.rsplit("/", 1)[-1] in PYTEST_CONFIG_NAMES
 
 
+def _names_tests(original: Mapping[str, bytes], hidden: Mapping[str, bytes]) -> str:
+    """The text of the files that may select or mark tests by name: every conftest.py and pytest
+    configuration file of the task (hidden ones over the repository's)."""
+    out = []
+    for p in {*original, *hidden}:
+        if p.rsplit("/", 1)[-1] in ("conftest.py", *PYTEST_CONFIG_NAMES):
+            with contextlib.suppress(OSError, KeyError):
+                out.append((hidden[p] if p in hidden else original[p]).decode(errors="replace"))
+    return "\n".join(out)
+
+
 def _required_outcomes(run: TestRunResult, required: tuple[str, ...]) -> tuple[dict[str, str], list[str]]:
     outcomes: dict[str, str] = {}
     flags: list[str] = []
@@ -281,10 +293,15 @@ async def grade(
                 for p in spec.test_files
                 if p in hidden or p in original
             }
-            # A real test that runs under another name must not leave a command's `-k` behind.
+            # A real test that runs under another name must not leave a command's `-k` behind,
+            # nor a conftest or configuration that names it.
             rename = re.search(r"(^|\s)-k", spec.command) is None
             planted, canaries, renamed = canary_mod.plant(
-                layout, random.Random(), extra=config.canary_extra, rename=rename
+                layout,
+                random.Random(),
+                extra=config.canary_extra,
+                rename=rename,
+                elsewhere=_names_tests(original, hidden),
             )
             for path, data in planted.items():
                 await fresh.delete_file(path)

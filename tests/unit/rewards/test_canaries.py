@@ -560,3 +560,33 @@ def test_a_real_test_cannot_be_found_by_the_words_it_shares_with_another(tmp_pat
         if real.get(f"{p}::test_area_square") == "passed" and not judge(cs, outcomes)
     ]
     assert len(fooled) <= 0.4 * len(canaries), [modules[p] for p in fooled[:2]]
+
+
+def test_a_test_named_anywhere_else_keeps_its_name(tmp_path):
+    """A copied real test runs under another name only where nothing else names it: a later line
+    of its module, or a conftest or configuration (`elsewhere`) that selects or marks it by name."""
+    referenced = NAMED + "\n\ntest_add_negative.__doc__ = 'from the spec'\n"
+    own = [plant({"tests/test_m.py": referenced.encode()}, random.Random(seed)) for seed in SEEDS]
+    assert not any("tests/test_m.py::test_add_negative" in p.renamed.values() for p in own)
+    marked = (
+        "def pytest_collection_modifyitems(items):\n    [i for i in items if i.name == 'test_add_negative']\n"
+    )
+    kept = [
+        plant({"tests/test_m.py": NAMED.encode()}, random.Random(seed), elsewhere=marked) for seed in SEEDS
+    ]
+    assert not any("test_add_negative" in own for p in kept for own in p.renamed.values())
+    free = [plant({"tests/test_m.py": NAMED.encode()}, random.Random(seed)) for seed in SEEDS]
+    assert any("tests/test_m.py::test_add_negative" in p.renamed.values() for p in free)
+    # The module that names its test still runs whole: the real test passes under its own name.
+    modules = {
+        f"tests/test_r{s}.py": plant({f"tests/test_r{s}.py": referenced.encode()}, random.Random(s))
+        .files[f"tests/test_r{s}.py"]
+        .decode()
+        for s in range(5)
+    }
+    outcomes = _outcomes(
+        tmp_path,
+        modules,
+        {"calc.py": "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"},
+    )
+    assert {o for n, o in outcomes.items() if n.endswith("::test_add_negative")} == {"passed"}
