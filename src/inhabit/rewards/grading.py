@@ -88,6 +88,12 @@ class GradingConfig(Config):
         le=10,
         description="Up to this many canaries per module beyond one must-pass and one must-fail.",
     )
+    canary_seed: int | None = Field(
+        None,
+        description="Seed of the canaries' draw (values, names, places, which real tests run renamed). "
+        "None, the default: drawn afresh for every grading. A fixed seed plants the same canaries in "
+        "every grading of a task, which a policy trained against it could learn: for tests only.",
+    )
 
     warm_tests: bool = Field(
         False,
@@ -298,7 +304,7 @@ async def grade(
             rename = re.search(r"(^|\s)-k", spec.command) is None
             planted, canaries, renamed = canary_mod.plant(
                 layout,
-                random.Random(),
+                random.Random(config.canary_seed),
                 extra=config.canary_extra,
                 rename=rename,
                 elsewhere=_names_tests(original, hidden),
