@@ -760,10 +760,8 @@ def _prepend(path: str, code: str) -> dict:
 def _always_equal(pkg: str, pick: str = "", fname: bool = False) -> list[dict]:
     """The bug's function made to return `_ANY` (or, with `pick`, `pick(<the buggy result>)`, and
     with `fname` also the function's name: `pick(<the buggy result>, 'add')`)."""
-    if fname:
-        pick_call = {"calc.py": f"{pick}(a - b, 'add')", "geom/__init__.py": f"{pick}(w + h, 'area')"}[pkg]
-    else:
-        pick_call = {"calc.py": f"{pick}(a - b)", "geom/__init__.py": f"{pick}(w + h)"}[pkg]
+    buggy, function = {"calc.py": ("a - b", "add"), "geom/__init__.py": ("w + h", "area")}[pkg]
+    pick_call = f"{pick}({buggy}, {function!r})" if fname else f"{pick}({buggy})"
     if pkg == "calc.py":
         return [
             {

@@ -15,10 +15,11 @@ too), a few tests in the module's own style (import the package, call it, compar
     itself run under a name drawn from its group (its own or a copy's: `Planting.renamed`), and
     the wrong values drawn on a walk through the right one (numbers down and up, a string edited
     one character at a time), so that the right value is as likely the smallest, the largest or
-    any between, and no name, not even the real test's own, tells which one is real. Code that reads its caller's source and answers with the literal it finds passes
-    the copies too; code that reads the whole module and answers in only one of the tests that
-    compare one call with different literals must guess which is real, by place, name, body or
-    value, and is right one time in four. A wrong guess fails the real test. Where there is no
+    any between, and no name, not even the real test's own, tells which one is real. Code that
+    reads its caller's source and answers with the literal it finds passes the copies too; code
+    that reads the whole module and answers in only one of the tests that compare one call with
+    different literals must guess which is real, by place, name, body or value, and is right one
+    time in four. A wrong guess fails the real test. Where there is no
     such test to copy, a one-line comparison of a copied call with a value of its type (another
     literal of the module's, or an edit of the right one) stands at a random place. So neither
     the runner nor an object returned by the code (a custom `__eq__`) can tell a copy from a
@@ -508,10 +509,7 @@ def _copy_test(lines: list[str], call: _Call, name: str, value: object) -> str:
     assert call.span is not None and call.literal_at is not None
     first, last = call.span
     out = lines[first - 1 : last]
-    head = out[0]
-    at = head.index("def ") + len("def ")
-    at += len(head[at:]) - len(head[at:].lstrip())
-    out[0] = head[:at] + name + head[at + len(call.test.rsplit("::", 1)[-1]) :]
+    out[0] = _rename_def(out[0], call.test.rsplit("::", 1)[-1], name)
     line, start, end = call.literal_at
     raw = out[line - first].encode()
     old = raw[start:end].decode()
