@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import time
 from collections import Counter
 from pathlib import Path
@@ -55,6 +56,25 @@ REPO = Path(__file__).resolve().parents[1]
 ARMS = ("bootstrap", "sft", "rl")
 
 
+def _bug_modules(run_dir: Path) -> dict[str, str]:
+    """Task id -> the path of its buggy module, from the manifests of the run's generated tasks."""
+    out = {}
+    for manifest in (run_dir / "cache").glob("tasks-*/*/manifest.jsonl"):
+        for line in manifest.read_text().splitlines():
+            entry = json.loads(line)
+            out[entry["id"]] = entry["bug"]["module"]
+    return out
+
+
+def _package(t: Trajectory) -> str:
+    found = re.search(r"the package `([A-Za-z_][A-Za-z0-9_]*)`", t.instruction)
+    return found.group(1) if found else "?"
+
+
+def _read(call: Any, prefix: str) -> bool:
+    return call.tool == "read_file" and not call.error and str(call.args.get("path", "")).startswith(prefix)
+
+
 def arm_stats(run_dir: Path, purpose: str) -> dict[str, Any]:
     """The table's figures over the evaluation rollouts of `purpose` in a run's trajectories.jsonl."""
     trajs = [
@@ -63,6 +83,8 @@ def arm_stats(run_dir: Path, purpose: str) -> dict[str, Any]:
         if (t := Trajectory.from_json(line)).metadata.get("purpose") == purpose
     ]
     solved = [t for t in trajs if t.reward is not None and t.reward >= 1.0]
+    bugs = _bug_modules(run_dir)
+    n = max(1, len(trajs))
     turns = [Counter(c.turn for c in t.tool_calls) for t in trajs]
     action_turns = sum(t.num_turns for t in trajs)
     parallel = sum(sum(n > 1 for n in c.values()) for c in turns)
@@ -77,6 +99,13 @@ def arm_stats(run_dir: Path, purpose: str) -> dict[str, Any]:
         "tokens_per_solved": sum(tokens(t) for t in solved) / len(solved) if solved else None,
         "parallel_turn_share": parallel / max(1, action_turns),
         "summaries_per_episode": sum(len(t.summaries) for t in trajs) / max(1, len(trajs)),
+        # How far the unsolved get: a file of the task's own package read, the buggy module read,
+        # an edit applied (share of episodes).
+        "read_package": sum(any(_read(c, _package(t) + "/") for c in t.tool_calls) for t in trajs) / n,
+        "read_buggy_module": sum(any(_read(c, bugs.get(t.task_id, "?")) for c in t.tool_calls) for t in trajs)
+        / n,
+        "edit_applied": sum(any(c.tool == "edit_file" and not c.error for c in t.tool_calls) for t in trajs)
+        / n,
         "status": dict(Counter(t.status for t in trajs)),
     }
 
@@ -98,14 +127,22 @@ def sft_arm(cfg: RunConfig, model_dir: Path, info: dict[str, Any], seconds: floa
 
     from inhabit.models.loading import load_model
     from inhabit.models.tiny import save_model_folder
-    from inhabit.orchestrator.quickstart.bootstrap import train_bootstrap, transcript_examples
+    from inhabit.orchestrator.quickstart.bootstrap import (
+        RenamedExamples,
+        train_bootstrap,
+        transcript_examples,
+    )
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     model, tok = load_model(model_dir)
     trajs = [Trajectory.from_json(x) for x in (model_dir / EXPERT_FILE).read_text().splitlines()]
-    examples = [e for t in trajs for e in transcript_examples(tok, t)]
     bc = cfg.model.bootstrap
+    # The bootstrap's data as the bootstrap saw it: renamed draws too where it had them.
+    draws = RenamedExamples(tok, trajs, bc.rename, cfg.engine.max_model_len or 1024) if bc.rename else None
+    examples = (
+        draws.examples if draws is not None else [e for t in trajs for e in transcript_examples(tok, t)]
+    )
     # The cosine runs over the steps the bootstrap's step rate predicts; the wall clock is the limit
     # (a step rate measured at another load must not end the arm early: twice the prediction).
     step_s = info["bootstrap_s"] / bc.steps
@@ -113,7 +150,7 @@ def sft_arm(cfg: RunConfig, model_dir: Path, info: dict[str, Any], seconds: floa
     t0 = time.monotonic()
     losses = train_bootstrap(
         model, examples, steps=steps, batch_size=bc.batch_size, lr=bc.lr, seed=cfg.seed + 1,
-        pad_id=int(tok.pad_token_id or 0), time_budget_s=seconds,
+        pad_id=int(tok.pad_token_id or 0), time_budget_s=seconds, draw=draws.draw if draws is not None else None,
     )  # fmt: skip
     save_model_folder(model, tok, out)
     return {"steps": len(losses), "planned_steps": steps, "seconds": round(time.monotonic() - t0, 1),
@@ -188,7 +225,7 @@ def fmt(v: float | None, spec: str) -> str:
 def table(variant: str, seeds: list[dict[str, Any]]) -> Table:
     t = Table(title=f"held-out, {variant}")
     for c in ("seed", "arm", "success", "turns/solved", "tokens/solved", "parallel turns", "summaries/ep",
-              "vs bootstrap"):  # fmt: skip
+              "read package / buggy module / edit applied", "vs bootstrap"):  # fmt: skip
         t.add_column(c)
     for s in seeds:
         base = s["arms"]["bootstrap"]
@@ -202,6 +239,7 @@ def table(variant: str, seeds: list[dict[str, Any]]) -> Table:
             t.add_row(str(s["seed"]), arm, f"{a['success']:.1%} of {a['episodes']}",
                       fmt(a["turns_per_solved"], ".2f"), fmt(a["tokens_per_solved"], ".0f"),
                       f"{a['parallel_turn_share']:.1%}", f"{a['summaries_per_episode']:.2f}",
+                      f"{a['read_package']:.0%} / {a['read_buggy_module']:.0%} / {a['edit_applied']:.0%}",
                       "-" if arm == "bootstrap" else ratio)  # fmt: skip
     return t
 
@@ -214,8 +252,15 @@ def main() -> None:
     ap.add_argument("--midtrain-steps", type=int, default=300)
     ap.add_argument("--root", default="runs/bench-learning")
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "learning.json"))
+    ap.add_argument(
+        "--stats", metavar="RUN_DIR", help="print the figures of a run folder's held-out evaluations and stop"
+    )
     ap.add_argument("overrides", nargs="*", help="dotted overrides of the run config, e.g. steps=20")
     args = ap.parse_args()
+    if args.stats:
+        for purpose in ("eval:before", "eval:after"):
+            print(purpose, json.dumps(arm_stats(Path(args.stats), purpose)))
+        return
     base = load_config(RunConfig, Path(args.config), [*args.overrides, 'metrics.progress="plain"'])
     root = Path(args.root)
     console = Console(width=150)

@@ -63,6 +63,14 @@ class BootstrapConfig(Config):
         "again). They are part of neither split; they teach the model to copy the names it is shown "
         "instead of recalling the train split's few package names.",
     )
+    rename: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="Multistep only: share of the bootstrap's drawn examples whose package, module and "
+        "function names are replaced, consistently through the transcript, by made-up ones drawn afresh "
+        "at every draw (no extra episodes: the names cannot be memorized, only copied from the context).",
+    )
     from_path: bool = Field(
         False,
         description="With model.path: bootstrap that folder (true: a start such as an `inhabit midtrain` "
@@ -242,6 +250,11 @@ class RunConfig(Config):
             raise ValueError(
                 'trainer.data_parallel > 1 runs on placement.backend = "local" (ranks on this machine, '
                 "or torchrun's); the Ray placement trains in one actor"
+            )
+        if self.model.bootstrap.rename and self.tasks.source != "multistep":
+            raise ValueError(
+                "model.bootstrap.rename renames the multistep expert's transcripts: it needs "
+                'tasks.source = "multistep"'
             )
         if self.model.bootstrap.fresh_names and self.tasks.source != "multistep":
             raise ValueError(

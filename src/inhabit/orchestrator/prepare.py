@@ -248,12 +248,20 @@ def _build_model(
         )
         t2 = time.monotonic()
         bc = mc.bootstrap
+        draws = None
+        if bc.rename:  # the same examples, names drawn afresh at each draw (quickstart.renaming)
+            from inhabit.orchestrator.quickstart.bootstrap import RenamedExamples
+
+            draws = RenamedExamples(tok, trajs, bc.rename, window)
+            examples = draws.examples
         losses = train_bootstrap(
             model, examples, steps=bc.steps, batch_size=bc.batch_size, lr=bc.lr, seed=mc.init_seed,
-            pad_id=int(tok.pad_token_id or 0),
+            pad_id=int(tok.pad_token_id or 0), draw=draws.draw if draws is not None else None,
             on_step=lambda s, loss: say(f"bootstrap step {s + 1}/{bc.steps}: loss {loss:.3f}")
             if (s + 1) % max(1, bc.steps // 10) == 0 else None,
         )  # fmt: skip
+        if draws is not None:
+            info["renamed_draws"], info["rename_too_long"] = draws.renamed, draws.kept
         info["bootstrap_s"] = round(time.monotonic() - t2, 2)
         info["bootstrap_final_loss"] = round(sum(losses[-10:]) / len(losses[-10:]), 4)
     tmp = out.with_name(out.name + ".tmp")

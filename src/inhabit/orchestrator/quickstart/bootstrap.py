@@ -90,19 +90,65 @@ def transcript_examples(tokenizer: Any, traj: Trajectory) -> list[tuple[list[int
     request fit the window, the segment's record holds only what the summary saw; its action turns
     then get an example of their own, the context they were taken in rebuilt from the trajectory's
     calls and observations, and the recorded request trains only the summary."""
+    return [_messages_example(tokenizer, msgs, learn_from) for msgs, learn_from in transcript_contexts(traj)]
+
+
+def transcript_contexts(traj: Trajectory) -> list[tuple[list[Any], int]]:
+    """(messages, learn_from) of each example `transcript_examples` encodes: the loss covers the
+    assistant messages from index `learn_from` on."""
     assert traj.tool_format != "native", "the multistep bootstrap renders the xml format"
-    out = []
+    out: list[tuple[list[Any], int]] = []
     before = 0  # action turns of the earlier segments (tool call records number turns episode-wide)
     for s in traj.segments:
         actions = [t for t in s.turns if t.kind == "action"]
         kept = sum(m.role == "assistant" for m in s.messages) - (s.summary is not None)
         if s.summary is not None and kept < len(actions):
-            out.append(_messages_example(tokenizer, _action_context(traj, s, before)))
-            out.append(_messages_example(tokenizer, s.messages, learn_from=len(s.messages) - 1))
+            out.append((_action_context(traj, s, before), 0))
+            out.append((list(s.messages), len(s.messages) - 1))
         elif any(m.role == "assistant" for m in s.messages):
-            out.append(_messages_example(tokenizer, s.messages))
+            out.append((list(s.messages), 0))
         before += len(actions)
     return out
+
+
+class RenamedExamples:
+    """Examples of multistep transcripts whose names are drawn afresh at each draw
+    (`model.bootstrap.rename`, `renaming`): with probability `share` a drawn example is its
+    transcript's context under made-up package, module and function names (drawn for that one
+    example, consistent through it), otherwise as recorded. A renamed context longer than `window`
+    tokens is trained as recorded."""
+
+    def __init__(self, tokenizer: Any, trajs: Sequence[Trajectory], share: float, window: int) -> None:
+        from inhabit.orchestrator.quickstart.renaming import NameDrawer, names_in, transcript_words
+
+        self.tokenizer, self.share, self.window = tokenizer, share, window
+        self.contexts: list[tuple[list[Any], int, list[str], set[str]]] = []
+        for traj in trajs:
+            ctxs = transcript_contexts(traj)
+            every = [m for msgs, _ in ctxs for m in msgs]
+            names, words = names_in(every), transcript_words(every)
+            self.contexts += [(msgs, learn_from, names, words) for msgs, learn_from in ctxs]
+        self.examples = [_messages_example(tokenizer, msgs, lf) for msgs, lf, _, _ in self.contexts]
+        self.drawer = NameDrawer(tokenizer.convert_ids_to_tokens(list(range(len(tokenizer)))))
+        self.renamed = self.kept = 0
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    def draw(self, index: int, rng: random.Random) -> tuple[list[int], list[bool]]:
+        from inhabit.orchestrator.quickstart.renaming import renamed
+
+        msgs, learn_from, names, words = self.contexts[index]
+        if not names or rng.random() >= self.share:
+            return self.examples[index]
+        ids, mask = _messages_example(
+            self.tokenizer, renamed(msgs, self.drawer.draw(names, rng, words)), learn_from
+        )
+        if len(ids) > self.window:
+            self.kept += 1
+            return self.examples[index]
+        self.renamed += 1
+        return ids, mask
 
 
 def _action_context(traj: Trajectory, segment: Any, before: int) -> list[Any]:
@@ -156,9 +202,12 @@ def train_bootstrap(
     pad_id: int = 0,
     on_step: Callable[[int, float], None] | None = None,
     time_budget_s: float | None = None,
+    draw: Callable[[int, random.Random], tuple[list[int], list[bool]]] | None = None,
 ) -> list[float]:
     """`steps` AdamW updates of masked next-token loss (fewer when `time_budget_s` of wall clock runs
-    out first: the equal-compute SFT baseline of bench/learning.py); returns the loss per step."""
+    out first: the equal-compute SFT baseline of bench/learning.py); returns the loss per step.
+    With `draw`, example `i` of a batch is `draw(i, rng)` (`RenamedExamples.draw`) instead of
+    `examples[i]`."""
     rng = random.Random(seed)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
@@ -179,7 +228,8 @@ def train_bootstrap(
             more = list(range(len(examples)))
             rng.shuffle(more)
             order += more
-        batch = [examples[order.pop()] for _ in range(batch_size)]
+        picked = [order.pop() for _ in range(batch_size)]
+        batch = [draw(i, rng) if draw is not None else examples[i] for i in picked]
         n = max(len(ids) for ids, _ in batch)
         inp = torch.full((len(batch), n), pad_id, dtype=torch.long)
         tgt = torch.full((len(batch), n), -100, dtype=torch.long)
