@@ -139,7 +139,8 @@ def sft_arm(cfg: RunConfig, model_dir: Path, info: dict[str, Any], seconds: floa
     trajs = [Trajectory.from_json(x) for x in (model_dir / EXPERT_FILE).read_text().splitlines()]
     bc = cfg.model.bootstrap
     # The bootstrap's data as the bootstrap saw it: renamed draws too where it had them.
-    draws = RenamedExamples(tok, trajs, bc.rename, cfg.engine.max_model_len or 1024) if bc.rename else None
+    window = cfg.engine.max_model_len or int(model.config.max_position_embeddings)
+    draws = RenamedExamples(tok, trajs, bc.rename, window) if bc.rename else None
     examples = (
         draws.examples if draws is not None else [e for t in trajs for e in transcript_examples(tok, t)]
     )
