@@ -36,7 +36,7 @@ WINDOW = 1024
 def episodes(tmp_path_factory):
     """(task, transcript) of the expert on a normal and a long task, in the multistep config's window."""
     drawn = generate(8, 3, long_share=0.5)
-    tasks = [t for t in drawn if not t.long][:2] + [t for t in drawn if t.long][:1]
+    tasks = [t for t in drawn if not t.long][:1] + [t for t in drawn if t.long][:1]
     roots = write_multistep_tasks(tmp_path_factory.mktemp("tasks"), tasks)
     tok = quickstart_tokenizer()
     harness = HarnessConfig(
@@ -47,8 +47,8 @@ def episodes(tmp_path_factory):
         provider = create_provider(SandboxConfig())
         try:
             return await multistep_transcripts(
-                list(zip(tasks, roots, strict=True)), provider, harness, tok, WINDOW, seed=3
-            )
+                list(zip(tasks, roots, strict=True)), provider, harness, tok, WINDOW, seed=3, grade=False
+            )  # ungraded: test_the_renamed_episode_is_the_same_episode runs the fix itself
         finally:
             await provider.close()
 
