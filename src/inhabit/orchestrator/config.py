@@ -71,6 +71,13 @@ class BootstrapConfig(Config):
         "function names are replaced, consistently through the transcript, by made-up ones drawn afresh "
         "at every draw (no extra episodes: the names cannot be memorized, only copied from the context).",
     )
+    copy_drill: int = Field(
+        0,
+        ge=0,
+        description="Steps of a copy drill before the bootstrap (rows of a random pattern of word pieces "
+        "repeated, loss on the repeats: the induction circuit that copies names out of the context). "
+        "0: none. On the quickstart's model shape the circuit appears after ~3,000 steps and not before.",
+    )
     from_path: bool = Field(
         False,
         description="With model.path: bootstrap that folder (true: a start such as an `inhabit midtrain` "

@@ -233,6 +233,10 @@ def _build_model(
         "tokenizer_s": round(time.monotonic() - t0, 2),
     }
     say(f"model: {info['parameters']} parameters, vocabulary {vocab}")
+    if mc.bootstrap.copy_drill:
+        from inhabit.orchestrator.quickstart.copydrill import timed_drill
+
+        info |= timed_drill(model, tok, mc.bootstrap.copy_drill, mc.init_seed, say)
     if mc.bootstrap.steps:
         from inhabit.orchestrator.quickstart.bootstrap import train_bootstrap
 
