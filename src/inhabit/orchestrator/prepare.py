@@ -139,7 +139,7 @@ def prepare(
     if mc.path is not None and not mc.bootstraps:  # the folder is the policy (bootstrap.from_path off)
         return Prepared(_model_folder(mc.path, mc.chat_template, cache, say), train, held, info)
     key = _key(
-        mc.model_dump(),
+        _model_key_fields(mc),
         _folder_digest(mc.path) if mc.path is not None else None,
         cfg.engine.max_model_len if cfg.tasks.source == "multistep" else None,
         cfg.tasks.model_dump() if mc.bootstraps else None,
@@ -153,6 +153,16 @@ def prepare(
         return Prepared(out, train, held, info)
     info = _build_model(cfg, provider, q_train, train, out, say)
     return Prepared(out, train, held, info)
+
+
+def _model_key_fields(mc: ModelConfig) -> dict[str, Any]:
+    """`mc` as the model's cache key sees it: bootstrap switches added later are left out while
+    off, so a folder built before they existed is still found."""
+    data = mc.model_dump()
+    for late in ("rename", "copy_drill"):
+        if not data["bootstrap"][late]:
+            del data["bootstrap"][late]
+    return data
 
 
 def _folder_digest(path: str) -> str:
