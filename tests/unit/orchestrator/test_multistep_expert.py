@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import random
 
-from inhabit.harness.config import HarnessConfig
 from inhabit.orchestrator.quickstart.bootstrap import quickstart_tokenizer, transcript_examples
-from inhabit.orchestrator.quickstart.multistep_expert import ExpertStyle, expert_plan, multistep_transcripts
-from inhabit.sandbox import SandboxConfig, create_provider
+from inhabit.orchestrator.quickstart.multistep_expert import ExpertStyle, expert_plan
 from inhabit.tasks.families.multistep import generate, write_multistep_tasks
 
 SLACK = 2  # turns over the task's budget a wasteful episode may take
@@ -35,7 +32,9 @@ def test_plans_are_sequential_sometimes_wasteful_and_rarely_batched():
     assert all(len(expert_plan(t, rng, plain).turns) == t.turn_budget for t in tasks)
 
 
-def test_expert_episodes_solve_their_tasks_within_the_budget_and_summarize_long_ones(tmp_path):
+def test_expert_episodes_solve_their_tasks_within_the_budget_and_summarize_long_ones(
+    tmp_path, play_multistep_expert
+):
     """Through the harness, a real sandbox and grading: every episode earns reward 1 within its
     turn budget plus slack; in a 1,024-token window (the multistep config's) long variants summarize,
     and every segment, summary ones included, becomes a training example with learned tokens."""
@@ -45,20 +44,7 @@ def test_expert_episodes_solve_their_tasks_within_the_budget_and_summarize_long_
     assert any(t.long for t in tasks) and not all(t.long for t in tasks)
     roots = write_multistep_tasks(tmp_path, tasks)
     tok = quickstart_tokenizer()
-    harness = HarnessConfig(
-        max_turns=12, max_turn_tokens=128, summary_max_tokens=128, observation_max_chars=1600, max_summaries=6
-    )
-
-    async def main():
-        provider = create_provider(SandboxConfig())
-        try:
-            return await multistep_transcripts(
-                list(zip(tasks, roots, strict=True)), provider, harness, tok, 1024, seed=1
-            )
-        finally:
-            await provider.close()
-
-    trajs = asyncio.run(main())
+    trajs = play_multistep_expert(tasks, roots, tok, seed=1)
     assert len(trajs) == len(tasks)  # every transcript graded reward 1 (others are left out)
     by_id = {t.id: t for t in tasks}
     # some summary requests had to drop their segment's oldest turns to fit the window (the case

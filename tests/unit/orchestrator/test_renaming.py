@@ -3,7 +3,6 @@ is the same episode under other names, and no original name survives it."""
 
 from __future__ import annotations
 
-import asyncio
 import random
 import re
 import subprocess
@@ -11,14 +10,12 @@ import sys
 
 import pytest
 
-from inhabit.harness.config import HarnessConfig
 from inhabit.orchestrator.quickstart.bootstrap import (
     RenamedExamples,
     quickstart_tokenizer,
     transcript_contexts,
     transcript_examples,
 )
-from inhabit.orchestrator.quickstart.multistep_expert import multistep_transcripts
 from inhabit.orchestrator.quickstart.renaming import (
     NameDrawer,
     is_renamable,
@@ -26,33 +23,20 @@ from inhabit.orchestrator.quickstart.renaming import (
     renamed,
     transcript_words,
 )
-from inhabit.sandbox import SandboxConfig, create_provider
 from inhabit.tasks.families.multistep import generate, write_multistep_tasks
 
 WINDOW = 1024
 
 
 @pytest.fixture(scope="module")
-def episodes(tmp_path_factory):
+def episodes(tmp_path_factory, play_multistep_expert):
     """(task, transcript) of the expert on a normal and a long task, in the multistep config's window."""
     drawn = generate(8, 3, long_share=0.5)
     tasks = [t for t in drawn if not t.long][:1] + [t for t in drawn if t.long][:1]
     roots = write_multistep_tasks(tmp_path_factory.mktemp("tasks"), tasks)
     tok = quickstart_tokenizer()
-    harness = HarnessConfig(
-        max_turns=12, max_turn_tokens=128, summary_max_tokens=128, observation_max_chars=1600, max_summaries=6
-    )
-
-    async def main():
-        provider = create_provider(SandboxConfig())
-        try:
-            return await multistep_transcripts(
-                list(zip(tasks, roots, strict=True)), provider, harness, tok, WINDOW, seed=3, grade=False
-            )  # ungraded: test_the_renamed_episode_is_the_same_episode runs the fix itself
-        finally:
-            await provider.close()
-
-    trajs = asyncio.run(main())
+    # ungraded: test_the_renamed_episode_is_the_same_episode runs the fix itself
+    trajs = play_multistep_expert(tasks, roots, tok, seed=3, grade=False, window=WINDOW)
     assert len(trajs) == len(tasks)
     by_id = {t.id: t for t in tasks}
     return tok, [(by_id[tr.task_id], tr) for tr in trajs]
