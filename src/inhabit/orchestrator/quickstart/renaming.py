@@ -20,6 +20,7 @@ and the standard library's module names are never renamed.
 from __future__ import annotations
 
 import builtins
+import functools
 import keyword
 import random
 import re
@@ -42,6 +43,7 @@ _TEST_SUFFIXES = ("_other", "_more", "_direct")
 _MIN_LEN = 3
 
 
+@functools.cache
 def _protected() -> frozenset[str]:
     """Identifiers a rename must never touch: the harness's own words (tool names, call syntax,
     prompts), Python's keywords, soft keywords and builtins, the standard library's modules."""
@@ -57,15 +59,11 @@ def _protected() -> frozenset[str]:
     return frozenset(words)
 
 
-_PROTECTED: frozenset[str] | None = None
-
-
 def is_renamable(name: str) -> bool:
-    global _PROTECTED
-    if _PROTECTED is None:
-        _PROTECTED = _protected()
+    """Whether a rename may touch `name`: not a protected word, not a constant's upper-case name
+    (constants keep theirs), not private, at least `_MIN_LEN` long."""
     return (
-        len(name) >= _MIN_LEN and name not in _PROTECTED and not name.isupper() and not name.startswith("_")
+        len(name) >= _MIN_LEN and name not in _protected() and not name.isupper() and not name.startswith("_")
     )
 
 
@@ -85,7 +83,6 @@ def names_in(messages: Sequence[Any]) -> list[str]:
     for group in re.findall(r"from (?:\.|" + pkg + r"(?:\." + _IDENT + r")?) import ([^\n]+)", text):
         names.update(n.split(" as ")[0].strip(" ()") for n in group.split(","))
     names.update(re.findall(r"(?:^|\t|\n)\s*def (" + _IDENT + r")\(", text))
-    names.update(re.findall(r"(?:^|\t|\n)([A-Z][A-Z0-9_]+) = ", text))  # a module's constants
     # A test's name is `test_<function>[_other]`: the function's rename carries it along.
     for test in [n for n in names if n.startswith("test_")] + re.findall(r"::test_(" + _IDENT + r")", text):
         names.discard(test)
@@ -103,7 +100,7 @@ def names_in(messages: Sequence[Any]) -> list[str]:
 class NameDrawer:
     """Made-up identifiers of varied shape, so that no one style can be guessed: consonant-vowel
     words, runs of letters, and joins of the tokenizer's own word pieces (`pieces`); a name of the
-    original's underscore count and case, distinct within one draw and from every word of the transcript."""
+    original's underscore count, distinct within one draw and from every word of the transcript."""
 
     _CONSONANTS = "bcdfghjklmnprstvwxz"
     _VOWELS = "aeiouy"
@@ -132,7 +129,6 @@ class NameDrawer:
             parts = name.count("_") + 1
             while True:
                 new = "_".join(self.word(rng, short=parts > 1) for _ in range(parts))
-                new = new.upper() if name.isupper() else new
                 if len(new) >= _MIN_LEN and new not in taken and is_renamable(new) and new.isidentifier():
                     break
             taken.add(new)
