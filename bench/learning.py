@@ -84,7 +84,7 @@ def arm_stats(run_dir: Path, purpose: str) -> dict[str, Any]:
     ]
     solved = [t for t in trajs if t.reward is not None and t.reward >= 1.0]
     bugs = _bug_modules(run_dir)
-    n = max(1, len(trajs))
+    episodes = max(1, len(trajs))
     turns = [Counter(c.turn for c in t.tool_calls) for t in trajs]
     action_turns = sum(t.num_turns for t in trajs)
     parallel = sum(sum(n > 1 for n in c.values()) for c in turns)
@@ -101,11 +101,11 @@ def arm_stats(run_dir: Path, purpose: str) -> dict[str, Any]:
         "summaries_per_episode": sum(len(t.summaries) for t in trajs) / max(1, len(trajs)),
         # How far the unsolved get: a file of the task's own package read, the buggy module read,
         # an edit applied (share of episodes).
-        "read_package": sum(any(_read(c, _package(t) + "/") for c in t.tool_calls) for t in trajs) / n,
+        "read_package": sum(any(_read(c, _package(t) + "/") for c in t.tool_calls) for t in trajs) / episodes,
         "read_buggy_module": sum(any(_read(c, bugs.get(t.task_id, "?")) for c in t.tool_calls) for t in trajs)
-        / n,
+        / episodes,
         "edit_applied": sum(any(c.tool == "edit_file" and not c.error for c in t.tool_calls) for t in trajs)
-        / n,
+        / episodes,
         "status": dict(Counter(t.status for t in trajs)),
     }
 
