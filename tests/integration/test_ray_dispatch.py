@@ -18,7 +18,8 @@ from inhabit.orchestrator.config import RunConfig  # noqa: E402
 from inhabit.placement.config import RayConfig  # noqa: E402
 from ray_fixtures import ray_run_config, ray_session, tiny_model_folder  # noqa: E402
 
-pytestmark = pytest.mark.ray
+# slow: each test waits out a real deadline of 20-30 s (CI runs them)
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 
 def slow_task(root, name: str, slow_first: int, sleep_s: float):

@@ -23,7 +23,8 @@ from ray.cluster_utils import Cluster  # noqa: E402
 from inhabit.config import load_config  # noqa: E402
 from inhabit.orchestrator.config import RunConfig  # noqa: E402
 
-pytestmark = pytest.mark.ray
+# slow: a Ray cluster of three nodes and two whole runs, the faults one ~80-130 s on 2 cores (CI runs them)
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 TINY = """
 mode = "async"

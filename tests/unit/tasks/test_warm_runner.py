@@ -159,7 +159,10 @@ def test_reach():
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.ptrace(16, pid, 0, 0) == 0:  # PTRACE_ATTACH
             reached.append((pid, "ptrace"))
-            libc.ptrace(17, pid, 0, 0)
+            # Wait for the attach's stop, then detach with no signal: a detach before the stop
+            # fails and leaves the tracee stopped, so the run would hang until its timeout.
+            os.waitpid(pid, 0)
+            libc.ptrace(17, pid, 0, 0)  # PTRACE_DETACH
     # Only the run's own shell (a cold run's parent `sh` is as reachable); never the worker, its
     # exec-init or PID 1, which hold the worker's channel and state.
     assert {pid for pid, _ in reached} <= {os.getppid()}
@@ -172,7 +175,7 @@ async def test_code_under_test_cannot_reach_the_worker_or_its_init(make_task, bw
     task = make_task(workspace={"tests/test_reach.py": REACH}, command=COMMAND)
     async with await bwrap_provider.create(task.workspace_dir) as sb:
         result = await run_tests(sb, COMMAND, timeout_s=60)
-        assert result.runner == "warm"
+        assert result.runner == "warm" and not result.timed_out
         assert result.outcomes == {"tests/test_reach.py::test_reach": "passed"}, result.render()
 
 
