@@ -78,6 +78,14 @@ class BootstrapConfig(Config):
         "repeated, loss on the repeats: the induction circuit that copies names out of the context). "
         "0: none. On the quickstart's model shape the circuit appears after ~3,000 steps and not before.",
     )
+    drill_mix: int = Field(
+        0,
+        ge=0,
+        le=64,
+        description="Copy-drill rows (128 tokens each) added to every bootstrap step's batch, their loss "
+        "added to the transcripts': keeps the drill's copying trained while the bootstrap teaches the "
+        "call format. 0: none.",
+    )
     from_path: bool = Field(
         False,
         description="With model.path: bootstrap that folder (true: a start such as an `inhabit midtrain` "

@@ -159,7 +159,7 @@ def _model_key_fields(mc: ModelConfig) -> dict[str, Any]:
     """`mc` as the model's cache key sees it: bootstrap switches added later are left out while
     off, so a folder built before they existed is still found."""
     data = mc.model_dump()
-    for late in ("rename", "copy_drill"):
+    for late in ("rename", "copy_drill", "drill_mix"):
         if not data["bootstrap"][late]:
             del data["bootstrap"][late]
     return data
@@ -268,14 +268,26 @@ def _build_model(
 
             draws = RenamedExamples(tok, trajs, bc.rename, window)
             examples = draws.examples
+        mix = None
+        if bc.drill_mix:  # drill rows in every step, so the copying the drill taught is kept
+            from inhabit.orchestrator.quickstart.copydrill import DrillMix
+
+            mix = DrillMix(tok, bc.drill_mix, mc.init_seed)
         losses = train_bootstrap(
             model, examples, steps=bc.steps, batch_size=bc.batch_size, lr=bc.lr, seed=mc.init_seed,
             pad_id=int(tok.pad_token_id or 0), draw=draws.draw if draws is not None else None,
-            on_step=lambda s, loss: say(f"bootstrap step {s + 1}/{bc.steps}: loss {loss:.3f}")
-            if (s + 1) % max(1, bc.steps // 10) == 0 else None,
+            aux_loss=mix.loss if mix is not None else None,
+            on_step=lambda s, loss: say(
+                f"bootstrap step {s + 1}/{bc.steps}: loss {loss:.3f}"
+                + (f", drill copied {mix.accuracy[-1]:.0%}" if mix is not None else "")
+            ) if (s + 1) % max(1, bc.steps // 10) == 0 else None,
         )  # fmt: skip
         if draws is not None:
             info["renamed_draws"], info["rename_too_long"] = draws.renamed, draws.kept
+        if mix is not None:  # whether the copying survived: the mixed rows' accuracy, early and late
+            head, tail = mix.accuracy[:20], mix.accuracy[-20:]
+            info["drill_mix_first_accuracy"] = round(sum(head) / len(head), 4)
+            info["drill_mix_final_accuracy"] = round(sum(tail) / len(tail), 4)
         info["bootstrap_s"] = round(time.monotonic() - t2, 2)
         info["bootstrap_final_loss"] = round(sum(losses[-10:]) / len(losses[-10:]), 4)
     tmp = out.with_name(out.name + ".tmp")

@@ -203,11 +203,13 @@ def train_bootstrap(
     on_step: Callable[[int, float], None] | None = None,
     time_budget_s: float | None = None,
     draw: Callable[[int, random.Random], tuple[list[int], list[bool]]] | None = None,
+    aux_loss: Callable[[Any], torch.Tensor] | None = None,
 ) -> list[float]:
     """`steps` AdamW updates of masked next-token loss (fewer when `time_budget_s` of wall clock runs
     out first: the equal-compute SFT baseline of bench/learning.py); returns the loss per step.
     With `draw`, example `i` of a batch is `draw(i, rng)` (`RenamedExamples.draw`) instead of
-    `examples[i]`."""
+    `examples[i]`. With `aux_loss`, `aux_loss(model)` is added to every step's loss
+    (`copydrill.DrillMix.loss`); the losses returned are the transcripts' alone."""
     rng = random.Random(seed)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
@@ -244,7 +246,7 @@ def train_bootstrap(
         logits = model(input_ids=inp, attention_mask=att).logits
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1))
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        (loss + aux_loss(model) if aux_loss is not None else loss).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         losses.append(loss.item())

@@ -14,6 +14,10 @@ repeats. Nothing but copying predicts those tokens. Measured on the quickstart's
 layers, 128 wide), the circuit appears abruptly: accuracy on the repeats stays at 0-21% for the
 first 2,500-2,800 steps, then reaches 82-87% within the next 400-500 (two runs, docs/results.md);
 a drill shorter than that teaches little more than which pieces it draws.
+
+The bootstrap that follows can wear the circuit away: its transcripts reward recalling the train
+split's names as much as copying them. `DrillMix` adds a few drill rows to every bootstrap step
+(`model.bootstrap.drill_mix`), so the copying keeps being trained while the call format is learnt.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["copy_drill", "drill_batch", "drill_pieces"]
+__all__ = ["DrillMix", "copy_drill", "drill_batch", "drill_pieces"]
 
 PATTERN = (6, 24)
 """Pattern lengths, in tokens (a module path or a function name is 3-12 pieces)."""
@@ -59,6 +63,36 @@ def drill_batch(
     return torch.tensor(rows), torch.tensor(targets)
 
 
+def drill_loss(model: Any, inp: torch.Tensor, tgt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean cross-entropy, share predicted right) of a drill batch: the vocabulary projection only
+    where there is a loss, which is most of a step's time otherwise."""
+    keep = tgt != -100
+    hidden = model.get_decoder()(input_ids=inp).last_hidden_state[keep]
+    logits = model.get_output_embeddings()(hidden)
+    loss = torch.nn.functional.cross_entropy(logits, tgt[keep])
+    with torch.no_grad():
+        accuracy = (logits.argmax(-1) == tgt[keep]).float().mean()
+    return loss, accuracy
+
+
+class DrillMix:
+    """`rows` drill rows for every bootstrap step: `loss(model)` is added to the step's loss.
+    `accuracy` keeps the share of repeats copied right, per step, to show whether the circuit
+    survives the bootstrap."""
+
+    def __init__(self, tokenizer: Any, rows: int, seed: int = 0, length: int = 128) -> None:
+        self.pieces = drill_pieces(tokenizer)
+        self.rows, self.length = rows, length
+        self.rng = random.Random(f"drill-mix:{seed}")
+        self.accuracy: list[float] = []
+
+    def loss(self, model: Any) -> torch.Tensor:
+        inp, tgt = drill_batch(self.pieces, self.rng, self.rows, self.length)
+        loss, accuracy = drill_loss(model, inp, tgt)
+        self.accuracy.append(accuracy.item())
+        return loss
+
+
 def copy_drill(
     model: Any,
     tokenizer: Any,
@@ -76,22 +110,15 @@ def copy_drill(
     pieces = drill_pieces(tokenizer)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
-    decoder, head = model.get_decoder(), model.get_output_embeddings()
     out = []
     for step in range(steps):
         inp, tgt = drill_batch(pieces, rng, batch_size, length)
-        keep = tgt != -100
-        # the vocabulary projection only where there is a loss: most of a step's time otherwise
-        hidden = decoder(input_ids=inp).last_hidden_state[keep]
-        logits = head(hidden)
-        loss = torch.nn.functional.cross_entropy(logits, tgt[keep])
+        loss, accuracy = drill_loss(model, inp, tgt)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        with torch.no_grad():
-            accuracy = (logits.argmax(-1) == tgt[keep]).float().mean().item()
-        out.append((loss.item(), accuracy))
+        out.append((loss.item(), accuracy.item()))
         if on_step is not None:
             on_step(step, *out[-1])
     model.eval()
