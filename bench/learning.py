@@ -106,6 +106,11 @@ def arm_stats(run_dir: Path, purpose: str) -> dict[str, Any]:
         / episodes,
         "edit_applied": sum(any(c.tool == "edit_file" and not c.error for c in t.tool_calls) for t in trajs)
         / episodes,
+        # Calls the harness could not parse (a tag never closed, no tool named): each costs a turn.
+        "malformed_calls": sum(
+            c.observation.startswith("malformed call") for t in trajs for c in t.tool_calls
+        )
+        / max(1, sum(len(t.tool_calls) for t in trajs)),
         "status": dict(Counter(t.status for t in trajs)),
     }
 
@@ -226,7 +231,7 @@ def fmt(v: float | None, spec: str) -> str:
 def table(variant: str, seeds: list[dict[str, Any]]) -> Table:
     t = Table(title=f"held-out, {variant}")
     for c in ("seed", "arm", "success", "turns/solved", "tokens/solved", "parallel turns", "summaries/ep",
-              "read package / buggy module / edit applied", "vs bootstrap"):  # fmt: skip
+              "read package / buggy module / edit applied", "malformed calls", "vs bootstrap"):  # fmt: skip
         t.add_column(c)
     for s in seeds:
         base = s["arms"]["bootstrap"]
@@ -241,7 +246,7 @@ def table(variant: str, seeds: list[dict[str, Any]]) -> Table:
                       fmt(a["turns_per_solved"], ".2f"), fmt(a["tokens_per_solved"], ".0f"),
                       f"{a['parallel_turn_share']:.1%}", f"{a['summaries_per_episode']:.2f}",
                       f"{a['read_package']:.0%} / {a['read_buggy_module']:.0%} / {a['edit_applied']:.0%}",
-                      "-" if arm == "bootstrap" else ratio)  # fmt: skip
+                      f"{a.get('malformed_calls', 0):.0%}", "-" if arm == "bootstrap" else ratio)  # fmt: skip
     return t
 
 
