@@ -8,9 +8,10 @@ setup:
 quickstart: setup
 	.venv/bin/inhabit quickstart
 
-# Installs everything (with Ray, whose placement and fault tests are part of the suite, and, as
-# root with apt, Chromium for the browser tests of `inhabit view`) and runs
-# lint and the test suite: what CI runs. Slow tests: make test PYTEST_ARGS="-m slow".
+# Installs everything (with Ray, whose placement tests are part of the suite and whose whole-run
+# and fault tests are slow, and, as root with apt, Chromium for the browser tests of `inhabit
+# view`) and runs lint and the test suite: what CI runs first (.ci/run adds slow tests that fit).
+# Slow tests: make test PYTEST_ARGS="-m slow".
 PYTEST_ARGS ?= -m "not slow and not gpu"
 test: export INHABIT_EXTRAS = ray
 test: export INHABIT_BROWSER = 1

@@ -149,6 +149,12 @@ def sft_arm(cfg: RunConfig, model_dir: Path, info: dict[str, Any], seconds: floa
     examples = (
         draws.examples if draws is not None else [e for t in trajs for e in transcript_examples(tok, t)]
     )
+    # The drill rows too where the bootstrap mixed them in: without them the copying wears away.
+    mix = None
+    if bc.drill_mix:
+        from inhabit.orchestrator.quickstart.copydrill import DrillMix
+
+        mix = DrillMix(tok, bc.drill_mix, cfg.seed + 1)
     # The cosine runs over the steps the bootstrap's step rate predicts; the wall clock is the limit
     # (a step rate measured at another load must not end the arm early: twice the prediction).
     step_s = info["bootstrap_s"] / bc.steps
@@ -157,6 +163,7 @@ def sft_arm(cfg: RunConfig, model_dir: Path, info: dict[str, Any], seconds: floa
     losses = train_bootstrap(
         model, examples, steps=steps, batch_size=bc.batch_size, lr=bc.lr, seed=cfg.seed + 1,
         pad_id=int(tok.pad_token_id or 0), time_budget_s=seconds, draw=draws.draw if draws is not None else None,
+        aux_loss=mix.loss if mix is not None else None,
     )  # fmt: skip
     save_model_folder(model, tok, out)
     return {"steps": len(losses), "planned_steps": steps, "seconds": round(time.monotonic() - t0, 1),

@@ -136,7 +136,7 @@ async def test_nothing_a_run_does_reaches_a_later_run(make_task, bwrap_provider)
         assert later.tampering == ()
 
 
-REACH = """import ctypes, os
+REACH = """import ctypes, os, signal
 
 def test_reach():
     me = os.getpid()
@@ -159,10 +159,15 @@ def test_reach():
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.ptrace(16, pid, 0, 0) == 0:  # PTRACE_ATTACH
             reached.append((pid, "ptrace"))
-            # Wait for the attach's stop, then detach with no signal: a detach before the stop
-            # fails and leaves the tracee stopped, so the run would hang until its timeout.
-            os.waitpid(pid, 0)
-            libc.ptrace(17, pid, 0, 0)  # PTRACE_DETACH
+            # Detach only at the attach's own SIGSTOP, and with no signal: a detach before the
+            # stop fails and leaves the tracee stopped (the run would hang to its timeout); any
+            # other signal that stops it first is passed on (PTRACE_CONT) until the SIGSTOP comes.
+            _, status = os.waitpid(pid, 0)
+            while os.WIFSTOPPED(status) and os.WSTOPSIG(status) != signal.SIGSTOP:
+                libc.ptrace(7, pid, 0, os.WSTOPSIG(status))  # PTRACE_CONT
+                _, status = os.waitpid(pid, 0)
+            if os.WIFSTOPPED(status):
+                libc.ptrace(17, pid, 0, 0)  # PTRACE_DETACH
     # Only the run's own shell (a cold run's parent `sh` is as reachable); never the worker, its
     # exec-init or PID 1, which hold the worker's channel and state.
     assert {pid for pid, _ in reached} <= {os.getppid()}
