@@ -94,11 +94,11 @@ def arm_stats(run_dir: Path, purpose: str) -> dict[str, Any]:
 
     return {
         "episodes": len(trajs),
-        "success": len(solved) / max(1, len(trajs)),
+        "success": len(solved) / episodes,
         "turns_per_solved": sum(t.num_turns for t in solved) / len(solved) if solved else None,
         "tokens_per_solved": sum(tokens(t) for t in solved) / len(solved) if solved else None,
         "parallel_turn_share": parallel / max(1, action_turns),
-        "summaries_per_episode": sum(len(t.summaries) for t in trajs) / max(1, len(trajs)),
+        "summaries_per_episode": sum(len(t.summaries) for t in trajs) / episodes,
         # How far the unsolved get: a file of the task's own package read, the buggy module read,
         # an edit applied (share of episodes).
         "read_package": sum(any(_read(c, _package(t) + "/") for c in t.tool_calls) for t in trajs) / episodes,

@@ -16,9 +16,9 @@ first 2,500-2,800 steps, then reaches 82-87% within the next 400-500 (two runs, 
 a drill shorter than that teaches little more than which pieces it draws.
 
 The bootstrap that follows wears the circuit away (measured: 92% of repeats copied after the
-drill, 43% over the first 20 mixed steps after 1,500 renamed bootstrap steps). `DrillMix` adds a few drill rows to every
-bootstrap step (`model.bootstrap.drill_mix`), so the copying keeps being trained while the call
-format is learnt (back to 93% within the next 1,200 steps, docs/results.md).
+drill, 43% over the first 20 mixed steps after 1,500 renamed bootstrap steps). `DrillMix` adds a
+few drill rows to every bootstrap step (`model.bootstrap.drill_mix`), so the copying keeps being
+trained while the call format is learnt (back to 93% within the next 1,200 steps, docs/results.md).
 """
 
 from __future__ import annotations
