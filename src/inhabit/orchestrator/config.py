@@ -86,6 +86,15 @@ class BootstrapConfig(Config):
         "added to the transcripts': keeps the drill's copying trained while the bootstrap teaches the "
         "call format. 0: none.",
     )
+    grep: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="Multistep only: share of expert episodes that grep for the buggy helper's `def` "
+        "line after reading the facade and then read the path grep printed (a long module: the lines "
+        "from that line on, in one read), so that the module's path is copied out of one observation "
+        "instead of composed from the facade's import and call. 0: never.",
+    )
     from_path: bool = Field(
         False,
         description="With model.path: bootstrap that folder (true: a start such as an `inhabit midtrain` "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 
 from inhabit.orchestrator.quickstart.bootstrap import quickstart_tokenizer, transcript_examples
 from inhabit.orchestrator.quickstart.multistep_expert import ExpertStyle, expert_plan
@@ -69,3 +70,37 @@ def test_expert_episodes_solve_their_tasks_within_the_budget_and_summarize_long_
         # request had to drop included (a trained message is one run of loss tokens)
         runs = sum(m and not p for _, mask in examples for p, m in zip([False, *mask], mask, strict=False))
         assert runs == traj.num_turns + len(traj.summaries)
+
+
+def test_grepping_expert_copies_the_module_path_out_of_greps_output(tmp_path, play_multistep_expert):
+    """With `grep`, the expert greps for the buggy helper's `def` after the facade and reads the
+    path grep printed: a normal variant takes one turn over its budget, a long one whose bug lies in
+    the grepped function's lines reads them in one call and keeps its budget; episodes earn reward 1."""
+    tasks = generate(40, 3, long_share=0.5)
+    style = ExpertStyle(redundant_read=0.0, extra_tests=0.0, batch=0.0, grep=1.0)
+    rng = random.Random(0)
+    one_read = 0
+    for t in tasks:
+        plan = expert_plan(t, rng, style)
+        calls = [c for turn in plan.turns for c in turn]
+        at = next(i for i, c in enumerate(calls) if c[0] == "grep")
+        assert calls[at - 1][0] == "read_file" and calls[at + 1] == ("read_file", calls[at + 1][1])
+        assert calls[at + 1][1]["path"] == t.bug["module"]
+        pattern = re.compile(calls[at][1]["pattern"])
+        hits = [(path, i) for path, text in t.workspace.items() for i, row in enumerate(text.split("\n"), 1)
+                if pattern.search(row)]  # fmt: skip
+        assert len(hits) == 1 and hits[0][0] == t.bug["module"]
+        if "start_line" in calls[at + 1][1]:
+            assert t.long and calls[at + 1][1]["start_line"] == hits[0][1]
+            one_read += 1
+        assert len(plan.turns) == t.turn_budget + (0 if "start_line" in calls[at + 1][1] else 1)
+    assert one_read > 0
+    picked = [t for t in tasks if t.long][:2] + [t for t in tasks if not t.long][:2]
+    roots = write_multistep_tasks(tmp_path, picked)
+    trajs = play_multistep_expert(picked, roots, quickstart_tokenizer(), seed=0, style=style)
+    assert len(trajs) == len(picked)  # every episode graded reward 1
+    for traj, task in zip(
+        sorted(trajs, key=lambda t: t.task_id), sorted(picked, key=lambda t: t.id), strict=True
+    ):
+        grep = next(c for c in traj.tool_calls if c.tool == "grep")
+        assert grep.observation.startswith(f"{task.bug['module']}:")

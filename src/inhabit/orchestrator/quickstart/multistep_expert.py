@@ -49,6 +49,11 @@ class ExpertStyle:
     """Run the tests once more before reading the buggy module."""
     batch: float = 0.1
     """Run the tests and read the test file in one turn (the one batched turn it ever makes)."""
+    grep: float = 0.0
+    """After the facade, grep for the buggy helper's `def` line, then read the path (and, in a long
+    module, the lines) that grep printed: the module's path becomes a copy out of one observation
+    instead of a composition of the facade's import and its call. 0: never (and no draw is made, so
+    the other choices stay as they were)."""
 
 
 @dataclass
@@ -75,6 +80,20 @@ def _edit(source: str, buggy: str, fixed: str) -> tuple[str, str]:
         lo, hi = max(0, lo - 1), min(len(lines), hi + 1)
     old = "\n".join(lines[lo:hi])
     return old, old.replace(buggy, fixed, 1)
+
+
+GREP_READ_LINES = 40
+"""Lines the grepping expert reads from a long module's `def` line (the function and its neighbours)."""
+
+
+def _def_pattern(t: MultiTask, function: str) -> tuple[str, int]:
+    """(pattern, line): the shortest grep pattern that matches `function`'s `def` line alone in the
+    workspace (`def name`, or `def name\\(` where another name starts with it), and that line."""
+    module = t.workspace[t.bug["module"]]
+    line = next(i for i, text in enumerate(module.split("\n"), 1) if text.startswith(f"def {function}("))
+    plain = f"def {function}"  # grep matches it anywhere in a line, as counted here
+    hits = sum(plain in row for text in t.workspace.values() for row in text.split("\n"))
+    return (f"def {function}" if hits == 1 else rf"def {function}\(", line)
 
 
 def expert_plan(t: MultiTask, rng: random.Random, style: ExpertStyle = ExpertStyle()) -> Plan:
@@ -105,11 +124,24 @@ def expert_plan(t: MultiTask, rng: random.Random, style: ExpertStyle = ExpertSty
     else:
         add([run_tests], seen, f"read {test_file}")
         add([read_test], f"{test_file} calls {fn}", f"read {facade}")
-    add([("read_file", {"path": facade})], f"{fn} in {facade} calls {module}", f"read {module}")
+    helper = t.bug["function"]
+    if style.grep and rng.random() < style.grep:
+        pattern, def_line = _def_pattern(t, helper)
+        add([("read_file", {"path": facade})], f"{fn} in {facade} calls {helper}", f"grep {pattern}")
+        found = f"{helper} is defined in {module} line {def_line}"
+    else:
+        def_line = 0
+        add([("read_file", {"path": facade})], f"{fn} in {facade} calls {module}", f"read {module}")
     if rng.random() < style.extra_tests:
-        add([run_tests], "the same test still fails", f"read {module}")
+        add([run_tests], "the same test still fails", f"grep {pattern}" if def_line else f"read {module}")
+    if def_line:
+        add([("grep", {"pattern": pattern})], found, f"read {module}")
     where = f"{module} line {line_no}: `{old.strip()}` should be `{new.strip()}`"
-    if n_lines > READ_WINDOW:
+    if def_line and n_lines > READ_WINDOW and def_line <= line_no < def_line + GREP_READ_LINES:
+        # grep gave the line: one read of the function's lines instead of the module's two windows
+        span = {"start_line": def_line, "end_line": min(n_lines, def_line + GREP_READ_LINES - 1)}
+        add([("read_file", {"path": module, **span})], where, "edit that line")
+    elif n_lines > READ_WINDOW:
         add(
             [("read_file", {"path": module})],
             f"{module} has {n_lines} lines",
