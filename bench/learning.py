@@ -45,6 +45,7 @@ from rich.console import Console
 from rich.table import Table
 
 from inhabit.config import load_config
+from inhabit.harness.execute import MALFORMED_CALL
 from inhabit.observability.progress import RunDisplay
 from inhabit.orchestrator.config import RunConfig
 from inhabit.orchestrator.prepare import EXPERT_FILE, prepare
@@ -107,9 +108,7 @@ def arm_stats(run_dir: Path, purpose: str) -> dict[str, Any]:
         "edit_applied": sum(any(c.tool == "edit_file" and not c.error for c in t.tool_calls) for t in trajs)
         / episodes,
         # Calls the harness could not parse (a tag never closed, no tool named): each costs a turn.
-        "malformed_calls": sum(
-            c.observation.startswith("malformed call") for t in trajs for c in t.tool_calls
-        )
+        "malformed_calls": sum(c.observation.startswith(MALFORMED_CALL) for t in trajs for c in t.tool_calls)
         / max(1, sum(len(t.tool_calls) for t in trajs)),
         "status": dict(Counter(t.status for t in trajs)),
     }
@@ -133,7 +132,7 @@ def sft_arm(cfg: RunConfig, model_dir: Path, info: dict[str, Any], seconds: floa
     from inhabit.models.loading import load_model
     from inhabit.models.tiny import save_model_folder
     from inhabit.orchestrator.quickstart.bootstrap import (
-        RenamedExamples,
+        bootstrap_extras,
         train_bootstrap,
         transcript_examples,
     )
@@ -145,16 +144,11 @@ def sft_arm(cfg: RunConfig, model_dir: Path, info: dict[str, Any], seconds: floa
     bc = cfg.model.bootstrap
     # The bootstrap's data as the bootstrap saw it: renamed draws too where it had them.
     window = cfg.engine.max_model_len or int(model.config.max_position_embeddings)
-    draws = RenamedExamples(tok, trajs, bc.rename, window) if bc.rename else None
+    # The drill rows too where the bootstrap mixed them in: without them the copying wears away.
+    draws, mix = bootstrap_extras(tok, trajs, bc, window, cfg.seed + 1)
     examples = (
         draws.examples if draws is not None else [e for t in trajs for e in transcript_examples(tok, t)]
     )
-    # The drill rows too where the bootstrap mixed them in: without them the copying wears away.
-    mix = None
-    if bc.drill_mix:
-        from inhabit.orchestrator.quickstart.copydrill import DrillMix
-
-        mix = DrillMix(tok, bc.drill_mix, cfg.seed + 1)
     # The cosine runs over the steps the bootstrap's step rate predicts; the wall clock is the limit
     # (a step rate measured at another load must not end the arm early: twice the prediction).
     step_s = info["bootstrap_s"] / bc.steps

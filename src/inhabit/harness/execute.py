@@ -52,6 +52,8 @@ def plan_calls(text: str) -> list[_Planned]:
     return _plan(parse_tool_calls(text), FORMAT_HINT)
 
 
+MALFORMED_CALL = "malformed call"
+"""How the observation of a call the harness could not parse begins (bench/learning.py counts them)."""
 NATIVE_HINT = "Give a tool's arguments as one JSON object."
 
 
@@ -78,7 +80,7 @@ def _plan(items: Iterable[ToolCall | ParseProblem], hint: str) -> list[_Planned]
     for i, item in enumerate(items):
         if isinstance(item, ParseProblem):
             planned.append(
-                _Planned(i, item.name, {}, observation=Observation(f"malformed call: {item.message}", True))
+                _Planned(i, item.name, {}, observation=Observation(f"{MALFORMED_CALL}: {item.message}", True))
             )
             continue
         raw = dict(item.args)

@@ -159,8 +159,9 @@ def _model_key_fields(mc: ModelConfig) -> dict[str, Any]:
     """`mc` as the model's cache key sees it: bootstrap switches added later are left out while
     off, so a folder built before they existed is still found."""
     data = mc.model_dump()
-    for late in ("rename", "copy_drill", "drill_mix"):
-        if not data["bootstrap"][late]:
+    for late in ("rename", "copy_drill", "drill_mix", "grep"):
+        # a switch of a bootstrap that does not run (steps 0) changes nothing either
+        if not data["bootstrap"][late] or (late != "copy_drill" and not data["bootstrap"]["steps"]):
             del data["bootstrap"][late]
     return data
 
@@ -248,7 +249,7 @@ def _build_model(
 
         info |= timed_drill(model, tok, mc.bootstrap.copy_drill, mc.init_seed, say)
     if mc.bootstrap.steps:
-        from inhabit.orchestrator.quickstart.bootstrap import train_bootstrap
+        from inhabit.orchestrator.quickstart.bootstrap import bootstrap_extras, train_bootstrap
 
         t1 = time.monotonic()
         window = cfg.engine.max_model_len or int(model.config.max_position_embeddings)
@@ -262,17 +263,9 @@ def _build_model(
         )
         t2 = time.monotonic()
         bc = mc.bootstrap
-        draws = None
-        if bc.rename:  # the same examples, names drawn afresh at each draw (quickstart.renaming)
-            from inhabit.orchestrator.quickstart.bootstrap import RenamedExamples
-
-            draws = RenamedExamples(tok, trajs, bc.rename, window)
+        draws, mix = bootstrap_extras(tok, trajs, bc, window, mc.init_seed)
+        if draws is not None:  # the same examples, names drawn afresh at each draw (quickstart.renaming)
             examples = draws.examples
-        mix = None
-        if bc.drill_mix:  # drill rows in every step, so the copying the drill taught is kept
-            from inhabit.orchestrator.quickstart.copydrill import DrillMix
-
-            mix = DrillMix(tok, bc.drill_mix, mc.init_seed)
         losses = train_bootstrap(
             model, examples, steps=bc.steps, batch_size=bc.batch_size, lr=bc.lr, seed=mc.init_seed,
             pad_id=int(tok.pad_token_id or 0), draw=draws.draw if draws is not None else None,
@@ -334,14 +327,16 @@ def expert_examples(
     k = max(1, round(bc.share * len(train)))
     pairs = [(q, Path(t.root)) for q, t in zip(q_train[:k], train[:k], strict=True)]
     if cfg.tasks.source == "multistep":
-        from inhabit.orchestrator.quickstart.multistep_expert import multistep_transcripts
+        from inhabit.orchestrator.quickstart.multistep_expert import ExpertStyle, multistep_transcripts
 
         if bc.fresh_names:
             pairs += _fresh_name_tasks(cfg, round(bc.fresh_names * k))
 
         window = min(cfg.harness.context_budget or window, window)
+        style = ExpertStyle(grep=bc.grep)
+        seed = cfg.model.init_seed
         trajs = asyncio.run(
-            multistep_transcripts(pairs, provider, cfg.harness, tokenizer, window, seed=cfg.model.init_seed)
+            multistep_transcripts(pairs, provider, cfg.harness, tokenizer, window, seed=seed, style=style)
         )
         return trajs, [e for t in trajs for e in transcript_examples(tokenizer, t)]
     from inhabit.orchestrator.quickstart.expert import expert_transcripts

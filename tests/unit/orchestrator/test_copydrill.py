@@ -84,11 +84,16 @@ def test_drill_rows_mixed_into_the_bootstrap_train_the_drill_but_not_its_reporte
     assert mixed_drill.item() < plain_drill.item() - 0.5
 
 
-def test_the_model_cache_key_leaves_the_drill_switches_out_while_off():
+def test_the_model_cache_key_leaves_the_bootstrap_switches_out_while_off():
     off = _model_key_fields(ModelConfig(preset="dense-1m"))
-    assert not {"rename", "copy_drill", "drill_mix"} & set(off["bootstrap"])
+    assert not {"rename", "copy_drill", "drill_mix", "grep"} & set(off["bootstrap"])
+    switches = {"drill_mix": 4, "copy_drill": 10, "rename": 0.5, "grep": 1.0}
     on = _model_key_fields(
-        ModelConfig.model_validate({"preset": "dense-1m", "bootstrap": {"drill_mix": 4, "copy_drill": 10}})
+        ModelConfig.model_validate({"preset": "dense-1m", "bootstrap": {"steps": 5, **switches}})
     )
-    assert on["bootstrap"]["drill_mix"] == 4 and on["bootstrap"]["copy_drill"] == 10
+    assert {k: on["bootstrap"][k] for k in switches} == switches
     assert on != off
+    # with no bootstrap steps the bootstrap's own switches change nothing; the drill still runs
+    idle = _model_key_fields(ModelConfig.model_validate({"preset": "dense-1m", "bootstrap": switches}))
+    assert idle["bootstrap"]["copy_drill"] == 10
+    assert not {"rename", "drill_mix", "grep"} & set(idle["bootstrap"])

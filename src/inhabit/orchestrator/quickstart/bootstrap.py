@@ -151,6 +151,22 @@ class RenamedExamples:
         return ids, mask
 
 
+def bootstrap_extras(
+    tokenizer: Any, trajs: Sequence[Trajectory], bootstrap: Any, window: int, seed: int
+) -> tuple[RenamedExamples | None, Any]:
+    """(draws, mix): what `model.bootstrap` (a `BootstrapConfig`) adds to its transcripts' examples,
+    each None while off: renamed draws of them (`rename`) and copy-drill rows in every step
+    (`drill_mix`, a `copydrill.DrillMix` seeded by `seed`). `prepare` and the SFT arm of
+    bench/learning.py both build them here, so that the SFT baseline trains on what the bootstrap saw."""
+    draws = RenamedExamples(tokenizer, trajs, bootstrap.rename, window) if bootstrap.rename else None
+    mix = None
+    if bootstrap.drill_mix:  # drill rows in every step, so the copying the drill taught is kept
+        from inhabit.orchestrator.quickstart.copydrill import DrillMix
+
+        mix = DrillMix(tokenizer, bootstrap.drill_mix, seed)
+    return draws, mix
+
+
 def _action_context(traj: Trajectory, segment: Any, before: int) -> list[Any]:
     """A segment's context up to its last action turn, as the harness rendered it (`harness.loop`):
     its first two messages (system prompt; task and earlier summary), then each action turn's text
