@@ -79,6 +79,7 @@ def records(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow  # ~17 s: a two-replica run
 def test_two_embedded_replicas_share_rollouts_and_the_store_holds_every_version(tmp_path):
     from inhabit.models.loading import load_model
     from inhabit.weights.subscribe import Subscriber
@@ -167,6 +168,7 @@ def test_engine_config_mistakes_are_one_clear_line(tmp_path, override, says):
     assert not (run_dir / "cache").exists()  # failed before any work
 
 
+@pytest.mark.slow  # ~18 s: a run against a server that answers errors
 def test_a_run_whose_engine_answers_only_errors_stops_with_the_reason(tmp_path):
     """Nothing listens at the remote URL: every rollout fails, and the run ends in one line."""
     import socket

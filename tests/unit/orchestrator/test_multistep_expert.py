@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 import re
 
+import pytest
+
 from inhabit.orchestrator.quickstart.bootstrap import quickstart_tokenizer, transcript_examples
 from inhabit.orchestrator.quickstart.multistep_expert import ExpertStyle, expert_plan
 from inhabit.tasks.families.multistep import generate, write_multistep_tasks
@@ -33,6 +35,7 @@ def test_plans_are_sequential_sometimes_wasteful_and_rarely_batched():
     assert all(len(expert_plan(t, rng, plain).turns) == t.turn_budget for t in tasks)
 
 
+@pytest.mark.slow  # 20-40 s: ten sandboxed, graded episodes
 def test_expert_episodes_solve_their_tasks_within_the_budget_and_summarize_long_ones(
     tmp_path, play_multistep_expert
 ):
@@ -72,10 +75,10 @@ def test_expert_episodes_solve_their_tasks_within_the_budget_and_summarize_long_
         assert runs == traj.num_turns + len(traj.summaries)
 
 
-def test_grepping_expert_copies_the_module_path_out_of_greps_output(tmp_path, play_multistep_expert):
+def test_grepping_expert_copies_the_module_path_out_of_greps_output():
     """With `grep`, the expert greps for the buggy helper's `def` after the facade and reads the
     path grep printed: a normal variant takes one turn over its budget, a long one whose bug lies in
-    the grepped function's lines reads them in one call and keeps its budget; episodes earn reward 1."""
+    the grepped function's lines reads them in one call and keeps its budget."""
     tasks = generate(40, 3, long_share=0.5)
     style = ExpertStyle(redundant_read=0.0, extra_tests=0.0, batch=0.0, grep=1.0)
     rng = random.Random(0)
@@ -84,7 +87,7 @@ def test_grepping_expert_copies_the_module_path_out_of_greps_output(tmp_path, pl
         plan = expert_plan(t, rng, style)
         calls = [c for turn in plan.turns for c in turn]
         at = next(i for i, c in enumerate(calls) if c[0] == "grep")
-        assert calls[at - 1][0] == "read_file" and calls[at + 1] == ("read_file", calls[at + 1][1])
+        assert calls[at - 1][0] == calls[at + 1][0] == "read_file"
         assert calls[at + 1][1]["path"] == t.bug["module"]
         pattern = re.compile(calls[at][1]["pattern"])
         hits = [(path, i) for path, text in t.workspace.items() for i, row in enumerate(text.split("\n"), 1)
@@ -95,6 +98,14 @@ def test_grepping_expert_copies_the_module_path_out_of_greps_output(tmp_path, pl
             one_read += 1
         assert len(plan.turns) == t.turn_budget + (0 if "start_line" in calls[at + 1][1] else 1)
     assert one_read > 0
+
+
+@pytest.mark.slow  # ~15 s: four sandboxed, graded episodes
+def test_grepping_expert_episodes_solve_their_tasks(tmp_path, play_multistep_expert):
+    """Through the harness, a real sandbox and grading: grep prints the buggy module's path first,
+    and every episode earns reward 1."""
+    tasks = generate(12, 3, long_share=0.5)
+    style = ExpertStyle(redundant_read=0.0, extra_tests=0.0, batch=0.0, grep=1.0)
     picked = [t for t in tasks if t.long][:2] + [t for t in tasks if not t.long][:2]
     roots = write_multistep_tasks(tmp_path, picked)
     trajs = play_multistep_expert(picked, roots, quickstart_tokenizer(), seed=0, style=style)

@@ -144,6 +144,7 @@ def test_long_variants_need_more_reading():
     assert size[True] > 5 * size[False]
 
 
+@pytest.mark.slow  # ~20 s: task check of every generated task
 async def test_generated_tasks_pass_task_check(tmp_path: Path, sandbox_provider, fast_command: str):
     """A normal and a long train task, a held-out task and one under fresh names: the bug fails the named tests, the
     reference patch fixes them, every other test passes, grading raises no flag."""
