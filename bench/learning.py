@@ -142,9 +142,9 @@ def sft_arm(cfg: RunConfig, model_dir: Path, info: dict[str, Any], seconds: floa
     model, tok = load_model(model_dir)
     trajs = [Trajectory.from_json(x) for x in (model_dir / EXPERT_FILE).read_text().splitlines()]
     bc = cfg.model.bootstrap
-    # The bootstrap's data as the bootstrap saw it: renamed draws too where it had them.
     window = cfg.engine.max_model_len or int(model.config.max_position_embeddings)
-    # The drill rows too where the bootstrap mixed them in: without them the copying wears away.
+    # The bootstrap's data as the bootstrap saw it: renamed draws and drill rows where it had them
+    # (without the drill rows the copying wears away).
     draws, mix = bootstrap_extras(tok, trajs, bc, window, cfg.seed + 1)
     examples = (
         draws.examples if draws is not None else [e for t in trajs for e in transcript_examples(tok, t)]

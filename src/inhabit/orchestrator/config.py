@@ -91,9 +91,9 @@ class BootstrapConfig(Config):
         ge=0,
         le=1,
         description="Multistep only: share of expert episodes that grep for the buggy helper's `def` "
-        "line after reading the facade and then read the path grep printed (a long module: the lines "
-        "from that line on, in one read), so that the module's path is copied out of one observation "
-        "instead of composed from the facade's import and call. 0: never.",
+        "line after reading the facade and then read the path grep printed (a long module whose bug "
+        "lies within 40 lines of that line: those lines, in one read), so that the module's path is "
+        "copied out of one observation instead of composed from the facade's import and call. 0: never.",
     )
     from_path: bool = Field(
         False,
@@ -279,6 +279,11 @@ class RunConfig(Config):
             raise ValueError(
                 "model.bootstrap.rename renames the multistep expert's transcripts: it needs "
                 'tasks.source = "multistep"'
+            )
+        if self.model.bootstrap.grep and self.tasks.source != "multistep":
+            raise ValueError(
+                "model.bootstrap.grep changes how the multistep expert finds the buggy module: it needs "
+                f"tasks.source = 'multistep', not {self.tasks.source!r}"
             )
         if self.model.bootstrap.fresh_names and self.tasks.source != "multistep":
             raise ValueError(

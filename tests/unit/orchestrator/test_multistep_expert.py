@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import random
 import re
+from dataclasses import replace
 
 import pytest
 
 from inhabit.orchestrator.quickstart.bootstrap import quickstart_tokenizer, transcript_examples
-from inhabit.orchestrator.quickstart.multistep_expert import ExpertStyle, expert_plan
+from inhabit.orchestrator.quickstart.multistep_expert import ExpertStyle, _def_pattern, expert_plan
 from inhabit.tasks.families.multistep import generate, write_multistep_tasks
 
 SLACK = 2  # turns over the task's budget a wasteful episode may take
@@ -94,24 +95,58 @@ def test_grepping_expert_copies_the_module_path_out_of_greps_output():
                 if pattern.search(row)]  # fmt: skip
         assert len(hits) == 1 and hits[0][0] == t.bug["module"]
         if "start_line" in calls[at + 1][1]:
-            assert t.long and calls[at + 1][1]["start_line"] == hits[0][1]
+            span = calls[at + 1][1]
+            assert t.long and span["start_line"] == hits[0][1]
+            window = "\n".join(
+                t.workspace[t.bug["module"]].split("\n")[span["start_line"] - 1 : span["end_line"]]
+            )
+            edit = next(c[1] for c in calls if c[0] == "edit_file")
+            assert edit["old"] in window  # the edit's whole text lies in the one read
             one_read += 1
         assert len(plan.turns) == t.turn_budget + (0 if "start_line" in calls[at + 1][1] else 1)
     assert one_read > 0
 
 
+def test_grep_pattern_singles_out_the_def_or_the_expert_reads_without_grep():
+    task = next(t for t in generate(12, 3) if t.bug["function"])
+    fn, module = task.bug["function"], task.bug["module"]
+    other = next(path for path in task.workspace if path.endswith(".py") and path != module)
+    pattern, line = _def_pattern(task, fn)
+    assert pattern == f"def {fn}"
+    assert task.workspace[module].split("\n")[line - 1].startswith(f"def {fn}(")
+    # another function whose name starts with the helper's: the pattern takes the parenthesis
+    longer = replace(
+        task, workspace={**task.workspace, other: task.workspace[other] + f"\ndef {fn}_total(x):\n"}
+    )
+    assert _def_pattern(longer, fn) == (rf"def {fn}\(", line)
+    # the same name defined twice: no pattern singles it out, and the plan reads as without grep
+    twice = replace(task, workspace={**task.workspace, other: task.workspace[other] + f"\ndef {fn}(x):\n"})
+    assert _def_pattern(twice, fn) is None
+    plan = expert_plan(twice, random.Random(0), ExpertStyle(grep=1.0))
+    assert not any(c[0] == "grep" for turn in plan.turns for c in turn)
+
+
 @pytest.mark.slow  # ~15 s: four sandboxed, graded episodes
 def test_grepping_expert_episodes_solve_their_tasks(tmp_path, play_multistep_expert):
-    """Through the harness, a real sandbox and grading: grep prints the buggy module's path first,
-    and every episode earns reward 1."""
-    tasks = generate(12, 3, long_share=0.5)
+    """Through the harness, a real sandbox and grading: grep prints one line, the `def` of the buggy
+    helper in its module, the next read is of that path (a long module: from that line on), and
+    every episode earns reward 1."""
+    tasks = generate(24, 3, long_share=0.5)
     style = ExpertStyle(redundant_read=0.0, extra_tests=0.0, batch=0.0, grep=1.0)
     picked = [t for t in tasks if t.long][:2] + [t for t in tasks if not t.long][:2]
+    assert len(picked) == 4
     roots = write_multistep_tasks(tmp_path, picked)
     trajs = play_multistep_expert(picked, roots, quickstart_tokenizer(), seed=0, style=style)
     assert len(trajs) == len(picked)  # every episode graded reward 1
-    for traj, task in zip(
-        sorted(trajs, key=lambda t: t.task_id), sorted(picked, key=lambda t: t.id), strict=True
-    ):
-        grep = next(c for c in traj.tool_calls if c.tool == "grep")
-        assert grep.observation.startswith(f"{task.bug['module']}:")
+    by_id = {t.id: t for t in picked}
+    for traj in trajs:
+        task = by_id[traj.task_id]
+        at = next(i for i, c in enumerate(traj.tool_calls) if c.tool == "grep")
+        grep, read = traj.tool_calls[at], traj.tool_calls[at + 1]
+        path, line, text = grep.observation.split(":", 2)
+        assert "\n" not in grep.observation and path == task.bug["module"]
+        assert text.startswith(f"def {task.bug['function']}(")
+        assert read.tool == "read_file" and read.args["path"] == path
+        if task.long and "start_line" in read.args:
+            assert int(read.args["start_line"]) == int(line)
+            assert task.bug["new"] in read.observation  # the bug is in the one read

@@ -9,6 +9,12 @@ redundant read of a file already seen, an extra `run_tests` before reading the m
 batch the first two calls in one turn: the demonstrations teach the tools, the files to look at and
 the fix, and leave the faster way (batching independent calls, no waste) for RL to find.
 
+With `ExpertStyle.grep` (`model.bootstrap.grep`) an episode greps for the buggy helper's `def`
+after the facade and reads the path grep printed, so the module's path is copied out of one line of
+output instead of composed from the facade's `from . import module` and its `module.function(...)`
+call. A normal variant then takes one turn over its budget; a long one whose edit lies within
+`GREP_READ_LINES` of the `def` reads just those lines (grep gave their number) and keeps its budget.
+
 The expert knows where the bug is (the task's manifest record) and edits the shortest text that is
 unique in the module: the buggy expression itself where it is, else its line (widened to neighbouring
 lines until unique), so the model that imitates it copies few tokens out of the file. When the context nears the window of
@@ -86,14 +92,17 @@ GREP_READ_LINES = 40
 """Lines the grepping expert reads from a long module's `def` line (the function and its neighbours)."""
 
 
-def _def_pattern(t: MultiTask, function: str) -> tuple[str, int]:
+def _def_pattern(t: MultiTask, function: str) -> tuple[str, int] | None:
     """(pattern, line): the shortest grep pattern that matches `function`'s `def` line alone in the
-    workspace (`def name`, or `def name\\(` where another name starts with it), and that line."""
+    workspace (`def name`, or `def name\\(` where another name starts with it), and that line; None
+    where no pattern singles it out (the expert then reads the module as it would without grep)."""
     module = t.workspace[t.bug["module"]]
     line = next(i for i, text in enumerate(module.split("\n"), 1) if text.startswith(f"def {function}("))
-    plain = f"def {function}"  # grep matches it anywhere in a line, as counted here
-    hits = sum(plain in row for text in t.workspace.values() for row in text.split("\n"))
-    return (f"def {function}" if hits == 1 else rf"def {function}\(", line)
+    for pattern in (f"def {function}", rf"def {function}\("):
+        regex = re.compile(pattern)  # grep -P matches it anywhere in a line, as counted here
+        if sum(bool(regex.search(row)) for text in t.workspace.values() for row in text.split("\n")) == 1:
+            return pattern, line
+    return None
 
 
 def expert_plan(t: MultiTask, rng: random.Random, style: ExpertStyle = ExpertStyle()) -> Plan:
@@ -125,19 +134,24 @@ def expert_plan(t: MultiTask, rng: random.Random, style: ExpertStyle = ExpertSty
         add([run_tests], seen, f"read {test_file}")
         add([read_test], f"{test_file} calls {fn}", f"read {facade}")
     helper = t.bug["function"]
-    if style.grep and rng.random() < style.grep:
-        pattern, def_line = _def_pattern(t, helper)
+    found = _def_pattern(t, helper) if style.grep and rng.random() < style.grep else None  # no draw at 0
+    grepping = found is not None
+    pattern, def_line = found or ("", 0)
+    if grepping:
         add([("read_file", {"path": facade})], f"{fn} in {facade} calls {helper}", f"grep {pattern}")
-        found = f"{helper} is defined in {module} line {def_line}"
     else:
-        def_line = 0
         add([("read_file", {"path": facade})], f"{fn} in {facade} calls {module}", f"read {module}")
     if rng.random() < style.extra_tests:
-        add([run_tests], "the same test still fails", f"grep {pattern}" if def_line else f"read {module}")
-    if def_line:
-        add([("grep", {"pattern": pattern})], found, f"read {module}")
+        add([run_tests], "the same test still fails", f"grep {pattern}" if grepping else f"read {module}")
+    if grepping:
+        add(
+            [("grep", {"pattern": pattern})],
+            f"{helper} is defined in {module} line {def_line}",
+            f"read {module}",
+        )
     where = f"{module} line {line_no}: `{old.strip()}` should be `{new.strip()}`"
-    if def_line and n_lines > READ_WINDOW and def_line <= line_no < def_line + GREP_READ_LINES:
+    last_line = line_no + old.count("\n")  # the edit's text may span lines
+    if grepping and n_lines > READ_WINDOW and def_line <= line_no and last_line < def_line + GREP_READ_LINES:
         # grep gave the line: one read of the function's lines instead of the module's two windows
         span = {"start_line": def_line, "end_line": min(n_lines, def_line + GREP_READ_LINES - 1)}
         add([("read_file", {"path": module, **span})], where, "edit that line")
