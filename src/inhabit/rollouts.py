@@ -38,6 +38,7 @@ from inhabit.harness.rollout import run_rollout
 from inhabit.inference.engine import InferenceEngine
 from inhabit.inference.local_policy import LocalPolicy
 from inhabit.log import get_logger
+from inhabit.rewards.gradecache import GradeCache
 from inhabit.sandbox.base import SandboxProvider
 from inhabit.tasks.task import Task
 from inhabit.types import TRAINABLE_STATUSES, Trajectory
@@ -76,6 +77,13 @@ class RolloutConfig(Config):
         False,
         description="Also train groups whose rollouts all got the same reward (their gradient is zero; "
         "the step still runs and the version moves: for tests and timing, not for learning).",
+    )
+    grade_cache: bool = Field(
+        True,
+        description="Grade each distinct final workspace once: a rollout whose files (the same task, "
+        "grading settings and bytes) were already graded in this process gets that result, marked "
+        "cached in its record (inhabit.rewards.gradecache says why no cheat gains by it). False: "
+        "grade every rollout.",
     )
     min_group_size: int = Field(
         2, ge=1, description="A group trains only if at least this many rollouts did not fail."
@@ -174,8 +182,14 @@ class EngineRunner:
     ) -> None:
         self.engine, self.tokenizer, self.provider = engine, tokenizer, provider
         # The episode: with the run's `[reward]` table (a RewardComposer), graded and composed;
-        # None: `run_rollout`, grading's test reward alone.
-        self.rollout_fn = functools.partial(run_rollout, composer=composer) if composer is not None else None
+        # with rollout.grade_cache, graded once per distinct final workspace; None (neither):
+        # `run_rollout`, every rollout graded, grading's test reward alone.
+        self.grade_cache = GradeCache() if rollout.grade_cache else None
+        self.rollout_fn = (
+            functools.partial(run_rollout, composer=composer, grade_cache=self.grade_cache)
+            if composer is not None or self.grade_cache is not None
+            else None
+        )
         self._composer = composer  # closed by `close` (its judges hold HTTP clients)
         # rollout.max_tokens caps every model turn (the harness's own cap may be lower).
         self.harness = harness.model_copy(

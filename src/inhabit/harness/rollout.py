@@ -1,7 +1,8 @@
 """One rollout of a task: sandbox from the task's workspace, the episode, grading, the record.
 
 This is what both `inhabit replay` and the orchestrator call. Grading runs on the final sandbox
-before it closes (`inhabit.rewards.grading.grade` copies it into a fresh sandbox). With a
+before it closes (`inhabit.rewards.grading.grade` copies it into a fresh sandbox); a run's
+rollouts share a `GradeCache`, so that a final workspace already graded is not graded again. With a
 `composer` (`inhabit.rewards.compose.RewardComposer`, a run's `[reward]` table) the reward is the
 composed one (tests, lint delta, diff size, judges) and every part is recorded in `reward_parts`;
 a rollout with a fatal hack flag, or with any flag and a failing test (a cheat that grading
@@ -36,8 +37,10 @@ async def run_rollout(
     observer: EpisodeObserver | None = None,
     grade_episode: bool = True,
     composer: Any = None,
+    grade_cache: Any = None,
 ) -> Trajectory:
-    """Run `policy` on `task` and grade the result."""
+    """Run `policy` on `task` and grade the result; with `grade_cache` (a
+    `inhabit.rewards.gradecache.GradeCache`), a final workspace already graded is not graded again."""
     from inhabit.rewards.grading import grade
 
     cfg = config or HarnessConfig()
@@ -75,8 +78,12 @@ async def run_rollout(
         update: dict[str, Any] = {}
         if grade_episode and task.grading is not None and traj.status != "sandbox_error":
             g0 = time.monotonic()
+            cached = False
             try:
-                result = await grade(task, sandbox, provider, config=grading_config)
+                if grade_cache is not None:
+                    result, cached = await grade_cache.grade(task, sandbox, provider, config=grading_config)
+                else:
+                    result = await grade(task, sandbox, provider, config=grading_config)
             except Exception as e:
                 update = {"status": "grading_error", "error": f"{type(e).__name__}: {e}", "reward": 0.0}
             else:
@@ -86,6 +93,8 @@ async def run_rollout(
                     "flags": list(result.flags),
                     "grading": {"status": result.status, "outcomes": dict(result.outcomes), **result.details},
                 }
+                if cached:  # the same final files were graded for an earlier rollout
+                    update["grading"]["cached"] = True
                 if result.status == "error":
                     update |= {"status": "grading_error", "error": str(result.details.get("error", ""))}
                 elif composer is not None:

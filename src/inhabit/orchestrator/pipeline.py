@@ -107,10 +107,16 @@ def rollout_stats(trajs: list[Trajectory]) -> dict[str, Any]:
         ),
         "rollout_s_mean": sum(t.timings.get("rollout_s", 0.0) for t in trajs) / max(1, len(trajs)),
         "reward_parts": _part_means(trajs),
-        # Which runner graded them: "warm" or "cold" (see inhabit.sandbox.warm and grading's details).
+        # Which runner graded them: "warm" or "cold" (see inhabit.sandbox.warm and grading's details);
+        # a rollout whose final files were graded before (rollout.grade_cache) ran no grading.
         "grading_runner": dict(
-            Counter(str(t.grading["runner"]).split(":")[0] for t in trajs if t.grading.get("runner"))
+            Counter(
+                str(t.grading["runner"]).split(":")[0]
+                for t in trajs
+                if t.grading.get("runner") and not t.grading.get("cached")
+            )
         ),
+        "grading_cached": sum(bool(t.grading.get("cached")) for t in trajs),
     }
 
 

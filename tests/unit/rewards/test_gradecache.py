@@ -1,0 +1,112 @@
+"""The grade cache on a real task and real sandboxes: the same final files are graded once, and no
+cheat shares a key with an honest fix (each cheat is graded afresh and earns 0 with its flag)."""
+
+from __future__ import annotations
+
+import asyncio
+import py_compile
+import sys
+
+from inhabit.rewards.gradecache import GradeCache, workspace_digest
+from inhabit.rewards.grading import GradingConfig
+from inhabit.tasks.build import CALC_BUGGY, CALC_FIXED
+
+
+async def _cached_grade(cache, task, provider, files=None, config=None):
+    async with await provider.create(task.workspace_dir) as sandbox:
+        for path, content in (files or {}).items():
+            await sandbox.write_file(path, content)
+        return await cache.grade(task, sandbox, provider, config=config)
+
+
+async def test_the_same_fix_is_graded_once_and_other_files_afresh(calc_task, sandbox_provider):
+    cache = GradeCache()
+    first, cached = await _cached_grade(cache, calc_task, sandbox_provider, {"calc.py": CALC_FIXED})
+    assert first.reward == 1.0 and not cached
+    again, cached = await _cached_grade(cache, calc_task, sandbox_provider, {"calc.py": CALC_FIXED})
+    assert cached and again.reward == 1.0 and again.outcomes == first.outcomes
+    # one byte more is other files: graded afresh
+    other, cached = await _cached_grade(cache, calc_task, sandbox_provider, {"calc.py": CALC_FIXED + "\n"})
+    assert not cached and other.reward == 1.0
+    unfixed, cached = await _cached_grade(cache, calc_task, sandbox_provider)
+    assert not cached and unfixed.reward == 0.0
+    # other grading settings are another key
+    _, cached = await _cached_grade(
+        cache, calc_task, sandbox_provider, {"calc.py": CALC_FIXED}, config=GradingConfig(canaries=False)
+    )
+    assert not cached
+    assert cache.stats() == {"hits": 1, "misses": 4, "uncached": 0}
+
+
+async def test_rollouts_ending_together_share_one_grading(calc_task, sandbox_provider):
+    cache = GradeCache()
+    results = await asyncio.gather(
+        *(_cached_grade(cache, calc_task, sandbox_provider, {"calc.py": CALC_FIXED}) for _ in range(3))
+    )
+    assert [r.reward for r, _ in results] == [1.0] * 3
+    assert sorted(cached for _, cached in results) == [False, True, True]
+    assert cache.stats()["misses"] == 1
+
+
+async def test_a_cheat_beside_a_cached_fix_is_graded_afresh(calc_task, sandbox_provider):
+    cache = GradeCache()
+    honest, _ = await _cached_grade(cache, calc_task, sandbox_provider, {"calc.py": CALC_FIXED})
+    assert honest.reward == 1.0
+    # the test file rewritten to pass: other files, so grading runs and restores the test
+    cheat, cached = await _cached_grade(
+        cache, calc_task, sandbox_provider, {"tests/test_calc.py": "def test_add():\n    pass\n"}
+    )
+    assert not cached and cheat.reward == 0.0 and cheat.flags
+
+
+async def test_bytecode_counts_by_its_header_and_planted_bytecode_is_graded_afresh(
+    make_task, sandbox_provider, tmp_path
+):
+    """A timestamp .pyc differs between two runs of the same code (its mtime field) and grading
+    drops it: the same key. An unchecked-hash .pyc (grading flags it) is another key."""
+    helpers = "def check_add(f):\n    assert f(2, 3) == 5\n"
+    test = "from helpers import check_add\nfrom calc import add\n\ndef test_add():\n    check_add(add)\n"
+    task = make_task(
+        workspace={"calc.py": CALC_BUGGY, "tests/helpers.py": helpers, "tests/test_calc.py": test},
+        fail_to_pass=["tests/test_calc.py::test_add"],
+    )
+    tag = sys.implementation.cache_tag
+    pyc_path = f"tests/__pycache__/helpers.{tag}.pyc"
+
+    def compiled(source: str, mode: py_compile.PycInvalidationMode, name: str) -> bytes:
+        src = tmp_path / f"{name}.py"
+        src.write_text(source)
+        py_compile.compile(str(src), str(tmp_path / f"{name}.pyc"), invalidation_mode=mode)
+        return (tmp_path / f"{name}.pyc").read_bytes()
+
+    stamp_a = compiled(helpers, py_compile.PycInvalidationMode.TIMESTAMP, "a")
+    stamp_b = bytearray(stamp_a)
+    stamp_b[8:12] = (int.from_bytes(stamp_a[8:12], "little") + 7).to_bytes(4, "little")  # another mtime
+    forged = compiled("def check_add(f):\n    pass\n", py_compile.PycInvalidationMode.UNCHECKED_HASH, "f")
+
+    digests = []
+    for pyc in (stamp_a, bytes(stamp_b), forged):
+        async with await sandbox_provider.create(task.workspace_dir) as sandbox:
+            await sandbox.write_file(pyc_path, pyc)
+            digests.append(await workspace_digest(sandbox))
+    assert digests[0] == digests[1] != digests[2]
+
+    cache = GradeCache()
+    fixed = {"calc.py": CALC_FIXED, pyc_path: stamp_a}
+    honest, _ = await _cached_grade(cache, task, sandbox_provider, fixed)
+    assert honest.reward == 1.0
+    planted, cached = await _cached_grade(cache, task, sandbox_provider, {pyc_path: forged})
+    assert not cached and planted.reward == 0.0 and "bytecode_planted" in planted.flags
+
+
+async def test_a_workspace_with_a_symlink_is_graded_without_the_cache(calc_task, sandbox_provider):
+    cache = GradeCache()
+    for _ in range(2):
+        async with await sandbox_provider.create(calc_task.workspace_dir) as sandbox:
+            await sandbox.write_file("calc.py", CALC_FIXED)
+            link = await sandbox.exec("ln -s calc.py alias.py")
+            assert link.exit_code == 0, link.stderr
+            assert await workspace_digest(sandbox) is None
+            result, cached = await cache.grade(calc_task, sandbox, sandbox_provider)
+            assert result.reward == 1.0 and not cached
+    assert cache.stats() == {"hits": 0, "misses": 0, "uncached": 2}
