@@ -22,8 +22,12 @@ Per workload: sync's overlap ceiling (gen + train) / max(gen, train), async / sy
 the share of the ceiling that async reached (goal >= 90% on the balanced workload, with the
 final reward within noise of sync's).
 
+The grade cache (`rollout.grade_cache`, on by default): a mode `M-uncached` (sync-uncached,
+async-uncached) runs M with every rollout graded; with both in one run the bench prints M's
+rollout-core seconds per trajectory against M-uncached's, and the share of gradings cached.
+
     .venv/bin/python bench/pipeline.py [--steps 12] [--model FOLDER] [--workloads quickstart,balanced]
-        [--modes async,async-waves] [overrides]
+        [--modes async,async-waves,sync-uncached,async-uncached] [overrides]
 
 The first run builds the quickstart tasks and bootstrap model into runs/bench-pipeline/cache
 (minutes); later runs reuse them. Prints rich tables and writes bench/results/pipeline.json.
@@ -102,6 +106,8 @@ def run_mode(base: RunConfig, mode: str, model_dir: Path, root: Path, steps: int
         "lag_max": max(r["policy_version_lag"]["max"] for r in hist),
         "train_s": sum(r.get("train_s", 0.0) for r in hist),
         "dropped_stale": summary["dropped_stale"],
+        # rollouts whose final files had been graded before in the run (rollout.grade_cache)
+        "graded_cached": sum(r.get("grading_cached", 0) for r in hist),
         # Rows per decode step of the embedded engine (per-step means, averaged): on a CPU engine
         # whose step cost is mostly fixed overhead, a smaller batch costs more CPU per token.
         "decode_batch_mean": sum(r.get("engine_decode_batch_mean", 0.0) for r in hist) / len(hist),
@@ -136,8 +142,15 @@ BALANCED = [
 WORKLOADS = {"quickstart": [], "balanced": BALANCED}
 
 
-MODES = {"sync": [], "async": [], "async-waves": ["rollout.waves=true"]}
-"""Modes a workload runs in: sync, and async with each admission policy (`rollout.waves`)."""
+MODES = {
+    "sync": [],
+    "async": [],
+    "async-waves": ["rollout.waves=true"],
+    "sync-uncached": ["rollout.grade_cache=false"],
+    "async-uncached": ["rollout.grade_cache=false"],
+}
+"""Modes a workload runs in: sync, and async with each admission policy (`rollout.waves`); the
+`-uncached` ones grade every rollout (`rollout.grade_cache = false`), the baseline of the cache."""
 
 
 def run_workload(name: str, args: argparse.Namespace, cpus: list[int], console: Console) -> dict:
@@ -169,8 +182,24 @@ def run_workload(name: str, args: argparse.Namespace, cpus: list[int], console: 
     t_train = sync["train_s"]
     t_gen = max(sync["rl_s"] - t_train, 1e-9)
     ceiling = (t_gen + t_train) / max(t_gen, t_train)
+
+    # The grade cache against its baseline: rollout-core busy seconds per trajectory, each mode with
+    # its `-uncached` twin run in the same process.
+    def per_traj(r: dict) -> float:
+        return next(iter(r["cpu_busy_s"].values()), 0.0) / max(1, r["trajectories"])
+
+    grade_cache = {
+        m: {
+            "cached_s_per_traj": per_traj(results[m]),
+            "uncached_s_per_traj": per_traj(results[f"{m}-uncached"]),
+            "ratio": per_traj(results[f"{m}-uncached"]) / max(1e-9, per_traj(results[m])),
+            "cached_share": results[m]["graded_cached"] / max(1, results[m]["trajectories"]),
+        }
+        for m in results
+        if f"{m}-uncached" in results
+    }
     versus = {}
-    for m in args.modes:
+    for m in (m for m in args.modes if not m.endswith("-uncached")):
         asy = results[m]
         ratio = asy["trajectories_per_min"] / sync["trajectories_per_min"]
         # Within noise: async's final reward no lower than sync's by more than two standard errors
@@ -194,6 +223,7 @@ def run_workload(name: str, args: argparse.Namespace, cpus: list[int], console: 
         "sync_train_s": t_train,
         "overlap_ceiling": ceiling,
         "versus_sync": versus,
+        "grade_cache": grade_cache,
         "loadavg_before": load0,
         "loadavg_after": load1,
     }
@@ -205,7 +235,7 @@ def report(w: dict, steps: int, console: Console) -> None:
     )
     cols = (
         "mode", "traj/min", "gen s", "train s", "trainer idle", "final reward", "lag mean/max",
-        "dropped stale", "RL s", "decode batch", "core busy s/traj (rollout, trainer)", "load",
+        "dropped stale", "RL s", "decode batch", "core busy s/traj (rollout, trainer)", "gradings cached", "load",
     )  # fmt: skip
     for col in cols:
         table.add_column(col, justify="right")
@@ -215,7 +245,7 @@ def report(w: dict, steps: int, console: Console) -> None:
             f"{r['trainer_idle_fraction']:.0%}", f"{r['final_reward']:.3f} ± {r['final_reward_se']:.3f}",
             f"{r['lag_mean']:.2f} / {r['lag_max']}", str(r["dropped_stale"]), f"{r['rl_s']:.0f}",
             f"{r['decode_batch_mean']:.1f}", ", ".join(f"{v / max(1, r['trajectories']):.3f}" for v in r["cpu_busy_s"].values()),
-            "{:.1f} -> {:.1f}".format(*r["load"]),
+            f"{r.get('graded_cached', 0) / max(1, r['trajectories']):.0%}", "{:.1f} -> {:.1f}".format(*r["load"]),
         )  # fmt: skip
     console.print(table)
     console.print(
@@ -228,6 +258,12 @@ def report(w: dict, steps: int, console: Console) -> None:
             f"{m} / sync throughput: {v['ratio']:.2f}x = {v['share_of_ceiling']:.0%} of the ceiling "
             f"(goal >= 90%; {v['share_of_gain']:.0%} of the possible gain), final reward {reward} "
             f"(noise {v['reward_noise']:.3f}): goal {'MET' if v['goal_met'] else 'NOT met'}"
+        )
+    for m, uncached in w["grade_cache"].items():
+        console.print(
+            f"grade cache: {m} {uncached['cached_s_per_traj']:.3f} rollout-core s per trajectory against "
+            f"{m}-uncached {uncached['uncached_s_per_traj']:.3f}: {uncached['ratio']:.2f}x rollouts per "
+            f"rollout-core second ({uncached['cached_share']:.0%} of gradings cached)"
         )
     console.print(f"load average {w['loadavg_before'][0]:.1f} -> {w['loadavg_after'][0]:.1f}")
 
