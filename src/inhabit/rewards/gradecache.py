@@ -14,7 +14,12 @@ digest covers everything of the workspace that grading acts on:
   magic number and the flags word, whose unchecked-hash bit raises `bytecode_planted`): a
   timestamp .pyc differs between two episodes of the same code and must not split them;
 - symlinks, whose targets a listing does not give: a workspace with any symlink is graded afresh,
-  as is one too large to digest cheaply (`max_files`, `max_bytes`).
+  as is one too large to digest cheaply (`max_files`, `max_bytes`);
+- the files must not change between the digest and grading's snapshot: in an isolated sandbox
+  no command outlives its exec (the exec-init kills its whole subtree), so none runs then. The
+  `process` backend (no isolation) lets a `setsid` child live on and rewrite the files after the
+  digest, which would store the grading of other files under this key: its sandboxes are graded
+  afresh, always.
 What the digest leaves out (modification times, permission bits) can only make two episodes with
 the same files grade apart if grading's outcome depends on it; a cached result then gives one of
 them the other's outcome, the outcome that grading itself gives those files. No workspace earns a
@@ -42,7 +47,10 @@ async def workspace_digest(
     sandbox: Sandbox, *, max_files: int = 4000, max_bytes: int = 64 << 20
 ) -> str | None:
     """A digest of `sandbox`'s workspace as grading sees it (module docstring), or None where it is
-    not digested: a symlink in it, more than `max_files` entries or `max_bytes` of files."""
+    not digested: a sandbox without isolation, a symlink in it, more than `max_files` entries or
+    `max_bytes` of files."""
+    if not sandbox.info.isolated:
+        return None
     entries = sorted(await sandbox.list_files("."), key=lambda e: e.path)
     if len(entries) > max_files or any(e.kind == "symlink" for e in entries):
         return None
@@ -71,7 +79,8 @@ class GradeCache:
         self.hits = 0
         self.misses = 0
         self.uncached = 0
-        """Gradings run without the cache: a workspace with a symlink, or too large to digest."""
+        """Gradings run without the cache: a sandbox without isolation, a workspace with a symlink,
+        or one too large to digest."""
 
     async def grade(
         self, task: Task, sandbox: Sandbox, provider: SandboxProvider, *, config: Any = None

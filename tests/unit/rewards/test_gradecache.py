@@ -7,9 +7,21 @@ import asyncio
 import py_compile
 import sys
 
+import pytest
+
 from inhabit.rewards.gradecache import GradeCache, workspace_digest
 from inhabit.rewards.grading import GradingConfig
+from inhabit.sandbox import SandboxConfig, SandboxLimits, create_provider
 from inhabit.tasks.build import CALC_BUGGY, CALC_FIXED
+
+
+@pytest.fixture
+async def isolated():
+    """A bwrap provider: the cache keeps gradings of isolated sandboxes only."""
+    limits = SandboxLimits(memory_mb=2048, default_timeout_s=60.0, output_bytes=256 * 1024)
+    provider = create_provider(SandboxConfig(backend="bwrap", limits=limits))
+    yield provider
+    await provider.close()
 
 
 async def _cached_grade(cache, task, provider, files=None, config=None):
@@ -19,48 +31,48 @@ async def _cached_grade(cache, task, provider, files=None, config=None):
         return await cache.grade(task, sandbox, provider, config=config)
 
 
-async def test_the_same_fix_is_graded_once_and_other_files_afresh(calc_task, sandbox_provider):
+async def test_the_same_fix_is_graded_once_and_other_files_afresh(calc_task, isolated):
     cache = GradeCache()
-    first, cached = await _cached_grade(cache, calc_task, sandbox_provider, {"calc.py": CALC_FIXED})
+    first, cached = await _cached_grade(cache, calc_task, isolated, {"calc.py": CALC_FIXED})
     assert first.reward == 1.0 and not cached
-    again, cached = await _cached_grade(cache, calc_task, sandbox_provider, {"calc.py": CALC_FIXED})
+    again, cached = await _cached_grade(cache, calc_task, isolated, {"calc.py": CALC_FIXED})
     assert cached and again.reward == 1.0 and again.outcomes == first.outcomes
     # one byte more is other files: graded afresh
-    other, cached = await _cached_grade(cache, calc_task, sandbox_provider, {"calc.py": CALC_FIXED + "\n"})
+    other, cached = await _cached_grade(cache, calc_task, isolated, {"calc.py": CALC_FIXED + "\n"})
     assert not cached and other.reward == 1.0
-    unfixed, cached = await _cached_grade(cache, calc_task, sandbox_provider)
+    unfixed, cached = await _cached_grade(cache, calc_task, isolated)
     assert not cached and unfixed.reward == 0.0
     # other grading settings are another key
     _, cached = await _cached_grade(
-        cache, calc_task, sandbox_provider, {"calc.py": CALC_FIXED}, config=GradingConfig(canaries=False)
+        cache, calc_task, isolated, {"calc.py": CALC_FIXED}, config=GradingConfig(canaries=False)
     )
     assert not cached
     assert cache.stats() == {"hits": 1, "misses": 4, "uncached": 0}
 
 
-async def test_rollouts_ending_together_share_one_grading(calc_task, sandbox_provider):
+async def test_rollouts_ending_together_share_one_grading(calc_task, isolated):
     cache = GradeCache()
     results = await asyncio.gather(
-        *(_cached_grade(cache, calc_task, sandbox_provider, {"calc.py": CALC_FIXED}) for _ in range(3))
+        *(_cached_grade(cache, calc_task, isolated, {"calc.py": CALC_FIXED}) for _ in range(3))
     )
     assert [r.reward for r, _ in results] == [1.0] * 3
     assert sorted(cached for _, cached in results) == [False, True, True]
     assert cache.stats()["misses"] == 1
 
 
-async def test_a_cheat_beside_a_cached_fix_is_graded_afresh(calc_task, sandbox_provider):
+async def test_a_cheat_beside_a_cached_fix_is_graded_afresh(calc_task, isolated):
     cache = GradeCache()
-    honest, _ = await _cached_grade(cache, calc_task, sandbox_provider, {"calc.py": CALC_FIXED})
+    honest, _ = await _cached_grade(cache, calc_task, isolated, {"calc.py": CALC_FIXED})
     assert honest.reward == 1.0
     # the test file rewritten to pass: other files, so grading runs and restores the test
     cheat, cached = await _cached_grade(
-        cache, calc_task, sandbox_provider, {"tests/test_calc.py": "def test_add():\n    pass\n"}
+        cache, calc_task, isolated, {"tests/test_calc.py": "def test_add():\n    pass\n"}
     )
     assert not cached and cheat.reward == 0.0 and cheat.flags
 
 
 async def test_bytecode_counts_by_its_header_and_planted_bytecode_is_graded_afresh(
-    make_task, sandbox_provider, tmp_path
+    make_task, isolated, tmp_path
 ):
     """A timestamp .pyc differs between two runs of the same code (its mtime field) and grading
     drops it: the same key. An unchecked-hash .pyc (grading flags it) is another key."""
@@ -86,27 +98,54 @@ async def test_bytecode_counts_by_its_header_and_planted_bytecode_is_graded_afre
 
     digests = []
     for pyc in (stamp_a, bytes(stamp_b), forged):
-        async with await sandbox_provider.create(task.workspace_dir) as sandbox:
+        async with await isolated.create(task.workspace_dir) as sandbox:
             await sandbox.write_file(pyc_path, pyc)
             digests.append(await workspace_digest(sandbox))
     assert digests[0] == digests[1] != digests[2]
 
     cache = GradeCache()
     fixed = {"calc.py": CALC_FIXED, pyc_path: stamp_a}
-    honest, _ = await _cached_grade(cache, task, sandbox_provider, fixed)
+    honest, _ = await _cached_grade(cache, task, isolated, fixed)
     assert honest.reward == 1.0
-    planted, cached = await _cached_grade(cache, task, sandbox_provider, {pyc_path: forged})
+    planted, cached = await _cached_grade(cache, task, isolated, {pyc_path: forged})
     assert not cached and planted.reward == 0.0 and "bytecode_planted" in planted.flags
 
 
-async def test_a_workspace_with_a_symlink_is_graded_without_the_cache(calc_task, sandbox_provider):
+async def test_a_workspace_with_a_symlink_is_graded_without_the_cache(calc_task, isolated):
     cache = GradeCache()
     for _ in range(2):
-        async with await sandbox_provider.create(calc_task.workspace_dir) as sandbox:
+        async with await isolated.create(calc_task.workspace_dir) as sandbox:
             await sandbox.write_file("calc.py", CALC_FIXED)
             link = await sandbox.exec("ln -s calc.py alias.py")
             assert link.exit_code == 0, link.stderr
             assert await workspace_digest(sandbox) is None
-            result, cached = await cache.grade(calc_task, sandbox, sandbox_provider)
+            result, cached = await cache.grade(calc_task, sandbox, isolated)
             assert result.reward == 1.0 and not cached
+    assert cache.stats() == {"hits": 0, "misses": 0, "uncached": 2}
+
+
+async def test_no_command_outlives_its_exec_so_the_digested_files_are_the_graded_ones(calc_task, isolated):
+    """The key's files must be the ones grading snapshots: a detached child that would rewrite the
+    workspace after the digest dies with its exec in an isolated sandbox."""
+    async with await isolated.create(calc_task.workspace_dir) as sandbox:
+        assert sandbox.info.isolated
+        started = await sandbox.exec("setsid sh -c 'sleep 0.5; echo late > late.txt' >/dev/null 2>&1 &")
+        assert started.exit_code == 0
+        before = await workspace_digest(sandbox)
+        await asyncio.sleep(1.5)
+        assert "late.txt" not in {e.path for e in await sandbox.list_files(".")}
+        assert await workspace_digest(sandbox) == before
+
+
+async def test_a_sandbox_without_isolation_is_graded_without_the_cache(calc_task):
+    """The process backend lets a setsid child live on past its exec (its docstring): its files
+    could change between the digest and grading's snapshot, so none of its gradings is kept."""
+    provider = create_provider(SandboxConfig(backend="process"))
+    cache = GradeCache()
+    try:
+        for _ in range(2):
+            result, cached = await _cached_grade(cache, calc_task, provider, {"calc.py": CALC_FIXED})
+            assert result.reward == 1.0 and not cached
+    finally:
+        await provider.close()
     assert cache.stats() == {"hits": 0, "misses": 0, "uncached": 2}
