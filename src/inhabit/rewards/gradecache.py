@@ -20,11 +20,13 @@ digest covers everything of the workspace that grading acts on:
   `process` backend (no isolation) lets a `setsid` child live on and rewrite the files after the
   digest, which would store the grading of other files under this key: its sandboxes are graded
   afresh, always.
-What the digest leaves out (modification times, permission bits) can only make two episodes with
-the same files grade apart if grading's outcome depends on it; a cached result then gives one of
-them the other's outcome, the outcome that grading itself gives those files. No workspace earns a
-reward that no grading of the same files would give, so the cache adds no way to cheat; it only
-stops re-running the same grading. A grading that failed to run (status "error") is not kept.
+What the digest leaves out (modification times, permission bits, and fifos or device nodes, which
+a workspace listing does not show) can make two episodes with the same listed files grade apart
+only where code under test reads them; a cached result then gives one of them the outcome that
+grading gave the other, a workspace with the same files. So no reward comes from the cache that
+grading does not pay for some workspace of those files, and the best a policy can earn stays what
+grading pays: the cache adds no way to cheat; it stops re-running the same grading. A grading that
+failed to run (status "error") is not kept.
 """
 
 from __future__ import annotations
