@@ -20,6 +20,7 @@ digest covers everything of the workspace that grading acts on:
   `process` backend (no isolation) lets a `setsid` child live on and rewrite the files after the
   digest, which would store the grading of other files under this key: its sandboxes are graded
   afresh, always.
+A remote sandbox (an env server's) is graded afresh too: its digest would cost a request per file.
 What the digest leaves out (modification times, permission bits, and fifos or device nodes, which
 a workspace listing does not show) can make two episodes with the same listed files grade apart
 only where code under test reads them; a cached result then gives one of them the outcome that
@@ -49,10 +50,10 @@ async def workspace_digest(
     sandbox: Sandbox, *, max_files: int = 4000, max_bytes: int = 64 << 20
 ) -> str | None:
     """A digest of `sandbox`'s workspace as grading sees it (module docstring), or None where it is
-    not digested: a sandbox without isolation, a symlink in it, more than `max_files` entries or
+    not digested: a sandbox without isolation or on an env server, a symlink in it, more than `max_files` entries or
     `max_bytes` of files."""
-    if not sandbox.info.isolated:
-        return None
+    if not sandbox.info.isolated or not sandbox.files_are_local:
+        return None  # not local: every file read would be a request to the env server
     entries = sorted(await sandbox.list_files("."), key=lambda e: e.path)
     if len(entries) > max_files or any(e.kind == "symlink" for e in entries):
         return None

@@ -99,6 +99,10 @@ class Sandbox(abc.ABC):
     """One isolated workspace. Use as `async with` so `close()` always runs."""
 
     sandbox_id: str
+    files_are_local: bool = True
+    """Whether the file methods (read_file, list_files...) are operations on this host; False where
+    each is a request to another machine (an env server's sandbox), so that a caller reading every
+    file (`inhabit.rewards.gradecache`) knows the cost."""
 
     @abc.abstractmethod
     async def exec(

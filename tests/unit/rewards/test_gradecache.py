@@ -149,3 +149,22 @@ async def test_a_sandbox_without_isolation_is_graded_without_the_cache(calc_task
     finally:
         await provider.close()
     assert cache.stats() == {"hits": 0, "misses": 0, "uncached": 2}
+
+
+async def test_an_env_servers_sandbox_is_graded_without_the_cache(calc_task):
+    """Isolated, but every file read would be a request to the server: no digest."""
+    from inhabit.sandbox.remote import RemoteSandboxProvider
+    from inhabit.sandbox.server import BackgroundServer, EnvServerConfig
+
+    token = "gradecache-test-token-1"
+    config = EnvServerConfig(token=token, backend="bwrap")
+    with BackgroundServer(
+        lambda: create_provider(SandboxConfig(backend="bwrap")), token=token, config=config
+    ) as srv:
+        provider = RemoteSandboxProvider(srv.url, token)
+        try:
+            async with await provider.create(calc_task.workspace_dir) as sandbox:
+                assert sandbox.info.isolated and not sandbox.files_are_local
+                assert await workspace_digest(sandbox) is None
+        finally:
+            await provider.close()
