@@ -22,9 +22,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import functools
+import contextvars
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +94,21 @@ class RolloutConfig(Config):
         description="Stop the run (RolloutsFailing) after this many rollouts in a row ended in an "
         "engine or infrastructure error (policy_error, sandbox_error, grading_error, error); 0: never.",
     )
+
+
+_GROUP_GRADES: contextvars.ContextVar[GradeCache | None] = contextvars.ContextVar(
+    "group_grades", default=None
+)
+"""The grade cache of the group whose episode this is (set by `EngineRunner.group_grade_cache`)."""
+
+
+@contextlib.contextmanager
+def _grade_scope(cache: GradeCache | None) -> Iterator[None]:
+    token = _GROUP_GRADES.set(cache)
+    try:
+        yield
+    finally:
+        _GROUP_GRADES.reset(token)
 
 
 class TrajectoryLog:
@@ -182,14 +197,9 @@ class EngineRunner:
     ) -> None:
         self.engine, self.tokenizer, self.provider = engine, tokenizer, provider
         # The episode: with the run's `[reward]` table (a RewardComposer), graded and composed;
-        # with rollout.grade_cache, graded once per distinct final workspace; None (neither):
-        # `run_rollout`, every rollout graded, grading's test reward alone.
-        self.grade_cache = GradeCache() if rollout.grade_cache else None
-        self.rollout_fn = (
-            functools.partial(run_rollout, composer=composer, grade_cache=self.grade_cache)
-            if composer is not None or self.grade_cache is not None
-            else None
-        )
+        # with rollout.grade_cache, graded once per distinct final workspace of its group; None
+        # (neither): `run_rollout`, every rollout graded, grading's test reward alone.
+        self.rollout_fn = self._rollout if composer is not None or rollout.grade_cache else None
         self._composer = composer  # closed by `close` (its judges hold HTTP clients)
         # rollout.max_tokens caps every model turn (the harness's own cap may be lower).
         self.harness = harness.model_copy(
@@ -243,6 +253,19 @@ class EngineRunner:
         self._count_failure(traj)
         return traj
 
+    async def _rollout(
+        self, task: Task, policy: Policy, provider: SandboxProvider, *, config: HarnessConfig
+    ) -> Trajectory:
+        """`run_rollout` with the run's composer and the group's grade cache (`group_grade_cache`)."""
+        return await run_rollout(
+            task, policy, provider, config=config, composer=self._composer, grade_cache=_GROUP_GRADES.get()
+        )
+
+    def group_grade_cache(self) -> contextlib.AbstractContextManager[None]:
+        """Around one group's episodes (tasks they start inherit it): a fresh `GradeCache` that its
+        rollouts share and that ends with the group (why not longer: `inhabit.rewards.gradecache`)."""
+        return _grade_scope(GradeCache() if self.cfg.grade_cache else None)
+
     async def close(self) -> None:
         """Release what the episodes hold beyond the engine and sandboxes: the judges' clients."""
         composer, self._composer, self.rollout_fn = self._composer, None, None
@@ -278,6 +301,12 @@ class EngineRunner:
         start = self.engine.version
         g = size or self.cfg.group_size
         metas = [{"purpose": purpose, "group": index, "rollout": i} for i in range(g)]
+        with self.group_grade_cache():
+            trajs = await self._run_metas(task, metas)
+        return Group(task_id=task.id, index=index, trajectories=list(trajs), start_version=start, task=task)
+
+    async def _run_metas(self, task: Task, metas: list[dict[str, Any]]) -> list[Trajectory]:
+        g = len(metas)
         if g > self._slots.capacity:  # cannot start together: one slot per episode
             trajs = await asyncio.gather(*(self.run_one(task, m) for m in metas))
         else:
@@ -293,7 +322,7 @@ class EngineRunner:
                 trajs = await asyncio.gather(*(self.run_one(task, m, slot_taken=give_back) for m in metas))
             finally:  # episodes cancelled before they began never give theirs back
                 self._slots.release(g - given_back)
-        return Group(task_id=task.id, index=index, trajectories=list(trajs), start_version=start, task=task)
+        return list(trajs)
 
 
 async def guarded_rollout(

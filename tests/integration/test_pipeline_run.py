@@ -98,16 +98,19 @@ def test_train_runs_and_writes_metrics_and_trajectories(tmp_path, mode):
     )
     assert (run_dir / "checkpoints" / "v000002" / "trainer_state.json").is_file()
     assert any((run_dir / "tensorboard").iterdir())
-    # rollout.grade_cache: a rollout graded from the cache has the outcomes of a rollout of the
-    # same task that grading ran (the random model leaves most workspaces as they were: about half
-    # the rollouts end in files graded before)
+
+    # rollout.grade_cache: a rollout graded from the cache has the outcomes of a rollout of its own
+    # group that grading ran (the random model leaves most workspaces as they were: about half the
+    # rollouts end in files graded before)
+    def group(t: dict) -> tuple:
+        return t["task_id"], t["metadata"]["purpose"], t["metadata"]["group"]
+
     graded = [t for t in trajs if t["grading"] and not t["grading"].get("cached")]
     cached = [t for t in trajs if t["grading"].get("cached")]
     assert cached
     for t in cached:
         assert any(
-            g["task_id"] == t["task_id"] and g["grading"]["outcomes"] == t["grading"]["outcomes"]
-            for g in graded
+            group(g) == group(t) and g["grading"]["outcomes"] == t["grading"]["outcomes"] for g in graded
         )
     assert all("grading_cached" in r for r in steps)
     if mode == "sync":

@@ -97,9 +97,10 @@ class DispatchRunner(EngineRunner):
         train = purpose == "train"
         slots = g + (self.ray.oversample if train else 0)
         deadline = self.ray.deadline_s if train else None
-        pending = {
-            asyncio.create_task(self._rollout(task, purpose, index, i, deadline)) for i in range(slots)
-        }
+        with self.group_grade_cache():  # the tasks inherit the group's grade cache as they start
+            pending = {
+                asyncio.create_task(self._rollout(task, purpose, index, i, deadline)) for i in range(slots)
+            }
         kept: list[Trajectory] = []
         try:
             while pending and len(kept) < g:

@@ -1,89 +1,76 @@
-"""Grading once per distinct final workspace: a group's rollouts that end in the same files share one grading.
+"""Grading once per distinct final workspace within a group: a group's rollouts that end in the same files share one grading.
 
-In RL the rollouts of one group, and of one task across steps, often end in the same workspace (a
-policy that has learnt a fix writes the same fix), and grading is most of a rollout's CPU (a fresh
-sandbox, a pytest run, the seal plugin: docs/results.md). `GradeCache.grade` keys a grading by the
-task, the grading settings and a digest of the final workspace, and runs `grade` once per key; a
-rollout whose key is already graded (or being graded) gets that result, marked `cached`.
+A group's rollouts of one task often end in the same workspace (a policy that has learnt a fix
+writes the same fix), and grading is most of a rollout's CPU (a fresh sandbox, a pytest run, the
+seal plugin: docs/results.md). `GradeCache.grade` keys a grading by the task, the grading settings
+and a digest of the final workspace, and runs `grade` once per key; a rollout whose key is already
+graded (or being graded) gets that result, marked `cached`. The runner makes one cache per group
+(`inhabit.rollouts.group_grade_cache`) and drops it with the group.
 
-Why a cached result cannot pay a cheat more than grading does. Grading reads the task (fixed in a
-run), its settings (in the key) and the final workspace, which it copies into a fresh sandbox; the
-digest covers everything of the workspace that grading acts on:
-- every path and its kind, and every regular file's bytes;
-- under a `__pycache__` directory, which grading always drops, a file's first 8 bytes only (the
-  magic number and the flags word, whose unchecked-hash bit raises `bytecode_planted`): a
-  timestamp .pyc differs between two episodes of the same code and must not split them;
-- symlinks, whose targets a listing does not give: a workspace with any symlink is graded afresh,
-  as is one too large to digest cheaply (`max_files`, `max_bytes`);
-- the files must not change between the digest and grading's snapshot: in an isolated sandbox
-  no command outlives its exec (the exec-init kills its whole subtree), so none runs then. The
-  `process` backend (no isolation) lets a `setsid` child live on and rewrite the files after the
-  digest, which would store the grading of other files under this key: its sandboxes are graded
-  afresh, always.
-A remote sandbox (an env server's) is graded afresh too: its digest would cost a request per file.
-What the digest leaves out (modification times, permission bits, and fifos or device nodes, which
-a workspace listing does not show) can make two episodes with the same listed files grade apart
-only where code under test reads them; a cached result then gives one of them the outcome that
-grading gave the other, a workspace with the same files. So no reward comes from the cache that
-grading does not pay for some workspace of those files, and the best a policy can earn stays what
-grading pays: the cache adds no way to cheat; it stops re-running the same grading. A grading that
-failed to run (status "error") is not kept.
+Why one group and no longer. Grading is random on purpose: canaries are drawn afresh for every
+grading, so code that guesses which test is real passes one grading in four or so
+(`inhabit.rewards.canaries`). A cache that lived across steps would keep a lucky draw for as long as
+the policy writes those files, turning a 1-in-4 cheat into a sure one (and an honest fix's unlucky
+timeout into a sure 0). Within a group, sharing a draw changes no rollout's expected reward: each
+copy of the files still earns what one grading of them earns, on average; the copies just agree.
+
+What the key covers. The digest is the sandbox's own (`Sandbox.workspace_digest`, for bwrap
+`hostfs.tree_digest`): every entry's raw name, type and permission bits and every regular file's
+bytes, read on the host while no command runs; under a `__pycache__` directory, which grading
+always drops, a file counts by its first 8 bytes (the magic number and the flags word, whose
+unchecked-hash bit raises `bytecode_planted`): a timestamp .pyc differs between two episodes of the
+same code and must not split them. A tree that a digest could miss something of (a symlink, a fifo
+or device, a hard link, an unreadable entry), or that is too large, is graded afresh, as is every
+sandbox of a backend that gives no digest: the `process` backend (no isolation: a `setsid` child
+outlives its exec and could rewrite the files between the digest and grading's snapshot) and an env
+server's (a digest would cost a request per file). The files must be the same ones grading copies:
+in an isolated sandbox no command outlives its exec, and a grading is kept only if the digest taken
+after it equals the one before. A grading that failed to run (status "error") is not kept.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections import OrderedDict
 from typing import Any
 
+from inhabit.log import get_logger
 from inhabit.sandbox.base import Sandbox, SandboxProvider
 from inhabit.tasks.task import Task
 
 __all__ = ["GradeCache", "workspace_digest"]
 
+log = get_logger(__name__)
+
 BYTECODE_HEADER = 8
 """Bytes of a file under `__pycache__` that grading reads (`hacks.neutralize`: magic and flags)."""
+MAX_ENTRIES = 4000
+MAX_BYTES = 64 << 20
 
 
-async def workspace_digest(
-    sandbox: Sandbox, *, max_files: int = 4000, max_bytes: int = 64 << 20
-) -> str | None:
-    """A digest of `sandbox`'s workspace as grading sees it (module docstring), or None where it is
-    not digested: a sandbox without isolation or on an env server, a symlink in it, more than `max_files` entries or
-    `max_bytes` of files."""
-    if not sandbox.info.isolated or not sandbox.files_are_local:
-        return None  # not local: every file read would be a request to the env server
-    entries = sorted(await sandbox.list_files("."), key=lambda e: e.path)
-    if len(entries) > max_files or any(e.kind == "symlink" for e in entries):
+async def workspace_digest(sandbox: Sandbox) -> str | None:
+    """The digest of `sandbox`'s workspace the cache keys by (module docstring), or None where there
+    is none: the backend gives none, the tree has what a digest could miss, or it is too large."""
+    try:
+        return await sandbox.workspace_digest(
+            max_entries=MAX_ENTRIES, max_bytes=MAX_BYTES, head_only={b"__pycache__": BYTECODE_HEADER}
+        )
+    except Exception as e:  # a digest is an optimization: grading itself decides what a tree is worth
+        log.info(
+            "grade cache: no digest of %s (%s: %s); grading afresh", sandbox.sandbox_id, type(e).__name__, e
+        )
         return None
-    if sum(e.size for e in entries if e.kind == "file") > max_bytes:
-        return None
-    h = hashlib.sha256()
-    for e in entries:
-        h.update(f"{e.kind}\0{e.path}\0".encode())
-        if e.kind != "file":
-            continue
-        data = await sandbox.read_file(e.path)
-        if "__pycache__" in e.path.split("/")[:-1]:
-            data = data[:BYTECODE_HEADER]
-        h.update(len(data).to_bytes(8, "little"))
-        h.update(data)
-    return h.hexdigest()
 
 
 class GradeCache:
-    """`grade` once per (task, grading settings, final workspace digest); bounded, least recently
-    used first out. One per process that runs rollouts (an `EngineRunner`)."""
+    """`grade` once per (task, grading settings, final workspace digest). One per group."""
 
-    def __init__(self, max_entries: int = 4096) -> None:
-        self.max_entries = max_entries
-        self._results: OrderedDict[str, asyncio.Future[Any]] = OrderedDict()
+    def __init__(self) -> None:
+        self._results: dict[str, asyncio.Future[Any]] = {}
         self.hits = 0
         self.misses = 0
         self.uncached = 0
-        """Gradings run without the cache: a sandbox without isolation, a workspace with a symlink,
-        or one too large to digest."""
+        """Gradings run without the cache: no digest (module docstring)."""
 
     async def grade(
         self, task: Task, sandbox: Sandbox, provider: SandboxProvider, *, config: Any = None
@@ -99,28 +86,25 @@ class GradeCache:
         key = hashlib.sha256(
             "\0".join([task.id, str(task.root), config.model_dump_json(), digest]).encode()
         ).hexdigest()
-        if (known := self._results.get(key)) is not None:
-            self._results.move_to_end(key)
+        while (known := self._results.get(key)) is not None:
             result = await asyncio.shield(known)
             if result is not None:
                 self.hits += 1
                 return result, True
+            # that grading was not kept (it failed, or the files moved under it): look again, and
+            # grade here if no one else has begun to
         self.misses += 1
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._results[key] = future
-        while len(self._results) > self.max_entries:
-            self._results.popitem(last=False)
+        keep = False
         try:
             result = await grade(task, sandbox, provider, config=config)
-        except BaseException:
-            future.set_result(None)  # whoever waits grades for itself
-            self._results.pop(key, None)
-            raise
-        if result.status == "error":  # a grading that did not run is not an outcome of the files
-            future.set_result(None)
-            self._results.pop(key, None)
-        else:
-            future.set_result(result)
+            # the files graded must be the files digested: nothing may have changed them since
+            keep = result.status != "error" and await workspace_digest(sandbox) == digest
+        finally:
+            if not keep:
+                del self._results[key]
+            future.set_result(result if keep else None)
         return result, False
 
     def stats(self) -> dict[str, int]:

@@ -99,10 +99,6 @@ class Sandbox(abc.ABC):
     """One isolated workspace. Use as `async with` so `close()` always runs."""
 
     sandbox_id: str
-    files_are_local: bool = True
-    """Whether the file methods (read_file, list_files...) are operations on this host; False where
-    each is a request to another machine (an env server's sandbox), so that a caller reading every
-    file (`inhabit.rewards.gradecache`) knows the cost."""
 
     @abc.abstractmethod
     async def exec(
@@ -135,6 +131,15 @@ class Sandbox(abc.ABC):
     @abc.abstractmethod
     async def list_files(self, path: str = ".", *, recursive: bool = True) -> list[FileEntry]:
         """List entries under `path` (sorted by path)."""
+
+    async def workspace_digest(
+        self, *, max_entries: int, max_bytes: int, head_only: dict[bytes, int] | None = None
+    ) -> str | None:
+        """A digest of the whole workspace as it is on disk (`hostfs.tree_digest`: names, types,
+        permission bits, bytes), taken while no command runs; None where this backend does not
+        give one (no isolation, or files on another machine) or the tree has what a digest could
+        miss. `inhabit.rewards.gradecache` keys gradings by it."""
+        return None
 
     @abc.abstractmethod
     async def snapshot(self) -> str:

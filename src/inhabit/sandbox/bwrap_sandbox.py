@@ -764,6 +764,19 @@ class BwrapSandbox(Sandbox):
         async with self._gate.shared(self._check_open, kind="file"):
             return await asyncio.to_thread(hostfs.list_files, self.workspace, path, recursive)
 
+    async def workspace_digest(
+        self, *, max_entries: int, max_bytes: int, head_only: dict[bytes, int] | None = None
+    ) -> str | None:
+        self._check_open()
+        async with self._gate.shared(self._check_open, kind="file"):
+            return await asyncio.to_thread(
+                hostfs.tree_digest,
+                self.workspace,
+                max_entries=max_entries,
+                max_bytes=max_bytes,
+                head_only=head_only,
+            )
+
     # -- snapshots ------------------------------------------------------------------------------
 
     async def snapshot(self) -> str:

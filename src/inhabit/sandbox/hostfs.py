@@ -174,6 +174,55 @@ def delete(root: Path, user_path: str) -> None:
         host.unlink(missing_ok=True)
 
 
+def tree_digest(
+    root: Path, *, max_entries: int, max_bytes: int, head_only: dict[bytes, int] | None = None
+) -> str | None:
+    """SHA-256 over everything under `root` as it is on disk: each entry's raw name (bytes, as the
+    kernel has it: no normalization, whitespace kept), its type and permission bits, and each
+    regular file's bytes; a file inside a directory named in `head_only` (e.g. `__pycache__`)
+    counts by its first N bytes. None, rather than a digest that could miss something, where the
+    tree has a symlink, a fifo, socket or device, a file with more than one link, an entry it
+    cannot read, more than `max_entries` entries or `max_bytes` of files."""
+    import hashlib
+
+    h = hashlib.sha256()
+    entries = total = 0
+    stack: list[bytes] = [b""]
+    base = os.fsencode(root)
+    try:
+        while stack:
+            rel = stack.pop()
+            with os.scandir(os.path.join(base, rel) if rel else base) as it:
+                names = sorted(e.name for e in it)
+            for name in names:
+                path = os.path.join(rel, name) if rel else name
+                st = os.lstat(os.path.join(base, path))
+                entries += 1
+                if entries > max_entries:
+                    return None
+                mode = stat.S_IMODE(st.st_mode)
+                if stat.S_ISDIR(st.st_mode):
+                    h.update(b"d\0" + path + b"\0" + mode.to_bytes(2, "little"))
+                    stack.append(path)
+                    continue
+                if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+                    return None
+                total += st.st_size
+                if total > max_bytes:
+                    return None
+                fd = os.open(
+                    os.path.join(base, path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+                )
+                with os.fdopen(fd, "rb") as f:
+                    limit = (head_only or {}).get(os.path.basename(rel))
+                    data = f.read() if limit is None else f.read(limit)
+                h.update(b"f\0" + path + b"\0" + mode.to_bytes(2, "little") + len(data).to_bytes(8, "little"))
+                h.update(data)
+    except OSError:
+        return None
+    return h.hexdigest()
+
+
 def list_files(root: Path, user_path: str = ".", recursive: bool = True) -> list[FileEntry]:
     top = paths.resolve(root, user_path)
     if not top.exists():

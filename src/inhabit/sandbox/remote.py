@@ -215,8 +215,6 @@ class _Order:
 class RemoteSandbox(Sandbox):
     """A sandbox on an env server; every method is one HTTP request."""
 
-    files_are_local = False
-
     def __init__(
         self, http: _Http, out: SandboxOut, *, exec_margin_s: float, owner: RemoteSandboxProvider
     ) -> None:

@@ -139,7 +139,7 @@ async def test_no_command_outlives_its_exec_so_the_digested_files_are_the_graded
 
 async def test_a_sandbox_without_isolation_is_graded_without_the_cache(calc_task):
     """The process backend lets a setsid child live on past its exec (its docstring): its files
-    could change between the digest and grading's snapshot, so none of its gradings is kept."""
+    could change between the digest and grading's snapshot, so it gives no digest."""
     provider = create_provider(SandboxConfig(backend="process"))
     cache = GradeCache()
     try:
@@ -164,7 +164,26 @@ async def test_an_env_servers_sandbox_is_graded_without_the_cache(calc_task):
         provider = RemoteSandboxProvider(srv.url, token)
         try:
             async with await provider.create(calc_task.workspace_dir) as sandbox:
-                assert sandbox.info.isolated and not sandbox.files_are_local
+                assert sandbox.info.isolated
                 assert await workspace_digest(sandbox) is None
         finally:
             await provider.close()
+
+
+async def test_the_digest_sees_what_a_listing_does_not(calc_task, isolated):
+    """Raw names (a path the file API would strip), permission bits: other digests; a fifo or a hard
+    link, which a digest could miss: no digest at all."""
+
+    async def digest_after(command: str | None) -> str | None:
+        async with await isolated.create(calc_task.workspace_dir) as sandbox:
+            if command:
+                ran = await sandbox.exec(command)
+                assert ran.exit_code == 0, ran.stderr
+            return await workspace_digest(sandbox)
+
+    plain = await digest_after("mkdir -p d && echo x > d/f")
+    assert plain is not None and plain == await digest_after("mkdir -p d && echo x > d/f")
+    assert await digest_after("mkdir -p ' d' && echo x > ' d/f'") != plain
+    assert await digest_after("mkdir -p d && echo x > d/f && chmod +x d/f") != plain
+    assert await digest_after("mkfifo pipe") is None
+    assert await digest_after("echo x > a && ln a b") is None
