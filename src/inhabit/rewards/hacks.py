@@ -214,13 +214,19 @@ async def neutralize(
         e = entries.get(p)
         if e is None or e.kind != "file":
             return None
+        if not _verbatim(p):  # the file API would read another path: read this one as it is named
+            ran = await sandbox.exec(["cat", "--", p], timeout_s=60)
+            return ran.stdout.encode("utf-8", "surrogateescape") if ran.exit_code == 0 else None
         try:
             return await sandbox.read_file(p)
         except (FileNotFoundError, IsADirectoryError):
             return None
 
     async def remove(p: str) -> None:
-        await sandbox.delete_file(p)
+        if _verbatim(p):
+            await sandbox.delete_file(p)
+        else:
+            await sandbox.exec(["rm", "-rf", "--", p], timeout_s=60)
         out.removed.append(p)
 
     async def restore(p: str) -> None:
@@ -335,6 +341,18 @@ async def neutralize(
             out.changed_code[p] = (None, data)
 
     return out
+
+
+def _verbatim(path: str) -> bool:
+    """Whether the sandbox's file API addresses `path` itself: it strips a path's edge whitespace
+    (for the agent's convenience), so `" h/cheat.py"` would be read as `h/cheat.py`. A listing gives
+    real names, and a check must read the file it is checking."""
+    from inhabit.sandbox.paths import normalize
+
+    try:
+        return normalize(path) == path
+    except Exception:
+        return False
 
 
 def _prefix(path: str, dirs: Iterable[str]) -> str:
