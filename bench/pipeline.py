@@ -106,7 +106,7 @@ def run_mode(base: RunConfig, mode: str, model_dir: Path, root: Path, steps: int
         "lag_max": max(r["policy_version_lag"]["max"] for r in hist),
         "train_s": sum(r.get("train_s", 0.0) for r in hist),
         "dropped_stale": summary["dropped_stale"],
-        # rollouts whose final files had been graded before in the run (rollout.grade_cache)
+        # rollouts whose final files had been graded before in their group (rollout.grade_cache)
         "graded_cached": sum(r.get("grading_cached", 0) for r in hist),
         # Rows per decode step of the embedded engine (per-step means, averaged): on a CPU engine
         # whose step cost is mostly fixed overhead, a smaller batch costs more CPU per token.

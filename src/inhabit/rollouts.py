@@ -80,8 +80,8 @@ class RolloutConfig(Config):
     )
     grade_cache: bool = Field(
         True,
-        description="Grade each distinct final workspace once: a rollout whose files (the same task, "
-        "grading settings and bytes) were already graded in this process gets that result, marked "
+        description="Grade each distinct final workspace of a group once: a rollout whose files (the same task, "
+        "grading settings and bytes) were already graded in its group gets that result, marked "
         "cached in its record (inhabit.rewards.gradecache says why no cheat gains by it). False: "
         "grade every rollout.",
     )
@@ -199,7 +199,7 @@ class EngineRunner:
         # The episode: with the run's `[reward]` table (a RewardComposer), graded and composed;
         # with rollout.grade_cache, graded once per distinct final workspace of its group; None
         # (neither): `run_rollout`, every rollout graded, grading's test reward alone.
-        self.rollout_fn = self._rollout if composer is not None or rollout.grade_cache else None
+        self.rollout_fn = self._graded_rollout if composer is not None or rollout.grade_cache else None
         self._composer = composer  # closed by `close` (its judges hold HTTP clients)
         # rollout.max_tokens caps every model turn (the harness's own cap may be lower).
         self.harness = harness.model_copy(
@@ -253,7 +253,7 @@ class EngineRunner:
         self._count_failure(traj)
         return traj
 
-    async def _rollout(
+    async def _graded_rollout(
         self, task: Task, policy: Policy, provider: SandboxProvider, *, config: HarnessConfig
     ) -> Trajectory:
         """`run_rollout` with the run's composer and the group's grade cache (`group_grade_cache`)."""

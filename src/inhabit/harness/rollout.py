@@ -1,8 +1,9 @@
 """One rollout of a task: sandbox from the task's workspace, the episode, grading, the record.
 
 This is what both `inhabit replay` and the orchestrator call. Grading runs on the final sandbox
-before it closes (`inhabit.rewards.grading.grade` copies it into a fresh sandbox); a run's
-rollouts share a `GradeCache`, so that a final workspace already graded is not graded again. With a
+before it closes (`inhabit.rewards.grading.grade` copies it into a fresh sandbox); a group's
+rollouts share a `GradeCache`, so that a final workspace already graded in the group is not graded
+again. With a
 `composer` (`inhabit.rewards.compose.RewardComposer`, a run's `[reward]` table) the reward is the
 composed one (tests, lint delta, diff size, judges) and every part is recorded in `reward_parts`;
 a rollout with a fatal hack flag, or with any flag and a failing test (a cheat that grading

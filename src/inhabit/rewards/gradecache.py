@@ -1,11 +1,11 @@
-"""Grading once per distinct final workspace within a group: a group's rollouts that end in the same files share one grading.
+"""Grading once per distinct final workspace of a group: rollouts that end in the same files share one grading.
 
 A group's rollouts of one task often end in the same workspace (a policy that has learnt a fix
 writes the same fix), and grading is most of a rollout's CPU (a fresh sandbox, a pytest run, the
 seal plugin: docs/results.md). `GradeCache.grade` keys a grading by the task, the grading settings
 and a digest of the final workspace, and runs `grade` once per key; a rollout whose key is already
 graded (or being graded) gets that result, marked `cached`. The runner makes one cache per group
-(`inhabit.rollouts.group_grade_cache`) and drops it with the group.
+(`inhabit.rollouts.EngineRunner.group_grade_cache`) and drops it with the group.
 
 Why one group and no longer. Grading is random on purpose: canaries are drawn afresh for every
 grading, so code that guesses which test is real passes one grading in four or so
@@ -17,7 +17,7 @@ copy of the files still earns what one grading of them earns, on average; the co
 What the key covers. The digest is the sandbox's own (`Sandbox.workspace_digest`, for bwrap
 `hostfs.tree_digest`): every entry's raw name, type and permission bits and every regular file's
 bytes, read on the host while no command runs; under a `__pycache__` directory, which grading
-always drops, a file counts by its first 8 bytes (the magic number and the flags word, whose
+always drops, a file directly in it counts by its first 8 bytes (the magic number and the flags word, whose
 unchecked-hash bit raises `bytecode_planted`): a timestamp .pyc differs between two episodes of the
 same code and must not split them. A tree that a digest could miss something of (a symlink, a fifo
 or device, a hard link, an unreadable entry), or that is too large, is graded afresh, as is every

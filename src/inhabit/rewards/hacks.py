@@ -214,9 +214,8 @@ async def neutralize(
         e = entries.get(p)
         if e is None or e.kind != "file":
             return None
-        if not _verbatim(p):  # the file API would read another path: read this one as it is named
-            ran = await sandbox.exec(["cat", "--", p], timeout_s=60)
-            return ran.stdout.encode("utf-8", "surrogateescape") if ran.exit_code == 0 else None
+        if not _verbatim(p):  # the file API would read another path (new ones are removed in step 4)
+            return None
         try:
             return await sandbox.read_file(p)
         except (FileNotFoundError, IsADirectoryError):
@@ -225,8 +224,10 @@ async def neutralize(
     async def remove(p: str) -> None:
         if _verbatim(p):
             await sandbox.delete_file(p)
-        else:
-            await sandbox.exec(["rm", "-rf", "--", p], timeout_s=60)
+        else:  # by its own name, whatever modes the agent left on it, and checked
+            await sandbox.exec(["sh", "-c", 'chmod -R u+rwX -- "$1"; rm -rf -- "$1"', "sh", p], timeout_s=60)
+            if any(e.path == p for e in await sandbox.list_files(dirname(p) or ".", recursive=False)):
+                raise SandboxError(f"{p!r} could not be removed from the graded copy")
         out.removed.append(p)
 
     async def restore(p: str) -> None:
@@ -292,6 +293,13 @@ async def neutralize(
         if any(p.startswith(r + "/") for r in out.removed):
             continue
         name = basename(p)
+        if not _verbatim(p) and p not in original:
+            # A name with edge whitespace: the file API (which strips it for the agent) would read
+            # and check another file, so nothing here could vouch for it, and code could still load
+            # it by path (`sys.path.insert(0, " h")`). Honest work has no use for such a name.
+            out.notes.append(f"removed {p!r}: a name with edge whitespace")
+            await remove(p)
+            continue
         if name == "__pycache__" and entry.kind == "dir":
             # Bytecode never runs in grading: an "unchecked-hash" .pyc would be imported without
             # looking at the restored source at all. Python never writes one by itself, so one
@@ -346,7 +354,7 @@ async def neutralize(
 def _verbatim(path: str) -> bool:
     """Whether the sandbox's file API addresses `path` itself: it strips a path's edge whitespace
     (for the agent's convenience), so `" h/cheat.py"` would be read as `h/cheat.py`. A listing gives
-    real names, and a check must read the file it is checking."""
+    real names; a new entry whose name is not verbatim is removed (step 4 of `neutralize`)."""
     from inhabit.sandbox.paths import normalize
 
     try:

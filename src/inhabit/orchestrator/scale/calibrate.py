@@ -77,7 +77,7 @@ def calibrate(run_dir: str | Path) -> tuple[ScaleConfig, dict[str, Any]]:
             Dist(kind="fixed", median=0.001),
         ),
         "grade_s": _empirical(
-            # a grading served by the group's grade cache took no grading's time
+            # a grading served by the group's grade cache ran no grading (the simulator grades every rollout)
             [tr["timings"].get("grading_s", 0.0) for tr in trajs if not tr.get("grading", {}).get("cached")],
             Dist(kind="fixed", median=1.0),
         ),
