@@ -3,7 +3,8 @@
 Both backends keep the workspace as a real directory on the host (the process backend's copy,
 the bwrap backend's overlay mount point), so reading, writing, deleting and listing are plain
 file operations under that root after `paths.resolve` has checked the path. Also here: choosing
-the scratch directory (a tmpfs, so discarding a sandbox is cheap) and copying/removing trees.
+the scratch directory (a tmpfs, so discarding a sandbox is cheap), copying/removing trees, and a
+digest of a whole tree by its raw names (`tree_digest`, the grade cache's key).
 
 Protects against: user paths escaping the root (via `paths`). Does not protect against: races
 with processes running inside the same sandbox at the same moment (see `paths`).
@@ -11,6 +12,7 @@ with processes running inside the same sandbox at the same moment (see `paths`).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import stat
@@ -183,8 +185,6 @@ def tree_digest(
     counts by its first N bytes. None, rather than a digest that could miss something, where the
     tree has a symlink, a fifo, socket or device, a file with more than one link, an entry it
     cannot read, more than `max_entries` entries or `max_bytes` of files."""
-    import hashlib
-
     h = hashlib.sha256()
     entries = total = 0
     stack: list[bytes] = [b""]
