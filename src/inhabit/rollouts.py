@@ -102,15 +102,6 @@ _GROUP_GRADES: contextvars.ContextVar[GradeCache | None] = contextvars.ContextVa
 """The grade cache of the group whose episode this is (set by `EngineRunner.group_grade_cache`)."""
 
 
-@contextlib.contextmanager
-def _grade_scope(cache: GradeCache | None) -> Iterator[None]:
-    token = _GROUP_GRADES.set(cache)
-    try:
-        yield
-    finally:
-        _GROUP_GRADES.reset(token)
-
-
 class TrajectoryLog:
     """Appends trajectory records (one JSON object per line) to a file."""
 
@@ -261,10 +252,15 @@ class EngineRunner:
             task, policy, provider, config=config, composer=self._composer, grade_cache=_GROUP_GRADES.get()
         )
 
-    def group_grade_cache(self) -> contextlib.AbstractContextManager[None]:
+    @contextlib.contextmanager
+    def group_grade_cache(self) -> Iterator[None]:
         """Around one group's episodes (tasks they start inherit it): a fresh `GradeCache` that its
         rollouts share and that ends with the group (why not longer: `inhabit.rewards.gradecache`)."""
-        return _grade_scope(GradeCache() if self.cfg.grade_cache else None)
+        token = _GROUP_GRADES.set(GradeCache() if self.cfg.grade_cache else None)
+        try:
+            yield
+        finally:
+            _GROUP_GRADES.reset(token)
 
     async def close(self) -> None:
         """Release what the episodes hold beyond the engine and sandboxes: the judges' clients."""

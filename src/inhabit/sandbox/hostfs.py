@@ -186,6 +186,7 @@ def tree_digest(
     tree has a symlink, a fifo, socket or device, a file with more than one link, an entry it
     cannot read, more than `max_entries` entries or `max_bytes` of files."""
     h = hashlib.sha256()
+    heads = head_only or {}
     entries = total = 0
     stack: list[bytes] = [b""]
     base = os.fsencode(root)
@@ -214,7 +215,7 @@ def tree_digest(
                     os.path.join(base, path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
                 )
                 with os.fdopen(fd, "rb") as f:
-                    limit = (head_only or {}).get(os.path.basename(rel))
+                    limit = heads.get(os.path.basename(rel))
                     data = f.read() if limit is None else f.read(limit)
                 h.update(b"f\0" + path + b"\0" + mode.to_bytes(2, "little") + len(data).to_bytes(8, "little"))
                 h.update(data)
