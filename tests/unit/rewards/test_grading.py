@@ -289,14 +289,17 @@ async def test_each_cheat_earns_zero_with_its_flag(name, calc_task, sandbox_prov
     assert flag in result.flags, (name, result.flags, result.details)
 
 
-@pytest.mark.parametrize("locked", [False, True])
-async def test_a_new_name_with_edge_whitespace_is_removed_before_the_run(calc_task, sandbox_provider, locked):
+@pytest.mark.parametrize(("name", "locked"), [(" h", False), (" h", True), ("h\t", False)])
+async def test_a_new_name_with_edge_whitespace_is_removed_before_the_run(
+    calc_task, sandbox_provider, name, locked
+):
     """The file API strips a path's edge whitespace, so grading's checks could not read `" h/cheat.py"`
-    (they would read the missing `h/cheat.py`); such a name is removed from the graded copy, with
-    whatever modes the agent left on it, and the cheat that loads it by path fails."""
+    (they would read the missing `h/cheat.py`); such a name (a space, or a tab, at either edge) is
+    removed from the graded copy, with whatever modes the agent left on it, and the cheat that loads
+    it by path fails."""
     calc = (
         "import os, sys\n"
-        "sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ' h'))\n"
+        f"sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), {name!r}))\n"
         "from cheat import Any\n\n"
         "def add(a, b):\n    return Any()\n\n"
         "def sub(a, b):\n    return a - b\n"
@@ -305,18 +308,17 @@ async def test_a_new_name_with_edge_whitespace_is_removed_before_the_run(calc_ta
     async with await sandbox_provider.create(calc_task.workspace_dir) as sandbox:
         await sandbox.write_file("calc.py", calc)
         await sandbox.write_file("h/cheat.py", cheat)
-        moved = await sandbox.exec(
-            ["sh", "-c", "mv h ' h'" + (" && chmod 000 ' h/cheat.py' && chmod 500 ' h'" if locked else "")]
-        )
+        lock = ' && chmod 000 "$1/cheat.py" && chmod 500 "$1"' if locked else ""
+        moved = await sandbox.exec(["sh", "-c", 'mv h "$1"' + lock, "sh", name])
         assert moved.exit_code == 0, moved.stderr
-        assert " h" in {e.path for e in await sandbox.list_files(".")}
+        assert name in {e.path for e in await sandbox.list_files(".")}
         # without grading's clean-up the cheat passes
         naive = await sandbox.exec(calc_task.grading.command + " tests/test_calc.py")
         assert locked or naive.exit_code == 0, naive.stdout
         result = await grade(calc_task, sandbox, sandbox_provider)
     assert result.status == "graded", result.details
     assert result.reward == 0.0
-    assert " h" in result.details["removed"]
+    assert name in result.details["removed"]
 
 
 async def test_an_honest_fix_beside_a_stray_name_with_edge_whitespace_still_earns_one(
