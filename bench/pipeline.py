@@ -24,7 +24,8 @@ final reward within noise of sync's).
 
 The grade cache (`rollout.grade_cache`, on by default): a mode `M-uncached` (sync-uncached,
 async-uncached) runs M with every rollout graded; with both in one run the bench prints M's
-rollout-core seconds per trajectory against M-uncached's, and the share of gradings cached.
+rollout-core seconds per trajectory against M-uncached's, the share of gradings cached, and the
+goal of >= 3x rollouts per rollout-core second.
 
     .venv/bin/python bench/pipeline.py [--steps 12] [--model FOLDER] [--workloads quickstart,balanced]
         [--modes async,async-waves,sync-uncached,async-uncached] [overrides]
@@ -263,7 +264,8 @@ def report(w: dict, steps: int, console: Console) -> None:
         console.print(
             f"grade cache: {m} {uncached['cached_s_per_traj']:.3f} rollout-core s per trajectory against "
             f"{m}-uncached {uncached['uncached_s_per_traj']:.3f}: {uncached['ratio']:.2f}x rollouts per "
-            f"rollout-core second ({uncached['cached_share']:.0%} of gradings cached)"
+            f"rollout-core second ({uncached['cached_share']:.0%} of gradings cached): goal >= 3x "
+            f"{'MET' if uncached['ratio'] >= 3.0 else 'NOT met'}"
         )
     console.print(f"load average {w['loadavg_before'][0]:.1f} -> {w['loadavg_after'][0]:.1f}")
 

@@ -214,15 +214,13 @@ async def neutralize(
         e = entries.get(p)
         if e is None or e.kind != "file":
             return None
-        if not _verbatim(p):  # the file API would read another path (new ones are removed in step 4)
-            return None
         try:
             return await sandbox.read_file(p)
         except (FileNotFoundError, IsADirectoryError):
             return None
 
     async def remove(p: str) -> None:
-        if _verbatim(p):
+        if not _edge_space(p):
             await sandbox.delete_file(p)
         else:  # by its own name, whatever modes the agent left on it, and checked
             await sandbox.exec(["sh", "-c", 'chmod -R u+rwX -- "$1"; rm -rf -- "$1"', "sh", p], timeout_s=60)
@@ -293,10 +291,10 @@ async def neutralize(
         if any(p.startswith(r + "/") for r in out.removed):
             continue
         name = basename(p)
-        if not _verbatim(p) and p not in original:
-            # A name with edge whitespace: the file API (which strips it for the agent) would read
-            # and check another file, so nothing here could vouch for it, and code could still load
-            # it by path (`sys.path.insert(0, " h")`). Honest work has no use for such a name.
+        if _edge_space(p) and p not in original:
+            # A name with edge whitespace: it reads as another file's name in every listing, log and
+            # diff a person looks at (`" h/cheat.py"` as `h/cheat.py`), and code can still load it by
+            # path (`sys.path.insert(0, " h")`). Honest work has no use for such a name.
             out.notes.append(f"removed {p!r}: a name with edge whitespace")
             await remove(p)
             continue
@@ -351,16 +349,10 @@ async def neutralize(
     return out
 
 
-def _verbatim(path: str) -> bool:
-    """Whether the sandbox's file API addresses `path` itself: it strips a path's edge whitespace
-    (for the agent's convenience), so `" h/cheat.py"` would be read as `h/cheat.py`. A listing gives
-    real names; a new entry whose name is not verbatim is removed (step 4 of `neutralize`)."""
-    from inhabit.sandbox.paths import normalize
-
-    try:
-        return normalize(path) == path
-    except Exception:
-        return False
+def _edge_space(path: str) -> bool:
+    """Whether a component of `path` begins or ends with whitespace (`" h/cheat.py"`, `"h\t/x"`).
+    Such an entry is removed by its own name, whatever modes the agent left on it (step 4)."""
+    return any(part != part.strip() for part in path.split("/"))
 
 
 def _prefix(path: str, dirs: Iterable[str]) -> str:

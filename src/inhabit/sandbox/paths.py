@@ -29,11 +29,13 @@ def normalize(user_path: str) -> str:
     """Return `user_path` as a normalised workspace-relative path ('.' for the root).
 
     Purely lexical: `..` may not climb above the workspace, absolute paths must lie under
-    `WORKSPACE_MOUNT` (`/home/dev/project`).
+    `WORKSPACE_MOUNT` (`/home/dev/project`). Exact: a name's edge whitespace is part of the name
+    (`"notes.txt "` is not `notes.txt`), so every caller reads and writes the entry it names;
+    the harness's tools strip what a model writes around a path before it gets here.
     """
     if not isinstance(user_path, str) or "\x00" in user_path:
         raise PathOutsideWorkspace(f"invalid path {user_path!r}: give a workspace-relative path")
-    path = user_path.strip() or "."
+    path = user_path or "."
     if path.startswith("/"):
         norm = posixpath.normpath(path)
         if norm == WORKSPACE_MOUNT:

@@ -293,10 +293,9 @@ async def test_each_cheat_earns_zero_with_its_flag(name, calc_task, sandbox_prov
 async def test_a_new_name_with_edge_whitespace_is_removed_before_the_run(
     calc_task, sandbox_provider, name, locked
 ):
-    """The file API strips a path's edge whitespace, so grading's checks could not read `" h/cheat.py"`
-    (they would read the missing `h/cheat.py`); such a name (a space, or a tab, at either edge) is
-    removed from the graded copy, with whatever modes the agent left on it, and the cheat that loads
-    it by path fails."""
+    """A name with edge whitespace (a space, or a tab, at either edge) reads as another file's in every
+    listing a person looks at (`" h/cheat.py"` as `h/cheat.py`): it is removed from the graded copy,
+    with whatever modes the agent left on it, and the cheat that loads it by path fails."""
     calc = (
         "import os, sys\n"
         f"sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), {name!r}))\n"

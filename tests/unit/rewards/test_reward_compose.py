@@ -63,8 +63,10 @@ async def test_workspace_changes_from_a_sandbox(tmp_path, sandbox_provider):
     await sandbox.write_file("calc.py", FIXED)
     await sandbox.write_file("new.py", "x = 1\n")
     await sandbox.delete_file("old.txt")
+    # a name with edge whitespace is its own file, shown to lint, diff and judges as it is
+    await sandbox.exec(["sh", "-c", "echo 'y = 2' > 'calc.py '"])
     changes = await workspace_changes(tmp_path / "ws", sandbox)
     await sandbox.close()
-    assert changes.before == {"calc.py": CLEAN, "new.py": None, "old.txt": "bye\n"}
-    assert changes.after == {"calc.py": FIXED, "new.py": "x = 1\n", "old.txt": None}
+    assert changes.before == {"calc.py": CLEAN, "calc.py ": None, "new.py": None, "old.txt": "bye\n"}
+    assert changes.after == {"calc.py": FIXED, "calc.py ": "y = 2\n", "new.py": "x = 1\n", "old.txt": None}
     assert "+    return a + b" in changes.diff and "--- /dev/null" in changes.diff

@@ -65,6 +65,29 @@ async def test_file_api_sees_what_exec_did_and_vice_versa(provider, workspace):
             await sb.read_file("/home/dev/project/link_in")
 
 
+async def test_file_api_names_are_exact_edge_whitespace_included(provider, workspace):
+    """`"calc.py "` and `" pkg"` are entries of their own, not `calc.py` and `pkg`: grading reads new
+    files through this API, and a stripped path would check one file in place of another."""
+    async with await provider.create(workspace) as sb:
+        made = await sb.exec(
+            ["sh", "-c", "echo spaced > 'calc.py ' && mkdir ' pkg' && echo in > ' pkg/m.py'"]
+        )
+        assert made.ok, made.stderr
+        assert await sb.read_file("calc.py ") == b"spaced\n"
+        assert await sb.read_file(" pkg/m.py") == b"in\n"
+        assert b"def add" in await sb.read_file("calc.py")
+        listed = {e.path for e in await sb.list_files()}
+        assert {"calc.py ", " pkg", " pkg/m.py", "calc.py", "pkg"} <= listed
+        await sb.write_file("notes.txt\t", "tab\n")
+        assert (await sb.exec(["cat", "notes.txt\t"])).stdout == "tab\n"
+        with pytest.raises(FileNotFoundError):
+            await sb.read_file("notes.txt")
+        await sb.delete_file(" pkg")
+        await sb.delete_file("calc.py ")
+        left = {e.path for e in await sb.list_files()}
+        assert " pkg" not in left and "calc.py " not in left and {"calc.py", "pkg"} <= left
+
+
 async def test_file_api_rejects_escapes(provider, workspace, tmp_path: Path):
     async with await provider.create(workspace) as sb:
         await sb.exec(f"ln -s {tmp_path} out_link")

@@ -22,6 +22,10 @@ from inhabit.sandbox import paths
         ("/home/dev/project", "."),
         ("", "."),
         (".", "."),
+        # exact: edge whitespace is part of a name (the harness's tools strip what a model writes)
+        (" h/cheat.py", " h/cheat.py"),
+        ("notes.txt ", "notes.txt "),
+        ("/home/dev/project/ x", " x"),
     ],
 )
 def test_normalize_accepts_workspace_paths(given_path, expected):
