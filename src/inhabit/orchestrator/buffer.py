@@ -9,7 +9,13 @@ in (tests/unit/orchestrator/test_buffer.py checks this with hypothesis over sche
 
 The producer side keeps drops rare rather than making them impossible: `may_start` admits a new
 group only while fewer than `(max_staleness + 1) * tasks_per_step` groups are outstanding (in
-flight or buffered), so a group started now is consumed within `max_staleness` further steps.
+flight, buffered, or taken by the trainer for the step it is assembling or training: `held`, until
+`step_done`), so a group started now is consumed within `max_staleness` further steps. Without
+`held`, a group started while the trainer trains version v (the engine still at v) would be the
+last of `max_staleness + 1` steps' worth counted from v + 1: one version past the bound, dropped,
+and generated again while the trainer waits. `take` hands out the groups of the oldest policy first
+(earliest deadline first; completion order among equals), so a group that finished late is not
+passed over by fresher ones until it is too old.
 Dropped groups' tasks are handed back (`pop_requeued`) to be generated again with fresh weights.
 With `rollout.waves` the producer starts groups in waves instead (`wave_room`): a step's worth
 together once none is in flight, so the engine decodes their episodes in one batch.
@@ -32,6 +38,8 @@ class GroupBuffer:
         self.tasks_per_step = tasks_per_step
         self._ready: collections.deque[Group] = collections.deque()
         self.in_flight = 0
+        self.held = 0
+        """Groups the trainer has taken for the step it is assembling or training (`step_done` ends it)."""
         self.dropped_stale = 0
         self._requeue: collections.deque[Task] = collections.deque()
 
@@ -42,7 +50,8 @@ class GroupBuffer:
 
     def room(self) -> int:
         """How many groups may start now under the bound (`may_start` is `room() > 0`)."""
-        return max(0, (self.max_staleness + 1) * self.tasks_per_step - self.in_flight - len(self._ready))
+        outstanding = self.in_flight + len(self._ready) + self.held
+        return max(0, (self.max_staleness + 1) * self.tasks_per_step - outstanding)
 
     def wave_room(self) -> int:
         """Groups one wave may start now: none while a group is in flight, else up to a step's worth
@@ -82,12 +91,20 @@ class GroupBuffer:
         return dropped
 
     def take(self, n: int, trainer_version: int) -> list[Group]:
-        """Up to `n` oldest groups that a trainer at `trainer_version` may train on (stale ones dropped)."""
+        """Up to `n` groups that a trainer at `trainer_version` may train on (stale ones dropped),
+        those of the oldest policy first; they count as `held` until `step_done`."""
         self.evict_stale(trainer_version)
-        out = []
-        while self._ready and len(out) < n:
-            out.append(self._ready.popleft())
+        ready = list(self._ready)
+        chosen = sorted(range(len(ready)), key=lambda i: (ready[i].min_version, i))[:n]
+        out = [ready[i] for i in chosen]
+        keep = set(range(len(ready))) - set(chosen)
+        self._ready = collections.deque(g for i, g in enumerate(ready) if i in keep)
+        self.held += len(out)
         return out
+
+    def step_done(self) -> None:
+        """The trainer has trained (and published) the step whose groups it took."""
+        self.held = 0
 
     def pop_requeued(self) -> Task | None:
         """The oldest task of a dropped group, to generate again (None: none waiting)."""

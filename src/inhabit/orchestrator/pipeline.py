@@ -220,6 +220,7 @@ class Pipeline:
                         raise self._failure
                 self.trainer_wait_s += _now() - t0
                 await self._train(groups, dropped_stale=self.buffer.dropped_stale - stale_before)
+                self.buffer.step_done()  # the loop's next `notify_all` lets the producer use the room
         finally:
             producer.cancel()
             await asyncio.gather(producer, return_exceptions=True)

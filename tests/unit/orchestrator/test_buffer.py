@@ -40,6 +40,27 @@ def test_take_drops_groups_past_the_bound_and_requeues_their_tasks():
     assert buf.dropped_stale == 1 and buf.pop_requeued() == "task0" and buf.pop_requeued() is None
 
 
+def test_take_hands_out_the_oldest_policy_first():
+    buf = GroupBuffer(max_staleness=3, tasks_per_step=2)
+    for i, v in enumerate([2, 1, 2, 1]):  # completion order
+        buf.started()
+        buf.put(Group(task_id=f"t{i}", index=i, trajectories=[traj([v])], start_version=v))
+    assert [g.task_id for g in buf.take(3, trainer_version=2)] == ["t1", "t3", "t0"]
+    assert [g.task_id for g in buf.take(2, trainer_version=2)] == ["t2"]
+
+
+def test_groups_the_trainer_holds_count_until_its_step_is_done():
+    buf = GroupBuffer(max_staleness=1, tasks_per_step=2)
+    for i in range(4):
+        buf.started()
+        buf.put(Group(task_id=f"t{i}", index=i, trajectories=[traj([0])], start_version=0))
+    buf.take(2, trainer_version=0)
+    # trained at version 1 at the earliest after the two buffered ones: version 2, too old
+    assert buf.room() == 0, "a group started on version 0 now would miss the bound"
+    buf.step_done()
+    assert buf.room() == 2
+
+
 def test_may_start_bounds_outstanding_groups():
     buf = GroupBuffer(max_staleness=2, tasks_per_step=3)
     n = 0
@@ -60,6 +81,8 @@ def test_a_wave_starts_a_steps_worth_once_none_is_in_flight():
         buf.put(Group(task_id="t", index=0, trajectories=[traj([0])], start_version=0))
     assert buf.room() == 1 and buf.wave_room() == 1, "the bound still caps a wave"
     buf.take(3, trainer_version=0)
+    assert buf.wave_room() == 1, "the step being trained still holds its three"
+    buf.step_done()
     assert buf.wave_room() == 3
 
 
@@ -106,6 +129,38 @@ def test_no_group_older_than_the_bound_ever_reaches_the_trainer(max_staleness, t
             taken += len(got)
             if got:
                 version += 1
+            buf.step_done()
     # every started group is accounted for: trained, dropped, buffered or still running
     assert started == taken + buf.dropped_stale + len(buf) + len(in_flight)
     assert buf.in_flight == len(in_flight)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    max_staleness=st.integers(0, 3),
+    tps=st.integers(1, 4),
+    schedule=st.lists(st.sampled_from(["start", "finish", "take", "step"]), max_size=200),
+)
+def test_a_producer_that_obeys_the_gate_loses_no_group_to_the_bound(max_staleness, tps, schedule):
+    """Groups that start on the trainer's newest weights and complete in the order they started
+    are never dropped, whenever the producer starts them: while the trainer waits, assembles a
+    step or trains one (the engine still holds the version being trained)."""
+    buf = GroupBuffer(max_staleness=max_staleness, tasks_per_step=tps)
+    version, holding, index = 0, 0, 0
+    in_flight: list[Group] = []
+    for action in schedule:
+        if action == "start" and buf.may_start():
+            buf.started()
+            index += 1
+            in_flight.append(
+                Group(task_id="t", index=index, trajectories=[traj([version])], start_version=version)
+            )
+        elif action == "finish" and in_flight:
+            buf.put(in_flight.pop(0))
+        elif action == "take" and holding < tps:
+            holding += len(buf.take(tps - holding, version))
+        elif action == "step" and holding == tps:
+            version += 1
+            holding = 0
+            buf.step_done()
+    assert buf.dropped_stale == 0
