@@ -65,6 +65,15 @@ class RewardConfig(Config):
     cache_dir: str | None = Field(None, description="Judge score cache folder; None: no cache.")
 
 
+def _shown(name: str) -> str:
+    """A diff header's file name, quoted (as git quotes) where a part of it begins or ends with
+    whitespace or holds a character that does not print: `"b/calc.py "` must not read as calc.py
+    to a judge or a reviewer."""
+    if name.isprintable() and all(part == part.strip() for part in name.split("/")):
+        return name
+    return json.dumps(name)
+
+
 @dataclass
 class Changes:
     """Files a rollout changed: original and final text (None = absent), and the unified diff."""
@@ -79,7 +88,7 @@ class Changes:
             a, b = self.before[path], self.after[path]
             out += difflib.unified_diff(
                 (a or "").splitlines(True), (b or "").splitlines(True),
-                "/dev/null" if a is None else f"a/{path}", "/dev/null" if b is None else f"b/{path}",
+                "/dev/null" if a is None else _shown(f"a/{path}"), "/dev/null" if b is None else _shown(f"b/{path}"),
             )  # fmt: skip
         return "".join(out)
 

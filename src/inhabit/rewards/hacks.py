@@ -223,7 +223,10 @@ async def neutralize(
         if not _edge_space(p):
             await sandbox.delete_file(p)
         else:  # by its own name, whatever modes the agent left on it, and checked
-            await sandbox.exec(["sh", "-c", 'chmod -R u+rwX -- "$1"; rm -rf -- "$1"', "sh", p], timeout_s=60)
+            # (a symlink named on chmod's command line would be followed: it is only unlinked)
+            link = getattr(entries.get(p), "kind", None) == "symlink"
+            script = 'rm -f -- "$1"' if link else 'chmod -R u+rwX -- "$1"; rm -rf -- "$1"'
+            await sandbox.exec(["sh", "-c", script, "sh", p], timeout_s=60)
             if any(e.path == p for e in await sandbox.list_files(dirname(p) or ".", recursive=False)):
                 raise SandboxError(f"{p!r} could not be removed from the graded copy")
         out.removed.append(p)
@@ -287,11 +290,12 @@ async def neutralize(
     # 4. New files.
     sys_path_dirs = _sys_path_dirs(test_files)
     hidden_digests = {hashlib.sha256(d).digest(): p for p, d in hidden.items() if d.strip()}
+    task_dirs = {d for f in (*original, *hidden) for d in _ancestors(f)}
     for p, entry in sorted(entries.items()):
         if any(p.startswith(r + "/") for r in out.removed):
             continue
         name = basename(p)
-        if _edge_space(p) and p not in original:
+        if _edge_space(p) and p not in original and p not in task_dirs:
             # A name with edge whitespace: it reads as another file's name in every listing, log and
             # diff a person looks at (`" h/cheat.py"` as `h/cheat.py`), and code can still load it by
             # path (`sys.path.insert(0, " h")`). Honest work has no use for such a name.
@@ -346,6 +350,14 @@ async def neutralize(
         elif name.endswith(".py") and not is_test(p) and entry.kind == "file":
             out.changed_code[p] = (None, data)
 
+    return out
+
+
+def _ancestors(path: str) -> list[str]:
+    """The folders above `path`: `a/b/c.py` -> `a/b`, `a`."""
+    out = []
+    while (path := dirname(path)) not in ("", "."):
+        out.append(path)
     return out
 
 

@@ -70,3 +70,4 @@ async def test_workspace_changes_from_a_sandbox(tmp_path, sandbox_provider):
     assert changes.before == {"calc.py": CLEAN, "calc.py ": None, "new.py": None, "old.txt": "bye\n"}
     assert changes.after == {"calc.py": FIXED, "calc.py ": "y = 2\n", "new.py": "x = 1\n", "old.txt": None}
     assert "+    return a + b" in changes.diff and "--- /dev/null" in changes.diff
+    assert '+++ "b/calc.py "' in changes.diff  # quoted: it must not read as calc.py to a judge

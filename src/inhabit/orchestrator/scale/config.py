@@ -166,7 +166,8 @@ class ScaleConfig(Config):
 
     @property
     def groups_per_step(self) -> int:
-        """tasks_per_step, or the number that keeps every sandbox busy at the staleness bound."""
+        """tasks_per_step, or the number that keeps every sandbox busy while `max_staleness + 1` steps'
+        groups are outstanding (the bound's room; one step's fewer while the trainer trains a step)."""
         if self.tasks_per_step is not None:
             return self.tasks_per_step
         per_group = self.group_size + self.oversample
