@@ -15,6 +15,9 @@ tasks it did not, held-out), the share of samples whose turn
     edits the buggy module  an applied edit of the module that holds the bug
     fixes the task          graded reward 1
 
+and, as a control of the probe itself, how many of the expert's own edit turns, run the same way,
+fix their task (all of them, or the probe is broken).
+
     .venv/bin/python bench/edit_probe.py --model FOLDER [--config configs/multistep.toml]
         [--tasks 16] [--samples 2] [--temperature 0.5] [overrides of the run config]
 
@@ -54,10 +57,10 @@ from inhabit.types import MessageRecord, Trajectory
 REPO = Path(__file__).resolve().parents[1]
 
 
-def context_before_edit(traj: Trajectory) -> list[MessageRecord] | None:
-    """The messages the harness showed before the expert's first edit turn (as `harness.loop`
+def context_before_edit(traj: Trajectory) -> tuple[list[MessageRecord], str] | None:
+    """(the messages the harness showed before the expert's first edit turn, as `harness.loop`
     renders them: system prompt, task or summary, then each earlier action turn of that context
-    segment and its observations); None when the transcript has no edit."""
+    segment and its observations; the expert's own text of that turn), or None without an edit."""
     edit = next((c for c in traj.tool_calls if c.tool == "edit_file"), None)
     if edit is None:
         return None
@@ -70,7 +73,7 @@ def context_before_edit(traj: Trajectory) -> list[MessageRecord] | None:
                 calls = sorted((c for c in traj.tool_calls if c.turn == before + k), key=lambda c: c.index)
                 messages.append(MessageRecord(role="assistant", content=turn.text))
                 messages.append(MessageRecord(role="user", content=render_observations(calls)))
-            return messages
+            return messages, actions[edit.turn - before].text
         before += len(actions)
     return None
 
@@ -119,12 +122,16 @@ async def probe_split(name: str, pairs: list[tuple[Any, Any]], model: Any, token
     )  # fmt: skip
     by_id = {t.task_id: t for t in trajs}
     say(f"{name}: {len(trajs)} expert transcripts in {time.monotonic() - t0:.0f} s")
-    rows = []
+    rows, expert_fixes, contexts = [], 0, 0
     for i, (q, task) in enumerate(pairs):
         traj = by_id.get(task.id)
-        messages = context_before_edit(traj) if traj is not None else None
-        if messages is None:
+        found = context_before_edit(traj) if traj is not None else None
+        if found is None:
             continue
+        messages, expert_text = found
+        contexts += 1
+        # the control: the expert's own turn, through the same calls and grading, fixes the task
+        expert_fixes += (await try_turn(task, expert_text, provider, cfg, q.bug["module"]))["fixes the task"]
         for k, text in enumerate(
             sample_turns(
                 model, tokenizer, messages, args.samples, args.temperature, cfg.harness.max_turn_tokens, i
@@ -134,7 +141,12 @@ async def probe_split(name: str, pairs: list[tuple[Any, Any]], model: Any, token
             rows.append({"task": task.id, "sample": k, "text": text, **row})
     n = len(rows)
     out = {"samples": n, **{c: sum(r[c] for r in rows) for c in COLUMNS}, "rows": rows}
-    say(f"{name}: " + ", ".join(f"{c} {out[c]}/{n}" for c in COLUMNS))
+    out["expert's turn fixes"] = f"{expert_fixes}/{contexts}"
+    say(
+        f"{name}: "
+        + ", ".join(f"{c} {out[c]}/{n}" for c in COLUMNS)
+        + f"; the expert's own turn fixes {expert_fixes}/{contexts}"
+    )
     return out
 
 
@@ -181,10 +193,10 @@ def main() -> None:
         results = asyncio.run(run_all())
     table = Table(title=f"the edit turn after the expert's way to the bug: {args.model}")
     table.add_column("split")
-    for c in COLUMNS:
+    for c in (*COLUMNS, "expert's turn fixes (control)"):
         table.add_column(c, justify="right")
     for name, r in results.items():
-        table.add_row(name, *(f"{r[c]}/{r['samples']}" for c in COLUMNS))
+        table.add_row(name, *(f"{r[c]}/{r['samples']}" for c in COLUMNS), r["expert's turn fixes"])
     console.print(table)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(
