@@ -44,6 +44,7 @@ from inhabit.config import load_config
 from inhabit.harness.execute import execute_calls
 from inhabit.harness.prompts import render_observations
 from inhabit.harness.tools import ToolContext
+from inhabit.harness.tools.base import workspace_path
 from inhabit.models.loading import load_model
 from inhabit.models.tokenizer import encode_chat
 from inhabit.orchestrator.config import RunConfig
@@ -104,7 +105,9 @@ async def try_turn(task: Any, text: str, provider: Any, cfg: RunConfig, bug_modu
     return {
         "calls edit_file": bool(edits),
         "applied": bool(applied),
-        "edits the buggy module": any(str(r.args.get("path", "")).strip() == bug_module for r in applied),
+        "edits the buggy module": any(
+            workspace_path(str(r.args.get("path", ""))) == bug_module for r in applied
+        ),
         "fixes the task": bool(result and result.reward == 1.0),
     }
 
