@@ -42,12 +42,12 @@ from rich.table import Table
 
 from inhabit.config import load_config
 from inhabit.harness.execute import execute_calls
-from inhabit.harness.prompts import render_observations
 from inhabit.harness.tools import ToolContext
 from inhabit.harness.tools.base import workspace_path
 from inhabit.models.loading import load_model
 from inhabit.models.tokenizer import encode_chat
 from inhabit.orchestrator.config import RunConfig
+from inhabit.orchestrator.quickstart.bootstrap import action_context
 from inhabit.orchestrator.quickstart.multistep_expert import multistep_transcripts
 from inhabit.rewards.grading import grade
 from inhabit.sandbox import create_provider
@@ -59,23 +59,18 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def context_before_edit(traj: Trajectory) -> tuple[list[MessageRecord], str] | None:
-    """(the messages the harness showed before the expert's first edit turn, as `harness.loop`
-    renders them: system prompt, task or summary, then each earlier action turn of that context
-    segment and its observations; the expert's own text of that turn), or None without an edit."""
+    """(the messages the harness showed before the expert's first edit turn, the expert's own text
+    of that turn), or None when the transcript has no edit."""
     edit = next((c for c in traj.tool_calls if c.tool == "edit_file"), None)
     if edit is None:
         return None
     before = 0  # action turns of earlier segments (tool call records number turns episode-wide)
     for seg in traj.segments:
-        actions = [t for t in seg.turns if t.kind == "action"]
-        if edit.turn < before + len(actions):
-            messages = list(seg.messages[:2])
-            for k, turn in enumerate(actions[: edit.turn - before]):
-                calls = sorted((c for c in traj.tool_calls if c.turn == before + k), key=lambda c: c.index)
-                messages.append(MessageRecord(role="assistant", content=turn.text))
-                messages.append(MessageRecord(role="user", content=render_observations(calls)))
-            return messages, actions[edit.turn - before].text
-        before += len(actions)
+        actions = sum(t.kind == "action" for t in seg.turns)
+        if edit.turn < before + actions:
+            *messages, turn = action_context(traj, seg, before, turns=edit.turn - before + 1)
+            return messages, turn.content
+        before += actions
     return None
 
 

@@ -97,8 +97,8 @@ class GroupBuffer:
         ready = list(self._ready)
         chosen = sorted(range(len(ready)), key=lambda i: (ready[i].min_version, i))[:n]
         out = [ready[i] for i in chosen]
-        keep = set(range(len(ready))) - set(chosen)
-        self._ready = collections.deque(g for i, g in enumerate(ready) if i in keep)
+        taken = set(chosen)
+        self._ready = collections.deque(g for i, g in enumerate(ready) if i not in taken)
         self.held += len(out)
         return out
 

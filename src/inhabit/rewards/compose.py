@@ -33,7 +33,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from inhabit.config import Config
-from inhabit.rewards.infra import is_test_path
+from inhabit.rewards.infra import has_edge_space, is_test_path
 from inhabit.rewards.judge import Judge, JudgeCache, JudgeConfig, JudgeResult
 from inhabit.sandbox.base import Sandbox
 
@@ -69,7 +69,7 @@ def _shown(name: str) -> str:
     """A diff header's file name, quoted (as git quotes) where a part of it begins or ends with
     whitespace or holds a character that does not print: `"b/calc.py "` must not read as calc.py
     to a judge or a reviewer."""
-    if name.isprintable() and all(part == part.strip() for part in name.split("/")):
+    if name.isprintable() and not has_edge_space(name):
         return name
     return json.dumps(name)
 

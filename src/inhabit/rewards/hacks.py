@@ -71,6 +71,7 @@ from posixpath import basename, dirname
 from inhabit.errors import SandboxError
 from inhabit.rewards.infra import (
     PYTEST_CONFIG_NAMES,
+    has_edge_space,
     is_plugin_entry_points,
     is_startup_hook,
     is_test_file_name,
@@ -173,10 +174,7 @@ class Neutralization:
 def _sys_path_dirs(test_files: Iterable[str]) -> set[str]:
     dirs = {"", "src"}
     for f in test_files:
-        d = dirname(f)
-        while d:
-            dirs.add(d)
-            d = dirname(d)
+        dirs.update(_ancestors(f))
     return dirs
 
 
@@ -220,7 +218,7 @@ async def neutralize(
             return None
 
     async def remove(p: str) -> None:
-        if not _edge_space(p):
+        if not has_edge_space(p):
             await sandbox.delete_file(p)
         else:  # by its own name, whatever modes the agent left on it, and checked
             # (a symlink named on chmod's command line would be followed: it is only unlinked)
@@ -295,7 +293,7 @@ async def neutralize(
         if any(p.startswith(r + "/") for r in out.removed):
             continue
         name = basename(p)
-        if _edge_space(p) and p not in original and p not in task_dirs:
+        if has_edge_space(p) and p not in original and p not in task_dirs:
             # A name with edge whitespace: it reads as another file's name in every listing, log and
             # diff a person looks at (`" h/cheat.py"` as `h/cheat.py`), and code can still load it by
             # path (`sys.path.insert(0, " h")`). Honest work has no use for such a name.
@@ -359,12 +357,6 @@ def _ancestors(path: str) -> list[str]:
     while (path := dirname(path)) not in ("", "."):
         out.append(path)
     return out
-
-
-def _edge_space(path: str) -> bool:
-    """Whether a component of `path` begins or ends with whitespace (`" h/cheat.py"`, `"h\t/x"`).
-    Such an entry is removed by its own name, whatever modes the agent left on it (step 4)."""
-    return any(part != part.strip() for part in path.split("/"))
 
 
 def _prefix(path: str, dirs: Iterable[str]) -> str:

@@ -12,7 +12,8 @@ decide what to restore or remove in the graded copy.
     entry_points.txt with a `[pytest11]` group (importlib.metadata scans sys.path, which holds the
     workspace root under `python -m pytest`);
   * shadowing modules: a top-level module or package named like a standard-library module or
-    one of pytest's own dependencies, placed where it comes first on sys.path.
+    one of pytest's own dependencies, placed where it comes first on sys.path;
+  * names with edge whitespace (`has_edge_space`): they read as another file's name to a person.
 """
 
 from __future__ import annotations
@@ -147,3 +148,9 @@ def root_pytest_config(files: dict[str, bytes]) -> str | None:
         if name in files and pytest_section(name, files[name]) is not None:
             return name
     return None
+
+
+def has_edge_space(path: str) -> bool:
+    """Whether a part of `path` begins or ends with whitespace (`" h/cheat.py"`, `"h\t/x"`): a name
+    that reads as another file's in every listing, log and diff a person looks at."""
+    return any(part != part.strip() for part in path.split("/"))

@@ -103,7 +103,7 @@ def transcript_contexts(traj: Trajectory) -> list[tuple[list[Any], int]]:
         actions = [t for t in s.turns if t.kind == "action"]
         kept = sum(m.role == "assistant" for m in s.messages) - (s.summary is not None)
         if s.summary is not None and kept < len(actions):
-            out.append((_action_context(traj, s, before), 0))
+            out.append((action_context(traj, s, before), 0))
             out.append((list(s.messages), len(s.messages) - 1))
         elif any(m.role == "assistant" for m in s.messages):
             out.append((list(s.messages), 0))
@@ -167,15 +167,16 @@ def bootstrap_extras(
     return draws, mix
 
 
-def _action_context(traj: Trajectory, segment: Any, before: int) -> list[Any]:
-    """A segment's context up to its last action turn, as the harness rendered it (`harness.loop`):
-    its first two messages (system prompt; task and earlier summary), then each action turn's text
-    and its calls' observations (none after the last turn: nothing was generated after them)."""
+def action_context(traj: Trajectory, segment: Any, before: int, turns: int | None = None) -> list[Any]:
+    """A segment's context up to its last action turn (or its first `turns` ones), as the harness
+    rendered it (`harness.loop`): its first two messages (system prompt; task and earlier summary),
+    then each action turn's text and its calls' observations (none after the last turn: nothing
+    was generated after them). `before`: action turns of the earlier segments."""
     from inhabit.harness.prompts import render_observations
     from inhabit.types import MessageRecord
 
     messages = list(segment.messages[:2])
-    actions = [t for t in segment.turns if t.kind == "action"]
+    actions = [t for t in segment.turns if t.kind == "action"][:turns]
     for k, turn in enumerate(actions):
         messages.append(MessageRecord(role="assistant", content=turn.text))
         calls = sorted((c for c in traj.tool_calls if c.turn == before + k), key=lambda c: c.index)
