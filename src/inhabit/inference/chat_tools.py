@@ -8,11 +8,14 @@ as objects, `tool` messages with their `tool_call_id`), `tools` become the templ
 
 - `none`, or no tools: nothing is parsed, the output is all `content` (never `tool_calls`);
 - `auto`: the output is parsed with the server's parser; calls go to `message.tool_calls`;
-- `required` / a named function: decoding is NOT constrained; the output is parsed as for `auto`
-  and returned as the model wrote it (it may hold no call, or a call to another tool).
+- `required` / a named function: decoding is constrained (constrained.py) to one call (or, with
+  parallel calls allowed, one or more) to those functions, arguments matching their schemas, in
+  the parser's JSON call format (hermes, llama3_json; other formats answer 400);
+- `response_format` json_object / json_schema: decoding is constrained to that JSON (the guide
+  goes on the plan; a forced tool call takes precedence).
 - `parallel_tool_calls: false` keeps the first call only (the token ids still hold them all).
-- a function's `strict` is accepted and not enforced (nor rendered): arguments are parsed as
-  written and may not match the schema.
+- a function's `strict` is not rendered, and enforced only when the call is forced: under
+  `auto`, arguments are parsed as written and may not match the schema.
 
 Every problem in the request is a `BadChatRequest` (the server answers 400 with its `param`).
 """
@@ -23,6 +26,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from inhabit.inference.constrained import Guide, response_format_guide, tool_call_guide
 from inhabit.inference.errors import InvalidRequest
 from inhabit.inference.protocol import ChatRequest, NamedToolChoice
 from inhabit.inference.tool_parsers import PARSERS, ToolParser, make_parser
@@ -43,6 +47,7 @@ class ChatPlan:
     parser: ToolParser | None  # None: the output is all content
     max_calls: int | None
     uses_tools: bool  # tools, tool calls or tool messages: rendered through the template's tool parts
+    guide: Guide | None = None  # constrained decoding: response_format, or a forced tool call
 
 
 def plan_chat(req: ChatRequest, parser_name: str | None) -> ChatPlan:
@@ -74,7 +79,21 @@ def plan_chat(req: ChatRequest, parser_name: str | None) -> ChatPlan:
         if req.tools
         else None
     )
-    return ChatPlan(messages, tools, parser, None if req.parallel_tool_calls else 1, uses)
+    guide = None
+    try:
+        if choice == "required" or isinstance(choice, NamedToolChoice):
+            names = [choice.function.name] if isinstance(choice, NamedToolChoice) else list(schemas)
+            guide = tool_call_guide(tools or [], names, parser_name, req.parallel_tool_calls)
+        else:
+            guide = response_format_guide(req.response_format)
+    except ValueError as e:
+        param = (
+            "tool_choice"
+            if choice == "required" or isinstance(choice, NamedToolChoice)
+            else "response_format"
+        )
+        raise BadChatRequest(str(e), param) from None
+    return ChatPlan(messages, tools, parser, None if req.parallel_tool_calls else 1, uses, guide)
 
 
 def _check_tools(req: ChatRequest) -> dict[str, dict]:

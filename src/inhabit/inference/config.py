@@ -107,4 +107,11 @@ class ServeConfig(Config):
     sessions: str | None = Field(
         None, description="Session store (SQLite) recording requests sent with an X-Inhabit-Session header."
     )
+    sessions_keep_constrained: bool = Field(
+        False,
+        description=(
+            "Keep the token data of constrained turns (response_format, a forced tool call) in "
+            "recorded sessions; by default they are recorded without it, so training leaves them out."
+        ),
+    )
     engine: EngineConfig = Field(default_factory=EngineConfig)

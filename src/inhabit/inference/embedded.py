@@ -49,6 +49,7 @@ from typing import Any
 import torch
 
 from inhabit.inference.config import EngineConfig
+from inhabit.inference.constrained import GrammarCompiler, TokenMask
 from inhabit.inference.engine import Completion, GenerationRequest, InferenceEngine
 from inhabit.inference.errors import EngineClosed, EngineOverloaded, InvalidRequest
 from inhabit.inference.kv_cache import SlotKVCache, prefill_mask
@@ -93,6 +94,7 @@ class _Seq:
     top: list[dict[int, float]] = field(default_factory=list)
     cancelled: bool = False
     row: RowSampling | None = None  # its sampling settings, made once (see _row)
+    mask: TokenMask | None = None  # its grammar's state when the request is constrained
     finish: str | None = None
 
 
@@ -189,6 +191,7 @@ class EmbeddedEngine(InferenceEngine):
         self._closing = False
         self._dead: BaseException | None = None
         self.last_swap_seconds: float | None = None
+        self._grammar_compilers: dict[frozenset[int], GrammarCompiler] = {}  # by stop ids
         self.steps = 0
         self.decoded_rows = 0  # sequences summed over decode steps: rows / steps = mean decode batch
         self._thread = threading.Thread(target=self._worker, name="inhabit-decode", daemon=True)
@@ -317,6 +320,7 @@ class EmbeddedEngine(InferenceEngine):
                     generator=make_generator(sp.seed, self._fallback_gen),
                     stop_ids=stop_ids,
                     stops=StopChecker(self.tokenizer, sp.stop) if sp.stop else None,
+                    mask=None if sp.guide is None else self._grammars(stop_ids).matcher(sp.guide),
                 )
             )
         with self._lock:
@@ -351,6 +355,14 @@ class EmbeddedEngine(InferenceEngine):
             raise InvalidRequest(f"logit_bias token ids must lie in [0, {self.vocab_size})")
         if sp.stop and self.tokenizer is None:
             raise InvalidRequest("stop strings need a tokenizer; this engine was built without one")
+
+    def _grammars(self, stop_ids: frozenset[int]) -> GrammarCompiler:
+        """The grammar compiler of this engine for these stop tokens (made on first use)."""
+        if self.tokenizer is None:
+            raise InvalidRequest("constrained decoding needs a tokenizer; this engine was built without one")
+        if stop_ids not in self._grammar_compilers:
+            self._grammar_compilers[stop_ids] = GrammarCompiler(self.tokenizer, self.vocab_size, stop_ids)
+        return self._grammar_compilers[stop_ids]
 
     def _check_alive(self) -> None:
         if self._closing:
@@ -546,6 +558,9 @@ class EmbeddedEngine(InferenceEngine):
     def _sample_and_record(self, rows: list[int], logits: torch.Tensor, routes: list) -> None:
         seqs = [self._running[i] for i in rows]
         params = [_row(s) for s in seqs]
+        for s, p in zip(seqs, params, strict=True):
+            if s.mask is not None:
+                p.allowed = s.mask.allowed()
         top_k = max(s.req.sampling.top_logprobs for s in seqs)
         tokens, logps, top = sample_tokens(logits, params, self.config.logprobs_mode, top_k)
         finished: list[tuple[int, str]] = []
@@ -555,6 +570,8 @@ class EmbeddedEngine(InferenceEngine):
         ):
             s.tokens.append(tok)
             s.logprobs.append(lp)
+            if s.mask is not None:
+                s.mask.accept(tok)
             k = s.req.sampling.top_logprobs
             if k and top is not None:
                 s.top.append(dict(zip(top[1][j, :k].tolist(), top[0][j, :k].tolist(), strict=True)))
@@ -574,6 +591,8 @@ class EmbeddedEngine(InferenceEngine):
         if s.tokens[-1] in s.stop_ids:
             return "stop"
         if s.stops is not None and s.stops.hit(s.tokens):
+            return "stop"
+        if s.mask is not None and s.mask.done:
             return "stop"
         if len(s.tokens) >= s.req.sampling.max_tokens:
             return "length"

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Literal
 if TYPE_CHECKING:
     import torch
 
+    from inhabit.inference.constrained import Guide
+
 FinishReason = Literal["stop", "length", "abort", "error"]
 
 
@@ -38,6 +40,9 @@ class SamplingParams:
     logit_bias: tuple[tuple[int, float], ...] = ()
     """OpenAI's logit adjustments (sampling.py applies them; the reported logprobs then describe
     the adjusted distribution, which the model's own logits do not reproduce)."""
+
+    guide: Guide | None = None
+    """Constrained decoding: the language the output must belong to (constrained.py)."""
 
     def adjusted(self) -> bool:
         return bool(self.presence_penalty or self.frequency_penalty or self.logit_bias)

@@ -1,8 +1,9 @@
 """Wire types of the OpenAI-compatible server, and the RL extension fields it adds.
 
 Requests follow OpenAI's chat and (legacy) completions APIs. Unknown fields are ignored (clients
-send many); fields we cannot honour (echo, a `response_format` other than text) are refused with a
-400 when set to a non-default value, never silently dropped. `presence_penalty`,
+send many); fields we cannot honour (echo, `best_of` above `n`) are refused with a 400 when set to
+a non-default value, never silently dropped. `response_format` (json_object, json_schema) is
+enforced by constrained decoding (constrained.py). `presence_penalty`,
 `frequency_penalty` and `logit_bias` are applied by the sampler (sampling.py); the logprobs then
 describe the adjusted distribution actually sampled, and each choice says so with
 `"sampling_adjusted": true`. Chat messages may be `developer` (read
@@ -19,6 +20,8 @@ Extensions on every choice (named as vLLM names them, so one client reads both s
 - `sampling_adjusted` (only when true): penalties or logit bias changed the logits sampled from, so
   `logprobs` are not the model's own and a trainer recomputing them from the weights will not
   reproduce them (token ids, routes and versions stay exact).
+- `constrained` (only when true): a grammar masked the tokens drawn (response_format, a forced
+  tool call); `logprobs` are still the model's own, but the tokens were not drawn from them.
 """
 
 from __future__ import annotations
@@ -151,14 +154,8 @@ class ChatRequest(_Common):
     tools: list[ToolSpec] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool = True
-    # Structured output is not enforced by the engine, so anything but plain text is refused
-    # rather than ignored: a client asking for JSON must not get free text it trusts as JSON.
+    # Enforced by constrained decoding (chat_tools.plan_chat makes the guide; 400 when unknown).
     response_format: dict[str, Any] | None = None
-
-    def unsupported(self) -> str | None:
-        if self.response_format is not None and self.response_format.get("type", "text") != "text":
-            return f"response_format type {self.response_format.get('type')!r} is not supported (only 'text')"
-        return super().unsupported()
 
     def sampling(self, default_max: int, index: int = 0) -> SamplingParams:
         return _sampling(
@@ -172,6 +169,8 @@ class CompletionRequest(_Common):
     echo: bool = False
     return_tokens_as_token_ids: bool = False
     max_tokens: int | None = Field(16, ge=1)
+    # vLLM's constrained decoding: {"json": schema} | {"json_object": true} | {"grammar": ebnf}.
+    structured_outputs: dict[str, Any] | None = None
 
     def unsupported(self) -> str | None:
         if self.echo:

@@ -10,6 +10,9 @@ server ran:
 - `sglang`: its native `POST /generate` with `input_ids`, `return_logprob=true`; token ids and
   logprobs come from `meta_info.output_token_logprobs`.
 
+A request's `guide` (constrained decoding, constrained.py) goes as `structured_outputs` to vLLM
+and `inhabit serve`, and as `json_schema` / `ebnf` sampling parameters to SGLang.
+
 Weight updates (`load_weights(path_or_state_dict, version)`):
 - `inhabit`: `POST /v1/load_weights` (a JSON path, or the state dict uploaded as safetensors).
 - `vllm` (server started with `VLLM_SERVER_DEV_MODE=1`): `POST /pause?mode=wait` (in-flight
@@ -140,6 +143,8 @@ class RemoteEngine(InferenceEngine):
         if sp.seed is not None:
             body["seed"] = sp.seed
         body |= _adjustments(sp)
+        if sp.guide is not None:  # vLLM's structured outputs (constrained decoding)
+            body["structured_outputs"] = sp.guide.wire()
         r = await self._request("POST", "/v1/completions", json=body)
         choice = r.json()["choices"][0]
         ids = [int(t) for t in choice.get("token_ids") or []]
@@ -180,6 +185,8 @@ class RemoteEngine(InferenceEngine):
         if sp.seed is not None:
             params["sampling_seed"] = sp.seed
         params |= _adjustments(sp)
+        if sp.guide is not None:
+            params |= sp.guide.sglang()
         body = {"input_ids": list(req.prompt_token_ids), "sampling_params": params, "return_logprob": True}
         out = (await self._request("POST", "/generate", json=body)).json()
         meta = out.get("meta_info") or {}

@@ -9,9 +9,10 @@ sees is token for token the one the equivalent chat request gets:
   `input_text`/`output_text` parts), `function_call` items (consecutive ones join the assistant
   turn before them, as parallel calls) and `function_call_output` items (a `tool` message).
 - `tools`: function tools (`{"type": "function", "name", "parameters", ...}`); `tool_choice`
-  `auto`, `none`, `required` or `{"type": "function", "name"}` (decoding is not constrained, as
-  in chat); `parallel_tool_calls`; `max_output_tokens`, `temperature`, `top_p`, `top_logprobs`;
-  `include: ["message.output_text.logprobs"]`; `text.format` other than `text` is a 400.
+  `auto`, `none`, `required` or `{"type": "function", "name"}` (the last two constrained, as in
+  chat); `parallel_tool_calls`; `max_output_tokens`, `temperature`, `top_p`, `top_logprobs`;
+  `include: ["message.output_text.logprobs"]`; `text.format` `json_schema` (or `json_object`)
+  constrains decoding as chat's `response_format` does.
 - Stateless: nothing is stored (the response says `"store": false` whatever was asked), so
   `previous_response_id` and `conversation` answer 400: send the whole conversation as `input`.
 - Output items: a `message` with one `output_text` part for the text outside calls, then a
@@ -35,6 +36,7 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
@@ -83,9 +85,16 @@ def to_chat(req: ResponsesRequest) -> tuple[ChatRequest, list[str]]:
             "previous_response_id" if req.previous_response_id is not None else "conversation",
         )
     fmt = (req.text or {}).get("format") or {}
-    if fmt.get("type", "text") != "text":
+    response_format = None
+    if fmt.get("type", "text") == "json_schema":  # Responses flattens what chat nests
+        spec = {k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt}
+        response_format = {"type": "json_schema", "json_schema": spec}
+    elif fmt.get("type", "text") == "json_object":
+        response_format = {"type": "json_object"}
+    elif fmt.get("type", "text") != "text":
         raise BadChatRequest(
-            f"text.format type {fmt.get('type')!r} is not supported (only 'text')", "text.format"
+            f"text.format type {fmt.get('type')!r} is not supported (text, json_object, json_schema)",
+            "text.format",
         )
     messages: list[dict[str, Any]] = []
     origins: list[str] = []
@@ -135,6 +144,7 @@ def to_chat(req: ResponsesRequest) -> tuple[ChatRequest, list[str]]:
         "tools": _tools(req.tools) if req.tools else None,
         "tool_choice": _tool_choice(req.tool_choice),
         "parallel_tool_calls": True if req.parallel_tool_calls is None else req.parallel_tool_calls,
+        "response_format": response_format,
         "temperature": 1.0 if req.temperature is None else req.temperature,
         "top_p": 1.0 if req.top_p is None else req.top_p,
         "max_tokens": req.max_output_tokens,
@@ -155,6 +165,8 @@ def to_chat(req: ResponsesRequest) -> tuple[ChatRequest, list[str]]:
 
 def _input_param(param: str | None, origins: list[str]) -> str | None:
     """A chat param (`messages.4.tool_call_id`) as the Responses input item it came from."""
+    if param == "response_format":
+        return "text.format"
     parts = (param or "").split(".")
     if parts[0] == "messages" and len(parts) > 1 and parts[1].isdigit() and int(parts[1]) < len(origins):
         return origins[int(parts[1])]
@@ -259,7 +271,7 @@ class _Shape:
             "temperature": 1.0 if r.temperature is None else r.temperature,
             "top_p": 1.0 if r.top_p is None else r.top_p,
             "top_logprobs": r.top_logprobs,
-            "text": {"format": {"type": "text"}},
+            "text": {"format": (r.text or {}).get("format") or {"type": "text"}},
             "tool_choice": r.tool_choice or "auto",
             "tools": r.tools or [],
             "truncation": "disabled",
@@ -334,7 +346,7 @@ def install(
         except BadChatRequest as e:
             raise api_error(400, str(e), param=_input_param(e.param, origins)) from None
         max_tokens = budget(len(prompt), req.max_output_tokens, "max_output_tokens")
-        sp = chat.sampling(max_tokens)
+        sp = replace(chat.sampling(max_tokens), guide=plan.guide)
         gen = GenerationRequest(prompt, sp)
         shape = _Shape(req, model_name)
         if req.stream:

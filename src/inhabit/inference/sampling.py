@@ -18,6 +18,11 @@ Penalties and logit bias (OpenAI's semantics): a row's logits first get `logit_b
 often token t already appears in that row's completion (the prompt does not count). Everything
 after (temperature, top-p, the draw and the reported logprobs, raw or tempered) works on the
 adjusted logits, so the logprobs describe the distribution actually sampled, not the model's.
+
+Token masks (constrained decoding, constrained.py): a row's `allowed` tensor sets every other
+token to -inf for the draw only (greedy picks, top-p and the inverse CDF all see the masked
+logits); the reported logprobs and top logprobs come from the unmasked (penalty-adjusted) logits,
+the model's own distribution, so a trainer recomputing them from the weights finds the same numbers.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ class RowSampling:
     frequency_penalty: float = 0.0
     logit_bias: Sequence[tuple[int, float]] = ()
     completion: Sequence[int] = ()  # the tokens this row generated so far (for the penalties)
+    allowed: torch.Tensor | None = None  # bool [V]: the tokens a grammar allows at this step
 
     def adjusts(self) -> bool:
         return bool(self.presence_penalty or self.frequency_penalty or self.logit_bias)
@@ -56,37 +62,46 @@ def sample_tokens(
     logits = logits.float()
     if any(r.adjusts() for r in rows):
         logits = _adjust(logits.clone(), rows)
+    # The draw sees masked logits; the report (below) the model's. Without masks they are one tensor.
+    draw = _masked(logits, rows)
     temps = torch.tensor([r.temperature for r in rows], dtype=torch.float32, device=logits.device)
     # Shortcuts below skip only work whose result is not used or is exact (x / 1.0 == x), so every
     # batch samples and reports bit for bit what the general path would.
     any_greedy = any(r.temperature <= 0 for r in rows)
     greedy = temps <= 0
-    if all(r.temperature == 1.0 for r in rows):
-        scaled = logits
-    else:
-        safe_t = torch.where(greedy, torch.ones_like(temps), temps)
-        scaled = logits / safe_t[:, None]
-    logp_scaled = torch.log_softmax(scaled, dim=-1)
+    unit_t = all(r.temperature == 1.0 for r in rows)
+    safe_t = torch.where(greedy, torch.ones_like(temps), temps)
+
+    def tempered(x: torch.Tensor) -> torch.Tensor:
+        return x if unit_t else x / safe_t[:, None]
+
+    scaled = tempered(draw)
+    logp_draw = torch.log_softmax(scaled, dim=-1)
 
     # One uniform per sampled row, from that row's own generator (greedy rows draw nothing, so a
     # greedy request never shifts another's stream).
     if all(r.temperature <= 0 for r in rows):
-        tokens = logits.argmax(dim=-1)
+        tokens = draw.argmax(dim=-1)
     else:
         draws = [
             torch.rand((), generator=r.generator, dtype=torch.float64).item() if r.temperature > 0 else 0.0
             for r in rows
         ]
         u = torch.tensor(draws, dtype=torch.float64)
-        probs = logp_scaled.double().exp()
+        probs = logp_draw.double().exp()
         top_ps = [r.top_p for r in rows]
         if any(p < 1.0 for p in top_ps):
             tokens = _sample_top_p(probs, torch.tensor(top_ps, dtype=torch.float64), u)
         else:
             tokens = _inverse_cdf(probs, u)
         if any_greedy:
-            tokens = torch.where(greedy, logits.argmax(dim=-1), tokens)
+            tokens = torch.where(greedy, draw.argmax(dim=-1), tokens)
 
+    if draw is logits:
+        logp_scaled = logp_draw
+    else:
+        scaled = tempered(logits)
+        logp_scaled = torch.log_softmax(scaled, dim=-1)
     if logprobs_mode == "raw":
         logp = logp_scaled if scaled is logits else torch.log_softmax(logits, dim=-1)
     elif any_greedy:
@@ -96,6 +111,17 @@ def sample_tokens(
     chosen = logp.gather(1, tokens[:, None]).squeeze(1)
     top = torch.topk(logp, min(top_k, logp.shape[-1]), dim=-1) if top_k > 0 else None
     return tokens, chosen, (None if top is None else (top.values, top.indices))
+
+
+def _masked(logits: torch.Tensor, rows: Sequence[RowSampling]) -> torch.Tensor:
+    """`logits` with each masked row's disallowed tokens at -inf (the same tensor if no row is)."""
+    if all(r.allowed is None for r in rows):
+        return logits
+    out = logits.clone()
+    for i, r in enumerate(rows):
+        if r.allowed is not None:
+            out[i].masked_fill_(~r.allowed.to(out.device), float("-inf"))
+    return out
 
 
 def _adjust(logits: torch.Tensor, rows: Sequence[RowSampling]) -> torch.Tensor:

@@ -191,7 +191,7 @@ def create_app(
             raise ApiError(400, str(e), param=e.param) from None
         max_tokens = budget(len(prompt), req.max_completion_tokens or req.max_tokens, "messages")
         gens = [
-            GenerationRequest(prompt, _with_max(req.sampling(max_tokens, i), max_tokens))
+            GenerationRequest(prompt, _with_max(req.sampling(max_tokens, i), max_tokens, plan.guide))
             for i in range(req.n)
         ]
         rid = f"chatcmpl-{uuid.uuid4().hex}"
@@ -200,7 +200,7 @@ def create_app(
             return sse(engine.open_streams(gens), gens[0], fmts, tokenizer, req.stops())
         outs = _checked(await until_disconnected(request, engine.generate(gens)))
         if recorder is not None and (session := request.headers.get("x-inhabit-session")):
-            await recorder.record(session, plan.messages, outs[0])
+            await recorder.record(session, plan.messages, outs[0], constrained=plan.guide is not None)
         choices = []
         for i, c in enumerate(outs):
             message, finish = assistant_message(plan, c.text, c.finish_reason)
@@ -212,7 +212,7 @@ def create_app(
                 else None,
                 "finish_reason": finish,
             }
-            choices.append(choice | _extensions(c, req))
+            choices.append(choice | _extensions(c, req, plan.guide is not None))
         return {
             "id": rid,
             "object": "chat.completion",
@@ -251,15 +251,24 @@ def create_app(
         prompts = await asyncio.to_thread(_prompts, tokenizer, req.prompt)
         if req.stream and len(prompts) != 1:
             raise ApiError(400, "streaming supports one prompt at a time", param="prompt")
+        from inhabit.inference.constrained import structured_outputs_guide
+
+        try:
+            guide = structured_outputs_guide(req.structured_outputs)
+        except ValueError as e:
+            raise ApiError(400, str(e), param="structured_outputs") from None
         gens = []
         for p in prompts:
             max_tokens = budget(len(p), req.max_tokens, "prompt")
             gens += [
-                GenerationRequest(p, _with_max(req.sampling(max_tokens, i), max_tokens)) for i in range(req.n)
+                GenerationRequest(p, _with_max(req.sampling(max_tokens, i), max_tokens, guide))
+                for i in range(req.n)
             ]
         rid = f"cmpl-{uuid.uuid4().hex}"
         if req.stream:
             fmts = [CompletionChunks(rid, model_name, tokenizer, req, None, i) for i in range(req.n)]
+            for f in fmts:
+                f.constrained = guide is not None
             return sse(engine.open_streams(gens), gens[0], fmts, tokenizer, req.stops())
         outs = _checked(await until_disconnected(request, engine.generate(gens)))
         choices = []
@@ -274,7 +283,8 @@ def create_app(
                     as_ids=req.return_tokens_as_token_ids,
                 )
             choice = {"index": i, "text": c.text, "logprobs": lp, "finish_reason": c.finish_reason}
-            choices.append(choice | _extensions(c, req) | {"prompt_token_ids": c.prompt_token_ids})
+            extra = _extensions(c, req, guide is not None) | {"prompt_token_ids": c.prompt_token_ids}
+            choices.append(choice | extra)
         usage = {
             "prompt_tokens": sum(len(c.prompt_token_ids or []) for c in outs),
             "completion_tokens": sum(len(c.token_ids) for c in outs),
@@ -324,10 +334,10 @@ def create_app(
     return app
 
 
-def _with_max(sp, max_tokens: int):
+def _with_max(sp, max_tokens: int, guide=None):
     from dataclasses import replace
 
-    return replace(sp, max_tokens=max_tokens)
+    return replace(sp, max_tokens=max_tokens, guide=guide)
 
 
 def _prompts(tokenizer: Any, prompt: Any) -> list[list[int]]:
@@ -353,9 +363,10 @@ def _checked(outs: list[Completion]) -> list[Completion]:
     return outs
 
 
-def _extensions(c: Completion, req: Any) -> dict:
+def _extensions(c: Completion, req: Any, constrained: bool = False) -> dict:
     out = {"token_ids": c.token_ids, "routed_experts": encode_routes(c), "policy_versions": c.versions}
-    return out | ({"sampling_adjusted": True} if req.adjusts() else {})
+    out |= {"sampling_adjusted": True} if req.adjusts() else {}
+    return out | ({"constrained": True} if constrained else {})
 
 
 async def _read_limited(request: Request, limit: int) -> bytes:
@@ -455,7 +466,7 @@ def serve(config: Any) -> None:
     if config.sessions:
         from inhabit.online.recorder import ServeRecorder
 
-        recorder = ServeRecorder(config.sessions, model=name)
+        recorder = ServeRecorder(config.sessions, model=name, keep_constrained=config.sessions_keep_constrained)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI):

@@ -45,6 +45,7 @@ class ChatChunks:
             None if plan is None or plan.parser is None else StreamingToolText(plan.parser, plan.max_calls)
         )
         self.text_so_far = ""
+        self.constrained = plan is not None and plan.guide is not None
 
     def chunk(self, delta: dict, events: list[TokenEvent], finish: str | None, extra: dict) -> dict:
         lp = None
@@ -55,6 +56,8 @@ class ChatChunks:
         choice |= {"token_ids": [e.token_id for e in events], "policy_versions": [e.version for e in events]}
         if self.req.adjusts():
             choice["sampling_adjusted"] = True
+        if self.constrained:
+            choice["constrained"] = True
         return {
             "id": self.rid,
             "object": "chat.completion.chunk",

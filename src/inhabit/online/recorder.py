@@ -4,6 +4,9 @@ header is appended to session ID in the store, turn by turn (`inhabit serve --se
 Each recorded turn holds what the engine knows and a trainer needs: the prompt and completion token
 ids, the engine's logprobs, the policy version of every token, routed experts for MoE models. The
 messages are recorded as the client sent them (redacted, like everything the store writes).
+A constrained turn (a grammar masked the tokens drawn: `response_format`, a forced tool call) is
+recorded with `"constrained": true` and, unless the recorder keeps them, without its token data,
+so training leaves it out (its tokens were not drawn from the model's distribution).
 Streamed completions are not recorded (their tokens are emitted as they are decoded); a client that
 wants its sessions learned from sends non-streaming requests. Signals come from `inhabit feedback
 ID good|bad` or from `POST /v1/sessions/ID/signals` on the same server.
@@ -33,12 +36,15 @@ def valid_session_id(value: str) -> bool:
 class ServeRecorder:
     """Appends served turns to a session store (writes run in a thread: SQLite may wait on a lock)."""
 
-    def __init__(self, path: str | Path, *, model: str | None = None) -> None:
+    def __init__(self, path: str | Path, *, model: str | None = None, keep_constrained: bool = False) -> None:
         self.store = SessionStore(path)
         self.model = model
+        self.keep_constrained = keep_constrained
         self.failures = 0
 
-    async def record(self, session_id: str, messages: list[dict[str, Any]], completion: Any) -> None:
+    async def record(
+        self, session_id: str, messages: list[dict[str, Any]], completion: Any, *, constrained: bool = False
+    ) -> None:
         if not valid_session_id(session_id):
             log.warning(
                 "X-Inhabit-Session %r is not an id (letters, digits, _ . : -); not recorded", session_id[:40]
@@ -57,6 +63,12 @@ class ServeRecorder:
             "prompt_tokens": len(completion.prompt_token_ids or []),
             "completion_tokens": len(completion.token_ids),
         }
+        if constrained:
+            turn["constrained"] = True
+            if not self.keep_constrained:
+                for key in ("prompt_token_ids", "completion_token_ids", "logprobs", "routed_experts"):
+                    turn[key] = None
+                turn["prompt_routed_experts"] = None
         msgs = [{k: m[k] for k in _MESSAGE_KEYS if m.get(k) is not None} for m in messages]
         for m in msgs:
             if not isinstance(m.get("content"), str):

@@ -132,7 +132,12 @@ def _post(server, body: dict) -> httpx.Response:  # noqa: F811
             "input.0.content.0",
             "text parts only",
         ),
-        ({"text": {"format": {"type": "json_object"}}}, "text.format", "not supported"),
+        ({"text": {"format": {"type": "grammar"}}}, "text.format", "not supported"),
+        (
+            {"text": {"format": {"type": "json_schema", "schema": {"type": 5}}}},
+            "text.format",
+            "JSON Schema cannot be used: Type should be a string",
+        ),
         ({"tool_choice": "sometimes"}, "tool_choice", "tool_choice"),
         ({"input": [{"type": "reasoning", "summary": []}]}, "input.0.type", "function_call_output"),
         (
