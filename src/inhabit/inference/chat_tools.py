@@ -50,7 +50,9 @@ class ChatPlan:
     guide: Guide | None = None  # constrained decoding: response_format, or a forced tool call
 
 
-def plan_chat(req: ChatRequest, parser_name: str | None) -> ChatPlan:
+def plan_chat(req: ChatRequest, parser_name: str | None, xml_tools: bool = False) -> ChatPlan:
+    """Check and plan `req`. `xml_tools`: under the `inhabit` parser (a template that renders no
+    tools), describe `tools` in the system message in inhabit's XML call format instead of a 400."""
     schemas = _check_tools(req)
     choice = req.tool_choice or ("auto" if req.tools else "none")
     if isinstance(choice, NamedToolChoice) and choice.function.name not in schemas:
@@ -70,7 +72,16 @@ def plan_chat(req: ChatRequest, parser_name: str | None) -> ChatPlan:
             "tools",
         )
     if uses and parser_name == "inhabit":
+        if req.tools and choice != "none" and not xml_tools:
+            raise BadChatRequest(
+                "this model's chat template does not render `tools`, so the model would never see "
+                "them: describe them in the system message in inhabit's XML call format, or start "
+                "`inhabit serve --xml-tools` to have the server do so",
+                "tools",
+            )
         messages = _inhabit_messages(messages)
+        if req.tools and choice != "none":
+            messages = _with_xml_tools(messages, [t.function for t in req.tools])
     parser = make_parser(parser_name, schemas) if req.tools and choice != "none" and parser_name else None
     # `strict` asks OpenAI to constrain decoding to the schema; it describes nothing to the model
     # and is not enforced here, so it is not rendered (arguments are parsed as written).
@@ -195,6 +206,64 @@ def _inhabit_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         else:
             out.append(m)
     return out
+
+
+def _with_xml_tools(messages: list[dict[str, Any]], functions: list[Any]) -> list[dict[str, Any]]:
+    """`messages` with the tools described, in inhabit's XML call format, at the end of the system
+    message (a new one first if there is none)."""
+    lines = [
+        'Call a tool by writing <tool name="NAME"><ARG>value</ARG></tool> (one element per '
+        "argument); several calls in one turn run in parallel. Tools:"
+    ]
+    for fn in functions:
+        params = fn.parameters or {"type": "object", "properties": {}}
+        lines.append(f"- {fn.name}: {fn.description or ''} arguments (JSON Schema): {json.dumps(params)}")
+    text = "\n".join(lines)
+    if messages and messages[0]["role"] == "system":
+        first = dict(messages[0], content=f"{messages[0]['content']}\n\n{text}")
+        return [first, *messages[1:]]
+    return [{"role": "system", "content": text}, *messages]
+
+
+def check_servable(tokenizer: Any, parser_setting: str | None) -> str | None:
+    """The tool-call parser `inhabit serve` will use for this tokenizer, or `ServeRefused` (one
+    line) for a folder without a chat template, or an explicit parser the template contradicts:
+    one that reads a different call format than the template writes, or a JSON format that a
+    template which renders no `tools` would never show the model."""
+    from inhabit.inference.errors import ServeRefused
+    from inhabit.inference.tool_parsers import detect_parser
+
+    template = getattr(tokenizer, "chat_template", None)
+    if not template:
+        raise ServeRefused(
+            "the model folder has no chat template (chat_template.jinja or tokenizer_config.json's "
+            "chat_template), so no chat request can be rendered: add one to the folder"
+        )
+    detected = detect_parser(template)
+    if parser_setting in (None, "auto", "none"):
+        return detected if parser_setting == "auto" else None
+    if detected is not None and detected != parser_setting:
+        raise ServeRefused(
+            f"the chat template writes {detected} tool calls, which --tool-call-parser "
+            f"{parser_setting} cannot read: use --tool-call-parser {detected} (or auto)"
+        )
+    if parser_setting != "inhabit" and not _renders_tools(tokenizer):
+        raise ServeRefused(
+            f"the chat template does not render `tools`, so a model served with --tool-call-parser "
+            f"{parser_setting} would never see them: use --tool-call-parser inhabit with --xml-tools, "
+            "or a template that renders tools"
+        )
+    return parser_setting
+
+
+def _renders_tools(tokenizer: Any) -> bool:
+    try:
+        text = tokenizer.apply_chat_template(
+            _PROBE, tools=_PROBE_TOOLS, add_generation_prompt=True, tokenize=False
+        )
+    except Exception:  # a template that refuses the probe renders no tools
+        return False
+    return "inhabit_probe_tool" in text
 
 
 def encode_plan(tokenizer: Any, plan: ChatPlan) -> list[int]:

@@ -24,6 +24,11 @@ def register(app: typer.Typer) -> None:
             "--tool-call-parser",
             help="auto (from the chat template), none, hermes, qwen3_coder, llama3_json or inhabit.",
         ),
+        xml_tools: bool = typer.Option(
+            False,
+            "--xml-tools",
+            help="Templates that render no tools: describe request tools in inhabit's XML call format.",
+        ),
         follow: str = typer.Option(
             None,
             "--follow",
@@ -51,6 +56,8 @@ def register(app: typer.Typer) -> None:
             data["tool_call_parser"] = tool_call_parser
         if follow is not None:
             data["follow"] = follow
+        if xml_tools:
+            data["xml_tools"] = True
         if sessions is not None:
             data["sessions"] = sessions
         cfg = validate_config(ServeConfig, apply_overrides(data, override), source=config or "serve options")

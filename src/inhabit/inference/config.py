@@ -107,6 +107,13 @@ class ServeConfig(Config):
     sessions: str | None = Field(
         None, description="Session store (SQLite) recording requests sent with an X-Inhabit-Session header."
     )
+    xml_tools: bool = Field(
+        False,
+        description=(
+            "For a chat template that renders no `tools` (the `inhabit` parser): describe a request's "
+            "tools in the system message in inhabit's XML call format instead of answering 400."
+        ),
+    )
     sessions_keep_constrained: bool = Field(
         False,
         description=(

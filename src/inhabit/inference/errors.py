@@ -26,6 +26,10 @@ class WeightLoadError(InferenceError):
     """New weights do not fit the loaded model (unknown names or wrong shapes)."""
 
 
+class ServeRefused(InferenceError):
+    """`inhabit serve` will not start on this model folder with these settings (one line says why)."""
+
+
 class RemoteEngineError(InferenceError):
     """A remote OpenAI-compatible server refused a request or could not be reached."""
 

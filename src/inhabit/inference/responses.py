@@ -322,6 +322,7 @@ def install(
     *,
     model_name: str,
     tool_call_parser: str | None,
+    xml_tools: bool = False,
     auth: Callable[..., None],
     check_model: Callable[[str], None],
     budget: Callable[[int, int | None, str], int],
@@ -340,7 +341,7 @@ def install(
         origins: list[str] = []
         try:
             chat, origins = to_chat(req)
-            plan = plan_chat(chat, tool_call_parser)
+            plan = plan_chat(chat, tool_call_parser, xml_tools)
             refuse_long_text([m["content"] or "" for m in plan.messages], "input")
             prompt = await asyncio.to_thread(encode_plan, tokenizer, plan)
         except BadChatRequest as e:

@@ -83,11 +83,13 @@ def create_app(
     max_request_bytes: int = 4 * 1024**2,
     tool_call_parser: str | None = "auto",
     recorder: Any = None,
+    xml_tools: bool = False,
 ) -> FastAPI:
     """The FastAPI app serving `engine` (the caller owns the engine's lifetime).
 
     `tool_call_parser`: one of tool_parsers.PARSERS, "auto" (detected from the chat template), or
-    None (requests with tools are refused). `recorder` (an `inhabit.online.recorder.ServeRecorder`)
+    None (requests with tools are refused). `xml_tools`: describe `tools` in inhabit's XML format
+    for a template that renders none (else such requests answer 400). `recorder` (an `inhabit.online.recorder.ServeRecorder`)
     records chat completions sent with an X-Inhabit-Session header as online sessions."""
     from inhabit.inference.tool_parsers import detect_parser, make_parser
 
@@ -184,7 +186,7 @@ def create_app(
         if msg := req.unsupported():
             raise ApiError(400, msg)
         try:
-            plan = plan_chat(req, tool_call_parser)
+            plan = plan_chat(req, tool_call_parser, xml_tools)
             refuse_long_text([m["content"] for m in plan.messages], "messages")
             prompt = await asyncio.to_thread(encode_plan, tokenizer, plan)
         except BadChatRequest as e:
@@ -231,6 +233,7 @@ def create_app(
         tokenizer,
         model_name=model_name,
         tool_call_parser=tool_call_parser,
+        xml_tools=xml_tools,
         auth=auth,
         check_model=check_model,
         budget=budget,
@@ -457,16 +460,26 @@ def serve(config: Any) -> None:
 
     import uvicorn
 
+    from inhabit.inference.chat_tools import check_servable
+
     sock = bind_socket(config.host, config.port, "serve")
     _quiet_progress_bars()
     engine = EmbeddedEngine.from_path(config.model, config.engine)
+    try:
+        parser = check_servable(engine.tokenizer, config.tool_call_parser)
+    except Exception:
+        engine.begin_close()
+        sock.close()
+        raise
     name = config.served_model_name or Path(config.model).resolve().name
 
     recorder = None
     if config.sessions:
         from inhabit.online.recorder import ServeRecorder
 
-        recorder = ServeRecorder(config.sessions, model=name, keep_constrained=config.sessions_keep_constrained)
+        recorder = ServeRecorder(
+            config.sessions, model=name, keep_constrained=config.sessions_keep_constrained
+        )
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI):
@@ -494,8 +507,9 @@ def serve(config: Any) -> None:
         api_key=config.api_key,
         max_upload_bytes=config.max_upload_bytes,
         max_request_bytes=config.max_request_bytes,
-        tool_call_parser=None if config.tool_call_parser == "none" else config.tool_call_parser,
+        tool_call_parser=parser,
         recorder=recorder,
+        xml_tools=config.xml_tools,
     )
     app.router.lifespan_context = lifespan
     host, port = sock.getsockname()[:2]
