@@ -108,3 +108,35 @@ async def send_json(send: Any, status: int, body: Any, extra: tuple[tuple[bytes,
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()), *extra]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": data})
+
+
+class ErrorsAsJSON:
+    """A plain ASGI middleware answering any exception the app lets through with a JSON 500
+    (`body_of(exc)`), logged here and not re-raised: Starlette's own last-resort handler re-raises
+    to the server, which then drops the connection, so the client's next request on it fails too.
+    An exception after the response started (a stream) ends that response; the connection stays."""
+
+    def __init__(self, app: Any, body_of: Any) -> None:
+        self.app, self.body_of = app, body_of
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def watched_send(message: dict[str, Any]) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watched_send)
+        except Exception as e:
+            import logging
+
+            logging.getLogger("inhabit.serving").error("request failed", exc_info=e)
+            if not started:
+                await send_json(send, 500, self.body_of(e))
+            else:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -31,7 +31,7 @@ import io
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt
 
 from inhabit.inference.engine import Completion, SamplingParams
 
@@ -114,14 +114,15 @@ class StreamOptions(_Lenient):
 
 
 class _Common(_Lenient):
+    # Counts and switches are strict: `max_tokens: true` or `stream: "yes"` is a 400, not a guess.
     model: str
-    max_tokens: int | None = Field(None, ge=1)
+    max_tokens: StrictInt | None = Field(None, ge=1)
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
-    n: int = Field(1, ge=1, le=64)
+    n: StrictInt = Field(1, ge=1, le=64)
     stop: Text | list[Text] | None = None
     seed: Seed | None = None
-    stream: bool = False
+    stream: StrictBool = False
     stream_options: StreamOptions | None = None
     presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
@@ -148,9 +149,9 @@ class _Common(_Lenient):
 
 class ChatRequest(_Common):
     messages: list[ChatMessage] = Field(..., min_length=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
-    logprobs: bool = False
-    top_logprobs: int | None = Field(None, ge=0, le=20)
+    max_completion_tokens: StrictInt | None = Field(None, ge=1)
+    logprobs: StrictBool = False
+    top_logprobs: StrictInt | None = Field(None, ge=0, le=20)
     tools: list[ToolSpec] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool = True
@@ -165,16 +166,20 @@ class ChatRequest(_Common):
 
 class CompletionRequest(_Common):
     prompt: Text | list[int] | list[Text] | list[list[int]]
-    logprobs: int | None = Field(None, ge=0, le=20)
-    echo: bool = False
+    logprobs: StrictInt | None = Field(None, ge=0, le=20)
+    echo: StrictBool = False
+    best_of: StrictInt | None = Field(None, ge=1)
     return_tokens_as_token_ids: bool = False
-    max_tokens: int | None = Field(16, ge=1)
+    max_tokens: StrictInt | None = Field(16, ge=1)
     # vLLM's constrained decoding: {"json": schema} | {"json_object": true} | {"grammar": ebnf}.
     structured_outputs: dict[str, Any] | None = None
 
     def unsupported(self) -> str | None:
         if self.echo:
             return "echo is not supported"
+        if self.best_of is not None and self.best_of != self.n:
+            # best_of = n is plain sampling; more would need scoring candidates, which we do not do.
+            return f"best_of={self.best_of} is not supported (only best_of equal to n={self.n})"
         return super().unsupported()
 
     def sampling(self, default_max: int, index: int = 0) -> SamplingParams:
@@ -182,8 +187,10 @@ class CompletionRequest(_Common):
 
 
 class LoadWeightsRequest(_Lenient):
-    path: str = Field(..., description="A model folder or .safetensors file on the server's machine.")
-    version: int = Field(..., ge=0)
+    path: str = Field(
+        ..., min_length=1, description="A model folder or .safetensors file on the server's machine."
+    )
+    version: StrictInt = Field(..., ge=0)
 
 
 def _sampling(req: _Common, max_tokens: int, top_logprobs: int, index: int) -> SamplingParams:

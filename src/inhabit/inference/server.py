@@ -60,7 +60,11 @@ from inhabit.inference.server_limits import (
     until_disconnected,
 )
 from inhabit.inference.server_stream import ChatChunks, CompletionChunks, Stream, sse, usage
-from inhabit.serving import BackgroundServer, bind_socket  # noqa: F401  (BackgroundServer: re-exported)
+from inhabit.serving import (  # noqa: F401  (BackgroundServer: re-exported)
+    BackgroundServer,
+    ErrorsAsJSON,
+    bind_socket,
+)
 
 log = logging.getLogger(__name__)
 
@@ -106,8 +110,9 @@ def create_app(
     def auth(request: Request) -> None:
         if api_key is None:
             return
-        given = request.headers.get("authorization", "")
-        if not hmac.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
+        # The scheme is case-insensitive (RFC 9110), as the env server reads it.
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), api_key.encode()):
             raise ApiError(
                 401, "missing or wrong API key (Authorization: Bearer ...)", "authentication_error"
             )
@@ -317,8 +322,8 @@ def create_app(
         t0 = time.perf_counter()
         ctype = request.headers.get("content-type", "")
         if ctype.startswith("application/json"):
-            body = LoadWeightsRequest.model_validate(await request.json())
-            if not Path(body.path).exists():
+            body = _load_weights_body(await request.body())
+            if "\x00" in body.path or not Path(body.path).exists():
                 raise ApiError(400, f"weights path {body.path} does not exist on the server", param="path")
             await engine.load_weights(body.path, body.version)
         else:
@@ -335,6 +340,22 @@ def create_app(
         return {"version": engine.version, "seconds": time.perf_counter() - t0}
 
     return app
+
+
+def _load_weights_body(raw: bytes) -> LoadWeightsRequest:
+    """The JSON body of /v1/load_weights, or a 400 naming what is wrong (never a 500)."""
+    import json
+
+    from pydantic import ValidationError
+
+    try:
+        return LoadWeightsRequest.model_validate(json.loads(raw))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ApiError(400, f"the body is not valid JSON ({e})") from None
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or None
+        raise ApiError(400, f"{where or 'body'}: {first.get('msg')}", param=where) from None
 
 
 def _with_max(sp, max_tokens: int, guide=None):
@@ -437,10 +458,13 @@ def _install_error_handlers(app: FastAPI) -> None:
     for cls, status, type_ in handlers:
         app.add_exception_handler(cls, _handler(respond, status, type_))
 
-    @app.exception_handler(Exception)
-    async def _bug(_: Request, e: Exception) -> JSONResponse:
-        log.error("request failed", exc_info=e)
-        return respond(500, f"internal error ({type(e).__name__}); see the server log", "server_error")
+    # Anything else: a JSON 500 from a middleware that keeps the connection (serving.ErrorsAsJSON).
+    app.add_middleware(
+        ErrorsAsJSON,
+        body_of=lambda e: error_body(
+            f"internal error ({type(e).__name__}); see the server log", "server_error"
+        ),
+    )
 
 
 def _handler(respond: Callable[..., JSONResponse], status: int, type_: str):
@@ -522,7 +546,10 @@ def serve(config: Any) -> None:
             engine.begin_close()
             super().handle_exit(sig, frame)
 
-    _Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=10)).run(sockets=[sock])
+    # Keep-alive as the env server's: clients that pool connections (OpenAI's SDK, httpx) must not
+    # send a request on a connection the server is just closing, which resets it under load.
+    config_ = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=10, timeout_keep_alive=30)
+    _Server(config_).run(sockets=[sock])
 
 
 def _quiet_progress_bars() -> None:
