@@ -95,6 +95,8 @@ class _Seq:
     cancelled: bool = False
     row: RowSampling | None = None  # its sampling settings, made once (see _row)
     mask: TokenMask | None = None  # its grammar's state when the request is constrained
+    submitted: float = field(default_factory=time.monotonic)  # for the finish hooks' latencies
+    first_token_at: float | None = None
     finish: str | None = None
 
 
@@ -192,6 +194,9 @@ class EmbeddedEngine(InferenceEngine):
         self._dead: BaseException | None = None
         self.last_swap_seconds: float | None = None
         self._grammar_compilers: dict[frozenset[int], GrammarCompiler] = {}  # by stop ids
+        # Called on the worker thread as each request ends: (completion, submitted, first token at,
+        # finished at), monotonic seconds; the server's /metrics observes latencies through it.
+        self.finish_hooks: list[Callable[[Completion, float, float | None, float], None]] = []
         self.steps = 0
         self.decoded_rows = 0  # sequences summed over decode steps: rows / steps = mean decode batch
         self._thread = threading.Thread(target=self._worker, name="inhabit-decode", daemon=True)
@@ -293,6 +298,8 @@ class EmbeddedEngine(InferenceEngine):
             "steps": self.steps,
             "decoded_rows": self.decoded_rows,
             "last_swap_seconds": self.last_swap_seconds,
+            "kv_tokens": sum(self._kv.lengths),
+            "kv_capacity_tokens": self._kv.max_slots * self.max_model_len,
         }
 
     # ---------------------------------------------------------------- submission
@@ -568,6 +575,8 @@ class EmbeddedEngine(InferenceEngine):
         for j, (row, s, tok, lp, route) in enumerate(
             zip(rows, seqs, tokens.tolist(), logps.tolist(), routes, strict=True)
         ):
+            if s.first_token_at is None:
+                s.first_token_at = time.monotonic()
             s.tokens.append(tok)
             s.logprobs.append(lp)
             if s.mask is not None:
@@ -659,6 +668,12 @@ class EmbeddedEngine(InferenceEngine):
         )
         with self._lock:
             self._in_flight -= 1
+        now = time.monotonic()
+        for hook in self.finish_hooks:
+            try:
+                hook(completion, s.submitted, s.first_token_at, now)
+            except Exception:  # observing must never lose a result
+                log.exception("finish hook failed")
         s.loop.call_soon_threadsafe(_set_result, s.future, completion)
 
     def _fail_all(self, err: Exception) -> None:

@@ -4,7 +4,8 @@ Endpoints: `GET /v1/models` (and `/v1/models/{id}`), `POST /v1/chat/completions`
 SSE; OpenAI tool calling through chat_tools.py and tool_parsers.py), `POST /v1/responses` (the
 Responses API subset agent SDKs use, responses.py), `POST /v1/completions` (streaming too), `POST
 /v1/load_weights` (bearer token required: a JSON `{"path", "version"}` naming a folder on this
-machine, or a raw safetensors body with `?version=N`), `GET /health`, `GET /v1/engine/stats`. The
+machine, or a raw safetensors body with `?version=N`), `GET /health`, `GET /v1/engine/stats`,
+`GET /metrics` (Prometheus, server_metrics.py). The
 extension fields are described in protocol.py. When the server has an API key every /v1 endpoint
 requires it; without one the weight endpoint is disabled (403), since a weight load replaces the
 policy.
@@ -30,7 +31,7 @@ from typing import Any
 
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from inhabit.errors import InhabitError
@@ -101,9 +102,12 @@ def create_app(
         tool_call_parser = detect_parser(getattr(tokenizer, "chat_template", None))
     elif tool_call_parser is not None:
         make_parser(tool_call_parser)  # an unknown name fails here, at startup
+    from inhabit.inference.server_metrics import CONTENT_TYPE, ServeMetrics
+
     app = FastAPI(title="inhabit inference server")
     app.state.engine = engine
-    _install_error_handlers(app)
+    metrics = ServeMetrics(engine)
+    _install_error_handlers(app, on_overload=metrics.rejected.labels("overloaded").inc)
     app.add_middleware(BodyCap, cap=max_request_bytes, exempt=("/v1/load_weights",))
     bound = PromptBound(tokenizer)
 
@@ -158,6 +162,10 @@ def create_app(
     @app.get("/health")
     async def health() -> dict:
         return {"status": "ok", "version": engine.version}
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:  # unauthenticated, as vLLM's: counts and latencies only
+        return Response(metrics.render(), media_type=CONTENT_TYPE)
 
     def card() -> dict:
         return {
@@ -406,7 +414,7 @@ async def _read_limited(request: Request, limit: int) -> bytes:
 # ------------------------------------------------------------------ errors
 
 
-def _install_error_handlers(app: FastAPI) -> None:
+def _install_error_handlers(app: FastAPI, on_overload: Callable[[], None] = lambda: None) -> None:
     def respond(status: int, message: str, type_: str, param=None, code=None, headers=None) -> JSONResponse:
         return ErrorJSON(error_body(message, type_, param, code), status_code=status, headers=headers)
 
@@ -439,6 +447,7 @@ def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(EngineOverloaded)
     async def _overloaded(_: Request, e: EngineOverloaded) -> JSONResponse:
         # Retry-After lets OpenAI's SDK (and others) back off and retry on their own.
+        on_overload()
         return respond(
             429, str(e), "rate_limit_error", code="engine_overloaded", headers={"Retry-After": "1"}
         )

@@ -5,6 +5,7 @@ Rollouts on one machine use sandboxes that live on another: `inhabit env-server`
 all under `/v1` and all behind `Authorization: Bearer <token>`:
 
     GET    /health                              backend, sandbox count, size limits, lease
+    GET    /metrics (not under /v1)             Prometheus text (server_metrics.py)
     POST   /clients/{client_id}/heartbeat       renew the lease of that client's sandboxes
     GET    /sandboxes                           live sandboxes
     POST   /sandboxes                           JSON {directory | snapshot_id, limits?}
@@ -57,7 +58,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -66,6 +67,8 @@ from inhabit.errors import EnvError, PathOutsideWorkspace, SandboxError, Sandbox
 from inhabit.log import get_logger
 from inhabit.sandbox import hostfs
 from inhabit.sandbox.base import WORKSPACE_MOUNT, SandboxLimits, SandboxProvider
+from inhabit.sandbox.server_metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from inhabit.sandbox.server_metrics import EnvMetrics
 from inhabit.sandbox.server_registry import (
     DirectoryNotFound,
     SandboxRegistry,
@@ -460,6 +463,12 @@ def create_app(
     app = FastAPI(title="inhabit env-server", lifespan=lifespan, docs_url=None, redoc_url=None)
     _install_error_handlers(app)
     add_routes(app, lambda: state["registry"], config, lifecycle)
+    metrics = EnvMetrics(lambda: state.get("registry"))
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        return Response(metrics.render(), media_type=METRICS_CONTENT_TYPE)
+
     body_cap = int(2 * config.max_file_mb * _MB) + _MB  # a file, or exec stdin as base64 in JSON
     app.add_middleware(
         _Guard,
@@ -469,8 +478,17 @@ def create_app(
         lifecycle=lifecycle,
         wheelhouse_cap=int(config.max_wheelhouse_mb * _MB),
     )
+    app.add_middleware(_Observed, metrics=metrics)  # outermost: sees 401s and 413s too
     app.state.lifecycle = lifecycle
     return app
+
+
+class _Observed:
+    def __init__(self, app: Any, metrics: EnvMetrics) -> None:
+        self.observed = metrics.middleware(app)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await self.observed(scope, receive, send)
 
 
 def uvicorn_server(app: FastAPI, graceful_s: float = 10) -> Any:
