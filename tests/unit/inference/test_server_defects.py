@@ -119,7 +119,7 @@ def test_a_weight_path_that_holds_no_weights_is_a_json_error_on_a_kept_connectio
             f"POST /v1/load_weights HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n"
             f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
         ).encode() + body
-        status, headers, payload = _exchange(sock, request)
+        status, _, payload = _exchange(sock, request)
         assert status in (400, 500) and "error" in json.loads(payload), payload
         status, _, _ = _exchange(sock, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
         assert status == 200
