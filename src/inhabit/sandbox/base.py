@@ -32,20 +32,39 @@ from inhabit.errors import SandboxError, SandboxNotFound
 WORKSPACE_MOUNT = "/home/dev/project"
 
 
+# Upper bounds that no real limit reaches: past them a value is a mistake (1e30 MB of memory is
+# "no limit" by accident), refused with a validation error instead of silently not limiting.
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+_MAX_MEMORY_MB = 4 * 1024 * 1024  # 4 TiB
+_MAX_DISK_MB = 64 * 1024 * 1024  # 64 TiB
+
+
 class SandboxLimits(Config):
     """Resource limits applied to everything run inside one sandbox."""
 
     # Defaults that real test suites fit: CPython's test_subprocess starts 100 processes at once
     # (about 1.5 GB of Python interpreters), numpy/torch start a thread per core.
-    memory_mb: int = Field(4096, ge=16, description="Address-space / cgroup memory cap per sandbox.")
-    max_processes: int = Field(1024, ge=4, description="Processes/threads the sandbox may hold at once.")
-    cpu_time_s: int = Field(600, ge=1, description="CPU seconds per exec (RLIMIT_CPU).")
-    default_timeout_s: float = Field(
-        60.0, gt=0, description="Wall-clock limit of an exec when none is given."
+    memory_mb: int = Field(
+        4096, ge=16, le=_MAX_MEMORY_MB, description="Address-space / cgroup memory cap per sandbox."
     )
-    max_timeout_s: float = Field(3600.0, gt=0, description="Upper bound on any exec's timeout_s.")
-    output_bytes: int = Field(1_000_000, ge=1024, description="Cap on captured stdout and on stderr, each.")
-    disk_mb: int = Field(1024, ge=1, description="Cap on bytes written into the workspace (file size limit).")
+    max_processes: int = Field(
+        1024, ge=4, le=4_194_304, description="Processes/threads the sandbox may hold at once."
+    )
+    cpu_time_s: int = Field(
+        600, ge=1, le=int(MAX_TIMEOUT_S), description="CPU seconds per exec (RLIMIT_CPU)."
+    )
+    default_timeout_s: float = Field(
+        60.0, gt=0, le=MAX_TIMEOUT_S, description="Wall-clock limit of an exec when none is given."
+    )
+    max_timeout_s: float = Field(
+        3600.0, gt=0, le=MAX_TIMEOUT_S, description="Upper bound on any exec's timeout_s."
+    )
+    output_bytes: int = Field(
+        1_000_000, ge=1024, le=2**30, description="Cap on captured stdout and on stderr, each."
+    )
+    disk_mb: int = Field(
+        1024, ge=1, le=_MAX_DISK_MB, description="Cap on bytes written into the workspace (file size limit)."
+    )
 
 
 @dataclass(frozen=True)

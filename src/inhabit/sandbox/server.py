@@ -77,7 +77,7 @@ from inhabit.sandbox.server_registry import (
 )
 from inhabit.sandbox.server_upload import BadUpload
 from inhabit.sandbox.server_wire import API_PREFIX, CLIENT_HEADER
-from inhabit.serving import cap_body, client_disconnected, send_json
+from inhabit.serving import ErrorsAsJSON, cap_body, client_disconnected, send_json
 
 log = get_logger(__name__)
 
@@ -361,9 +361,16 @@ def _install_error_handlers(app: FastAPI) -> None:
         return _error(exc.status_code, code, detail)
 
     async def _typed(request: Request, exc: Exception) -> JSONResponse:
+        where = request.query_params.get("path", "")
         if isinstance(exc, FileNotFoundError):  # name the workspace path, never the host path
-            where = request.query_params.get("path", "")
             return _error(404, "file_not_found", f"no such file in the workspace: {where!r}")
+        if isinstance(exc, OSError) and not isinstance(exc, PermissionError) and exc.errno is not None:
+            # A file error's own text holds the host path: say what failed on the workspace path.
+            reason = exc.strerror or type(exc).__name__
+            code = {IsADirectoryError: "is_a_directory", NotADirectoryError: "not_a_directory"}.get(
+                type(exc), "bad_request"
+            )
+            return _error(400, code, f"{reason}: {where!r} in the workspace")
         return _map_error(exc)
 
     # Specific classes (not Exception) so Starlette answers them without logging a crash.
@@ -373,13 +380,20 @@ def _install_error_handlers(app: FastAPI) -> None:
         IsADirectoryError,
         NotADirectoryError,
         PermissionError,
+        OSError,
         ValueError,
     ):
         app.add_exception_handler(cls, _typed)
 
-    @app.exception_handler(Exception)
-    async def _any(_: Request, exc: Exception) -> JSONResponse:
-        return _map_error(exc)
+    # Anything else: a JSON 500 from a middleware that keeps the connection (Starlette's own
+    # last-resort handler re-raises to uvicorn, which drops it, failing the client's next request).
+    app.add_middleware(
+        ErrorsAsJSON,
+        body_of=lambda exc: {
+            "detail": f"internal error ({type(exc).__name__}); see the server log",
+            "code": "internal",
+        },
+    )
 
 
 # ---- the app ---------------------------------------------------------------------------------
@@ -422,9 +436,10 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         # tmpfs by default: unpacking hundreds of small files on a disk-backed /tmp costs ms each.
-        spool = hostfs.make_private_dir(  # the pid in the name tells whose leftover it would be
-            config.spool_dir or hostfs.default_scratch_dir(), f"inhabit-env-server-{os.getpid()}-"
-        )
+        scratch = config.spool_dir or hostfs.default_scratch_dir()
+        # A server killed with SIGKILL could not remove its spool: its pid in the name says so.
+        hostfs.sweep_stale(Path(scratch), "inhabit-env-server-")
+        spool = hostfs.make_private_dir(scratch, f"inhabit-env-server-{os.getpid()}-")
         provider = provider_factory()
         registry = SandboxRegistry(provider, config, spool)
         backend_name = getattr(provider, "backend", config.backend)

@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from inhabit.envs.lock import ENV_ID_PATTERN as _ENV_ID
-from inhabit.sandbox.base import SandboxLimits
+from inhabit.sandbox.base import MAX_TIMEOUT_S, SandboxLimits
 
 API_PREFIX = "/v1"
 # A client's own random id: its sandboxes live while it is heard from (see server.py, leases).
@@ -101,7 +101,7 @@ class SandboxOut(_Wire):
 
 class ExecRequest(_Wire):
     command: str | list[str] = Field(..., description="A shell string (sh -c) or an argv list.")
-    timeout_s: float | None = Field(None, gt=0)
+    timeout_s: float | None = Field(None, gt=0, le=MAX_TIMEOUT_S)
     env: dict[str, str] | None = None
     cwd: str = "."
     stdin_b64: str | None = Field(None, description="Bytes fed to the command's stdin, base64.")
@@ -110,6 +110,15 @@ class ExecRequest(_Wire):
     def _non_empty(self) -> ExecRequest:
         if not self.command:
             raise ValueError("command must be a non-empty string or argv list")
+        # The kernel ends a C string at NUL: what ran would not be what was asked.
+        argv = [self.command] if isinstance(self.command, str) else self.command
+        if any("\x00" in a for a in [*argv, self.cwd]):
+            raise ValueError("command and cwd must not contain a NUL byte")
+        for key, value in (self.env or {}).items():
+            if not key or "=" in key or "\x00" in key:
+                raise ValueError(f"env key {key!r} must be non-empty, without '=' or NUL")
+            if "\x00" in value:
+                raise ValueError(f"env value of {key!r} must not contain a NUL byte")
         return self
 
 
