@@ -203,8 +203,9 @@ async def main(args: argparse.Namespace) -> None:
             await clients(http, p, 4 if quick else 8, secs, 16)
         phases.append(p.summary())
         with Phase("overload", proc.pid) as p:
-            await clients(http, p, 4 * args.max_queue, secs, 32)
-            p.notes["clients"] = 4 * args.max_queue
+            burst = args.overload_clients or 4 * args.max_queue
+            await clients(http, p, burst, secs, 32)
+            p.notes["clients"] = burst
         phases.append(p.summary())
         await idle_after(http)
         with Phase("abandoned", proc.pid) as p:
@@ -242,4 +243,7 @@ if __name__ == "__main__":
     )
     ap.add_argument("--max-queue", type=int, default=32, help="engine.max_queue of the server.")
     ap.add_argument("--batch", type=int, default=16, help="engine.max_batch_size of the server.")
+    ap.add_argument(
+        "--overload-clients", type=int, default=0, help="Clients of the overload phase (0: 4 x max-queue)."
+    )
     asyncio.run(main(ap.parse_args()))

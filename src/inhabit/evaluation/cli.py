@@ -71,6 +71,12 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(None, "--seed", help="Sampling seed (local models)."),
         api_key: str = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY", help="Endpoint API key."),
         backend: str = typer.Option("auto", "--backend", help="Sandbox backend: auto, bwrap or process."),
+        tool_format: str = typer.Option(
+            "auto",
+            "--tool-format",
+            help="xml (inhabit's), native (the model's own, via its chat template) or auto "
+            "(native where the model folder's template or the endpoint parses its own format).",
+        ),
         trajectories: Path = typer.Option(
             None, "--trajectories", help="Also save each trajectory JSON here."
         ),
@@ -92,11 +98,13 @@ def register(app: typer.Typer) -> None:
 
         if backend not in ("auto", "bwrap", "process"):
             raise typer.BadParameter("choose auto, bwrap or process", param_hint="--backend")
+        if tool_format not in ("auto", "xml", "native"):
+            raise typer.BadParameter("choose auto, xml or native", param_hint="--tool-format")
         try:
             task_list = discover_tasks(tasks)
         except EvalError as e:
             raise typer.BadParameter(str(e), param_hint="--tasks") from e
-        overrides = {"max_turns": max_turns, "max_turn_tokens": max_turn_tokens}
+        overrides = {"max_turns": max_turns, "max_turn_tokens": max_turn_tokens, "tool_format": tool_format}
         harness = HarnessConfig(**{k: v for k, v in overrides.items() if v is not None})
         composer = None
         if reward_config is not None:
@@ -114,6 +122,8 @@ def register(app: typer.Typer) -> None:
             # K greedy samples would be K copies of one answer: pass@K needs sampling.
             temp = temperature if temperature is not None else (0.0 if samples == 1 else 0.8)
             policy = make_policy(model, model_name=served_name, temperature=temp, seed=seed, api_key=api_key)
+            if tool_format != "xml" and hasattr(policy, "probe_tools"):
+                await policy.probe_tools()  # an endpoint: does it parse its model's own calls?
             provider = create_provider(SandboxConfig(backend=backend))  # type: ignore[arg-type]
             try:
                 with Progress() as bar:

@@ -22,7 +22,8 @@ class HarnessConfig(Config):
         description="How tools reach the model. xml: the harness's own <tool> text format, described in "
         "the system prompt; native: the model's own format, the tools given to its chat template as "
         "`tools` and the results returned as `tool` messages; auto: native when the policy's chat "
-        "template renders `tools`, xml otherwise (and for endpoints, whose template is not known).",
+        "template renders `tools`, xml otherwise (for endpoints: native when the endpoint reports that it "
+        "parses its model's own call format, as `inhabit serve` does in /v1/models).",
     )
     max_turns: int = Field(
         40, ge=1, le=10_000, description="Model turns (not counting summaries) before the episode stops."

@@ -70,9 +70,16 @@ class LocalPolicy(Policy):
         seed: int | None = None,
     ) -> LocalPolicy:
         """A policy that runs the model folder at `path` in this process (EmbeddedEngine)."""
+        from inhabit.errors import ConfigError
         from inhabit.inference.embedded import EmbeddedEngine
 
         engine = EmbeddedEngine.from_path(path, engine_config)
+        if not getattr(engine.tokenizer, "chat_template", None):
+            engine.begin_close()
+            raise ConfigError(
+                f"the model folder {path} has no chat template (chat_template.jinja or "
+                "tokenizer_config.json's chat_template), so no conversation can be rendered: add one"
+            )
         return cls(
             engine, engine.tokenizer, temperature=temperature, top_p=top_p, seed=seed, owns_engine=True
         )

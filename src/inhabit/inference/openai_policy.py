@@ -18,9 +18,11 @@ standard `logprobs` content, plus the fields `prompt_token_ids`, `token_ids`, `r
 
 Native tool format (the harness passes `tools`): the request carries `tools`, earlier calls as
 assistant `tool_calls` and observations as `tool` messages; the endpoint's `message.tool_calls`
-become the turn's calls. The policy cannot see the endpoint's template, so `tool_format = "auto"`
-keeps the XML format with it; ask for `native` where the endpoint serves tools (vLLM with a tool
-parser, `inhabit serve`, a hosted API).
+become the turn's calls. The policy cannot see the endpoint's template: `probe_tools()` asks the
+endpoint (`GET /v1/models`: `inhabit serve` reports its `tool_call_parser`), and `tool_format =
+"auto"` then goes native where the endpoint parses its model's own call format, XML otherwise
+(an endpoint that does not say, such as vLLM, stays XML); ask for `native` explicitly where the
+endpoint serves tools without saying so (vLLM with a tool parser, a hosted API).
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ class OpenAIPolicy(Policy):
         self.logprobs = logprobs
         self.chars_per_token = 3.5  # conservative until the server's usage calibrates it
         self._answered = False  # has the endpoint ever answered (any HTTP status)?
+        self._native: bool | None = None  # does it parse its model's own tool calls? (probe_tools)
         self._client = openai.AsyncOpenAI(
             base_url=base_url, api_key=api_key or "not-needed", timeout=timeout_s, max_retries=0
         )
@@ -128,7 +131,15 @@ class OpenAIPolicy(Policy):
         raise AssertionError("unreachable")
 
     def native_tools(self) -> bool | None:
-        return None  # the endpoint's template is not visible from here
+        return self._native  # None until `probe_tools` learns it (or when the endpoint does not say)
+
+    async def probe_tools(self) -> bool | None:
+        """Ask the endpoint whether it parses its model's own tool-call format (see the docstring)."""
+        model = await self._resolve_model()
+        card = await self._call(lambda: self._client.models.retrieve(model))
+        parser = (card.model_extra or {}).get("tool_call_parser", "unknown")
+        self._native = None if parser == "unknown" else parser not in (None, "inhabit")
+        return self._native
 
     async def next_turn(
         self,

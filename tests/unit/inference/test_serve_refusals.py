@@ -111,3 +111,42 @@ def test_tools_to_a_template_that_renders_none(moe_folder, xml_tools):
     assert r.status_code == 200, r.text
     prompt = engine.tokenizer.decode(r.json()["prompt_token_ids"])
     assert '<tool name="NAME">' in prompt and "- run: Run a shell command. arguments" in prompt
+
+
+def test_eval_on_a_folder_without_a_template_is_one_line(bare_folder):
+    tasks = Path(__file__).resolve().parents[3] / "examples" / "tasks" / "demo-001"
+    cmd = [sys.executable, "-m", "inhabit", "eval", "--tasks", str(tasks), "--model", str(bare_folder)]
+    result = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=120, env=os.environ | {"PYTHONPATH": str(SRC)}
+    )
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip() and "Warning" not in line]
+    assert len(lines) == 1 and "no chat template" in lines[0] and "infrastructure" not in result.stderr
+
+
+@pytest.mark.parametrize("which,native", [("qwen", True), ("project", False)])
+def test_an_endpoint_says_whether_it_parses_native_calls(qwen_folder, moe_folder, which, native):
+    from inhabit.harness.loop import resolve_tool_format
+    from inhabit.inference.config import EngineConfig
+    from inhabit.inference.embedded import EmbeddedEngine
+    from inhabit.inference.openai_policy import OpenAIPolicy
+    from inhabit.inference.server import BackgroundServer, create_app
+
+    engine = EmbeddedEngine.from_path(qwen_folder if which == "qwen" else moe_folder, EngineConfig(seed=0))
+    app = create_app(engine, engine.tokenizer, model_name="m")
+
+    async def probe(url: str) -> tuple[bool | None, str, str]:
+        policy = OpenAIPolicy(url + "/v1", None)
+        try:
+            before = resolve_tool_format("auto", policy)
+            return await policy.probe_tools(), before, resolve_tool_format("auto", policy)
+        finally:
+            await policy.close()
+
+    try:
+        with BackgroundServer(app) as srv:
+            said, before, after = asyncio.run(probe(srv.url))
+    finally:
+        asyncio.run(engine.close())
+    assert said is native and before == "xml"
+    assert after == ("native" if native else "xml")
