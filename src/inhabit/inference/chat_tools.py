@@ -29,6 +29,7 @@ from typing import Any
 from inhabit.inference.constrained import Guide, response_format_guide, tool_call_guide
 from inhabit.inference.errors import InvalidRequest
 from inhabit.inference.protocol import ChatRequest, NamedToolChoice
+from inhabit.inference.reasoning import ReasoningSplit, make_reasoning
 from inhabit.inference.tool_parsers import PARSERS, ToolParser, make_parser
 
 
@@ -48,6 +49,7 @@ class ChatPlan:
     max_calls: int | None
     uses_tools: bool  # tools, tool calls or tool messages: rendered through the template's tool parts
     guide: Guide | None = None  # constrained decoding: response_format, or a forced tool call
+    reasoning: ReasoningSplit | None = None  # set once the prompt is rendered (reasoning.py)
 
 
 def plan_chat(req: ChatRequest, parser_name: str | None, xml_tools: bool = False) -> ChatPlan:
@@ -291,16 +293,31 @@ def encode_plan(tokenizer: Any, plan: ChatPlan) -> list[int]:
 
 
 def assistant_message(plan: ChatPlan, text: str, finish: str) -> tuple[dict[str, Any], str]:
-    """(the choice's `message`, its finish_reason) for a generated `text`."""
+    """(the choice's `message`, its finish_reason) for a generated `text`; with a reasoning parser
+    the reasoning goes to `reasoning_content` and only the rest is parsed for calls."""
+    extra: dict[str, Any] = {}
+    if plan.reasoning is not None:
+        reasoning, text = plan.reasoning.split(text)
+        extra = {"reasoning_content": reasoning}
     if plan.parser is None:
-        return {"role": "assistant", "content": text}, finish
+        return {"role": "assistant", "content": text} | extra, finish
     parsed = plan.parser.parse(text)
     calls = parsed.calls[: plan.max_calls]
     if not calls:
-        return {"role": "assistant", "content": text}, finish
+        return {"role": "assistant", "content": text} | extra, finish
     content = parsed.content.strip() or None
-    msg = {"role": "assistant", "content": content, "tool_calls": [c.wire() for c in calls]}
+    msg = {"role": "assistant", "content": content, "tool_calls": [c.wire() for c in calls]} | extra
     return msg, "tool_calls" if finish == "stop" else finish
+
+
+def attach_reasoning(plan: ChatPlan, parser_name: str | None, tokenizer: Any, prompt: list[int]) -> None:
+    """Give `plan` the reasoning split of `parser_name` (None: none), knowing whether the rendered
+    prompt leaves a reasoning block open (templates that write the opening tag themselves)."""
+    if parser_name is None:
+        return
+    fmt = make_reasoning(parser_name)
+    tail = tokenizer.decode(prompt[-32:], skip_special_tokens=False)
+    plan.reasoning = ReasoningSplit(fmt, opened_in_prompt=tail.rfind(fmt.start) > tail.rfind(fmt.end))
 
 
 # --------------------------------------------------------------------- the harness's native format

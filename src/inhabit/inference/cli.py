@@ -24,6 +24,9 @@ def register(app: typer.Typer) -> None:
             "--tool-call-parser",
             help="auto (from the chat template), none, hermes, qwen3_coder, llama3_json or inhabit.",
         ),
+        reasoning_parser: str = typer.Option(
+            None, "--reasoning-parser", help="none, qwen3 or deepseek_r1: <think> into reasoning_content."
+        ),
         xml_tools: bool = typer.Option(
             False,
             "--xml-tools",
@@ -58,6 +61,8 @@ def register(app: typer.Typer) -> None:
             data["follow"] = follow
         if xml_tools:
             data["xml_tools"] = True
+        if reasoning_parser is not None:
+            data["reasoning_parser"] = reasoning_parser
         if sessions is not None:
             data["sessions"] = sessions
         cfg = validate_config(ServeConfig, apply_overrides(data, override), source=config or "serve options")

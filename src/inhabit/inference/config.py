@@ -107,6 +107,10 @@ class ServeConfig(Config):
     sessions: str | None = Field(
         None, description="Session store (SQLite) recording requests sent with an X-Inhabit-Session header."
     )
+    reasoning_parser: Literal["none", "qwen3", "deepseek_r1"] = Field(
+        "none",
+        description="Split a thinking model's <think> block into reasoning_content (reasoning.py).",
+    )
     xml_tools: bool = Field(
         False,
         description=(

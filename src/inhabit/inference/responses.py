@@ -300,12 +300,24 @@ class _Shape:
 def whole_output(plan: ChatPlan, c: Completion, logprobs: list | None) -> list[dict[str, Any]]:
     message, _ = assistant_message(plan, c.text, c.finish_reason)
     items = []
+    if message.get("reasoning_content"):
+        items.append(_reasoning_item(message["reasoning_content"]))
     if message.get("content"):
         items.append(_message_item(message["content"], logprobs))
     for call in message.get("tool_calls") or []:
         fn = call["function"]
         items.append(_call_item(call["id"], fn["name"], fn["arguments"]))
     return items
+
+
+def _reasoning_item(text: str) -> dict[str, Any]:
+    return {
+        "type": "reasoning",
+        "id": f"rs_{uuid.uuid4().hex}",
+        "summary": [],
+        "content": [{"type": "reasoning_text", "text": text}],
+        "status": "completed",
+    }
 
 
 def _status(finish: str) -> str:
@@ -323,6 +335,7 @@ def install(
     model_name: str,
     tool_call_parser: str | None,
     xml_tools: bool = False,
+    reasoning_parser: str | None = None,
     auth: Callable[..., None],
     check_model: Callable[[str], None],
     budget: Callable[[int, int | None, str], int],
@@ -332,7 +345,7 @@ def install(
     stream_response: Callable[..., Any],
 ) -> None:
     """Add `POST /v1/responses` to `app`, with the same auth, limits and admission as chat."""
-    from inhabit.inference.chat_tools import encode_plan, plan_chat
+    from inhabit.inference.chat_tools import attach_reasoning, encode_plan, plan_chat
     from inhabit.inference.server_limits import until_disconnected
 
     @app.post("/v1/responses", dependencies=[Depends(auth)])
@@ -346,6 +359,14 @@ def install(
             prompt = await asyncio.to_thread(encode_plan, tokenizer, plan)
         except BadChatRequest as e:
             raise api_error(400, str(e), param=_input_param(e.param, origins)) from None
+        if req.stream and reasoning_parser is not None:
+            raise api_error(
+                400,
+                "streamed Responses do not separate reasoning yet: send stream=false, or use chat "
+                "completions, which stream `reasoning_content`",
+                param="stream",
+            )
+        attach_reasoning(plan, reasoning_parser, tokenizer, prompt)
         max_tokens = budget(len(prompt), req.max_output_tokens, "max_output_tokens")
         sp = replace(chat.sampling(max_tokens), guide=plan.guide)
         gen = GenerationRequest(prompt, sp)

@@ -89,12 +89,14 @@ def create_app(
     tool_call_parser: str | None = "auto",
     recorder: Any = None,
     xml_tools: bool = False,
+    reasoning_parser: str | None = None,
 ) -> FastAPI:
     """The FastAPI app serving `engine` (the caller owns the engine's lifetime).
 
     `tool_call_parser`: one of tool_parsers.PARSERS, "auto" (detected from the chat template), or
     None (requests with tools are refused). `xml_tools`: describe `tools` in inhabit's XML format
-    for a template that renders none (else such requests answer 400). `recorder` (an `inhabit.online.recorder.ServeRecorder`)
+    for a template that renders none (else such requests answer 400). `reasoning_parser`: one of
+    reasoning.PARSERS, splitting `<think>` blocks into `reasoning_content`. `recorder` (an `inhabit.online.recorder.ServeRecorder`)
     records chat completions sent with an X-Inhabit-Session header as online sessions."""
     from inhabit.inference.tool_parsers import detect_parser, make_parser
 
@@ -102,6 +104,10 @@ def create_app(
         tool_call_parser = detect_parser(getattr(tokenizer, "chat_template", None))
     elif tool_call_parser is not None:
         make_parser(tool_call_parser)  # an unknown name fails here, at startup
+    if reasoning_parser is not None:
+        from inhabit.inference.reasoning import make_reasoning
+
+        make_reasoning(reasoning_parser)
     from inhabit.inference.server_metrics import CONTENT_TYPE, ServeMetrics
 
     app = FastAPI(title="inhabit inference server")
@@ -176,6 +182,7 @@ def create_app(
             "max_model_len": engine.max_model_len,
             "policy_version": engine.version,
             "tool_call_parser": tool_call_parser,
+            "reasoning_parser": reasoning_parser,
         }
 
     @app.get("/v1/models", dependencies=[Depends(auth)])
@@ -193,7 +200,7 @@ def create_app(
 
     @app.post("/v1/chat/completions", dependencies=[Depends(auth)])
     async def chat(req: ChatRequest, request: Request) -> Any:
-        from inhabit.inference.chat_tools import BadChatRequest, encode_plan, plan_chat
+        from inhabit.inference.chat_tools import BadChatRequest, attach_reasoning, encode_plan, plan_chat
 
         check_model(req.model)
         if msg := req.unsupported():
@@ -204,6 +211,7 @@ def create_app(
             prompt = await asyncio.to_thread(encode_plan, tokenizer, plan)
         except BadChatRequest as e:
             raise ApiError(400, str(e), param=e.param) from None
+        attach_reasoning(plan, reasoning_parser, tokenizer, prompt)
         max_tokens = budget(len(prompt), req.max_completion_tokens or req.max_tokens, "messages")
         gens = [
             GenerationRequest(prompt, _with_max(req.sampling(max_tokens, i), max_tokens, plan.guide))
@@ -247,6 +255,7 @@ def create_app(
         model_name=model_name,
         tool_call_parser=tool_call_parser,
         xml_tools=xml_tools,
+        reasoning_parser=reasoning_parser,
         auth=auth,
         check_model=check_model,
         budget=budget,
@@ -543,6 +552,7 @@ def serve(config: Any) -> None:
         tool_call_parser=parser,
         recorder=recorder,
         xml_tools=config.xml_tools,
+        reasoning_parser=None if config.reasoning_parser == "none" else config.reasoning_parser,
     )
     app.router.lifespan_context = lifespan
     host, port = sock.getsockname()[:2]

@@ -23,6 +23,7 @@ from inhabit.inference.chat_tools import ChatPlan
 from inhabit.inference.embedded import StreamHandle, TokenEvent
 from inhabit.inference.engine import Completion, GenerationRequest
 from inhabit.inference.protocol import chat_logprobs, completion_logprobs, encode_routes, error_body
+from inhabit.inference.reasoning import ReasoningSplit
 from inhabit.inference.stops import safe_prefix
 
 
@@ -46,6 +47,10 @@ class ChatChunks:
         )
         self.text_so_far = ""
         self.constrained = plan is not None and plan.guide is not None
+        self.reasoning = None
+        if plan is not None and plan.reasoning is not None:  # a split of its own: it keeps state
+            self.reasoning = ReasoningSplit(plan.reasoning.fmt, plan.reasoning.opened)
+        self.raw, self.content_so_far = "", ""
 
     def chunk(self, delta: dict, events: list[TokenEvent], finish: str | None, extra: dict) -> dict:
         lp = None
@@ -72,6 +77,28 @@ class ChatChunks:
         return first
 
     def text(self, text: str, events: list[TokenEvent], finish: str | None, extra: dict) -> dict:
+        if self.reasoning is None:
+            return self._answer(text, events, finish, extra)
+        # Reasoning first (`delta.reasoning_content`); the content after it goes on as usual.
+        self.raw += text
+        if finish is None:
+            new_reasoning, content = self.reasoning.feed(self.raw)
+        else:
+            whole, content = self.reasoning.split(self.raw)
+            sent = self.reasoning.sent_reasoning
+            new_reasoning = whole[len(sent) :] if whole and whole.startswith(sent) else ""
+        piece = ""
+        if content is not None and content.startswith(self.content_so_far):
+            piece, self.content_so_far = content[len(self.content_so_far) :], content
+        chunk = self._answer(piece, events, finish, extra)
+        delta = chunk["choices"][0]["delta"]
+        if new_reasoning:
+            if delta.get("content") == "":
+                del delta["content"]
+            delta["reasoning_content"] = new_reasoning
+        return chunk
+
+    def _answer(self, text: str, events: list[TokenEvent], finish: str | None, extra: dict) -> dict:
         if self.tools is None:
             return self.chunk({"content": text} if text or finish is None else {}, events, finish, extra)
         # Tool calls: content streams until a call opens; each call goes out once complete.

@@ -268,10 +268,12 @@ class StreamingToolText:
         """(new content, newly complete calls) for the output so far."""
         if not self._holding:
             i, hold = self.parser.call_start(text)
+            # Trailing whitespace waits for what follows: before a call the whole answer drops it
+            # (assistant_message strips content around calls), so the stream must not send it.
             if i < 0:
-                return self._content(text[: len(text) - hold]), []
+                return self._content(text[: len(text) - hold].rstrip()), []
             self._holding = True
-            new = self._content(text[:i])
+            new = self._content(text[:i].rstrip())
         else:
             new = ""
         if not self.parser.end or text.count(self.parser.end) == self._ends:
