@@ -79,6 +79,9 @@ class PolicyTurn:
     written order ([] when it made none the policy could read; None in the XML format)."""
     content: str | None = None
     """Native tool format only: the text outside the calls (`text` stays everything generated)."""
+    reasoning: str | None = None
+    """The model's reasoning when the policy separates it (an endpoint's `reasoning_content`);
+    never parsed for tool calls."""
 
 
 class Policy(abc.ABC):

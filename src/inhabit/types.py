@@ -67,6 +67,10 @@ class TurnRecord(_Wire):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     duration_s: float = 0.0
+    reasoning: str | None = Field(
+        None,
+        description="The turn's reasoning (a <think> block, or the endpoint's), kept out of tool parsing.",
+    )
 
 
 class Segment(_Wire):

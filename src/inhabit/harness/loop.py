@@ -80,8 +80,23 @@ def resolve_tool_format(requested: str, policy: Policy) -> str:
     return requested
 
 
+def split_reasoning(turn: PolicyTurn) -> tuple[str | None, str]:
+    """(the turn's reasoning, the text to parse for tool calls). A policy that separates reasoning
+    says so in `turn.reasoning`; otherwise a `<think>` block closed by `</think>` (Qwen3, DeepSeek
+    R1; the opening tag may sit in the prompt) is the reasoning, so a call written while thinking
+    is never run."""
+    if turn.reasoning is not None:
+        return turn.reasoning, turn.text
+    head, sep, tail = turn.text.partition("</think>")
+    if not sep:
+        return None, turn.text
+    head = head.strip()
+    return head.removeprefix("<think>").strip() or None, tail
+
+
 def _turn_record(turn: PolicyTurn, kind: str, duration_s: float) -> TurnRecord:
     return TurnRecord(
+        reasoning=split_reasoning(turn)[0],
         kind=kind,  # type: ignore[arg-type]
         text=turn.text,
         finish_reason=turn.finish_reason,
@@ -186,7 +201,7 @@ class _Episode:
             else:
                 self.messages.append(Message("assistant", turn.text))
                 outcome = await execute_calls(
-                    turn.text, self.ctx, segment=len(self.segments), turn=self.action_turns
+                    split_reasoning(turn)[1], self.ctx, segment=len(self.segments), turn=self.action_turns
                 )
             self.tools_s += time.monotonic() - t0
             self.action_turns += 1

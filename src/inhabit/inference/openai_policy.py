@@ -194,6 +194,9 @@ class OpenAIPolicy(Policy):
             completion_tokens=usage.completion_tokens if usage else None,
             tool_calls=calls,
             content=None if calls is None else text,
+            # Ours and vLLM's reasoning parsers say `reasoning_content` (newer vLLM: `reasoning`).
+            reasoning=(choice.message.model_extra or {}).get("reasoning_content")
+            or (choice.message.model_extra or {}).get("reasoning"),
         )
 
     @staticmethod

@@ -99,3 +99,17 @@ async def test_policy_failure_is_a_failed_rollout_not_a_crash(sandbox, hconfig) 
 async def test_a_task_larger_than_the_window_is_context_overflow(sandbox, hconfig) -> None:
     traj = await run_episode(ScriptedPolicy([], window=2000), sandbox, "y" * 20_000, config=hconfig)
     assert traj.status == "context_overflow" and "does not fit" in (traj.error or "")
+
+
+async def test_reasoning_is_kept_out_of_tool_parsing_and_recorded(sandbox, hconfig) -> None:
+    """A call written inside <think> is never run; the reasoning is on the turn's record."""
+    await sandbox.write_file("secret.txt", "s")
+    await sandbox.write_file("calc.py", "x = 1\n")
+    thinking = f"<think>\nmaybe {read('secret.txt')} first?\n</think>\n\n{read('calc.py')}"
+    policy = ScriptedPolicy([thinking, "plain text, no call", f"Done.\n</think>\n\n{read('calc.py')}"])
+    traj = await run_episode(policy, sandbox, "Look at calc.py.", config=hconfig)
+    assert [c.args.get("path") for c in traj.tool_calls if c.tool == "read_file"] == ["calc.py", "calc.py"]
+    turns = traj.segments[0].turns
+    assert turns[0].reasoning == f"maybe {read('secret.txt')} first?"
+    assert turns[1].reasoning is None and turns[2].reasoning == "Done."
+    assert Trajectory.from_json(traj.to_json()) == traj
