@@ -29,7 +29,9 @@ class BackgroundServer:
         self._sock.bind((host, port))
         self.host, self.port = self._sock.getsockname()[:2]
         self.url = f"http://{self.host}:{self.port}"
-        config = uvicorn.Config(app, log_level="warning", lifespan="off")
+        state = getattr(app, "state", None)
+        http = getattr(state, "http_protocol", None) or "auto"  # a JSON 400 for unparsable requests
+        config = uvicorn.Config(app, log_level="warning", lifespan="off", http=http)
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True
@@ -140,3 +142,31 @@ class ErrorsAsJSON:
                 await send_json(send, 500, self.body_of(e))
             else:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def json_400_protocol(body_of: Any) -> type:
+    """uvicorn's h11 protocol, answering a request it cannot parse (a bad request line, a header
+    too large or with a NUL) with a JSON 400, `body_of(reason)`, instead of its plain text. Give it
+    to `uvicorn.Config(http=...)`; `app.state.http_protocol` carries it to `BackgroundServer`."""
+    import json
+
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class JSON400Protocol(H11Protocol):
+        def send_400_response(self, msg: str) -> None:
+            data = json.dumps(body_of(msg)).encode()
+            headers = [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(data)).encode()),
+                (b"connection", b"close"),
+            ]
+            for event in (
+                h11.Response(status_code=400, headers=headers),
+                h11.Data(data=data),
+                h11.EndOfMessage(),
+            ):
+                self.transport.write(self.conn.send(event))
+            self.transport.close()
+
+    return JSON400Protocol

@@ -65,6 +65,7 @@ from inhabit.serving import (  # noqa: F401  (BackgroundServer: re-exported)
     BackgroundServer,
     ErrorsAsJSON,
     bind_socket,
+    json_400_protocol,
 )
 
 log = logging.getLogger(__name__)
@@ -112,6 +113,9 @@ def create_app(
 
     app = FastAPI(title="inhabit inference server")
     app.state.engine = engine
+    app.state.http_protocol = json_400_protocol(
+        lambda reason: error_body(f"malformed HTTP request: {reason}", "invalid_request_error")
+    )
     metrics = ServeMetrics(engine)
     _install_error_handlers(app, on_overload=metrics.rejected.labels("overloaded").inc)
     app.add_middleware(BodyCap, cap=max_request_bytes, exempt=("/v1/load_weights",))
@@ -567,7 +571,13 @@ def serve(config: Any) -> None:
 
     # Keep-alive as the env server's: clients that pool connections (OpenAI's SDK, httpx) must not
     # send a request on a connection the server is just closing, which resets it under load.
-    config_ = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=10, timeout_keep_alive=30)
+    config_ = uvicorn.Config(
+        app,
+        log_level="warning",
+        timeout_graceful_shutdown=10,
+        timeout_keep_alive=30,
+        http=app.state.http_protocol,
+    )
     _Server(config_).run(sockets=[sock])
 
 

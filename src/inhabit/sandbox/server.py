@@ -77,7 +77,7 @@ from inhabit.sandbox.server_registry import (
 )
 from inhabit.sandbox.server_upload import BadUpload
 from inhabit.sandbox.server_wire import API_PREFIX, CLIENT_HEADER
-from inhabit.serving import ErrorsAsJSON, cap_body, client_disconnected, send_json
+from inhabit.serving import ErrorsAsJSON, cap_body, client_disconnected, json_400_protocol, send_json
 
 log = get_logger(__name__)
 
@@ -522,6 +522,10 @@ def uvicorn_server(app: FastAPI, graceful_s: float = 10) -> Any:
             lifespan="on",
             timeout_graceful_shutdown=graceful_s,
             timeout_keep_alive=KEEP_ALIVE_S,
+            # A request uvicorn cannot parse gets this server's JSON error too, not plain text.
+            http=json_400_protocol(
+                lambda reason: {"detail": f"malformed HTTP request: {reason}", "code": "bad_request"}
+            ),
         )
     )
 
