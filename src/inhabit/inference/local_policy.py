@@ -139,7 +139,9 @@ class LocalPolicy(Policy):
         (c,) = await self.engine.generate([GenerationRequest(prompt, sampling)])
         calls, content = None, None
         if tools is not None:
-            calls, content = self._calls(c.text, tools)
+            # A closed <think> block is reasoning: calls are parsed from the text after it only.
+            head, sep, tail = c.text.partition("</think>")
+            calls, content = self._calls(tail if sep else c.text, tools)
         return LocalPolicyTurn(
             text=c.text,
             finish_reason=c.finish_reason,
