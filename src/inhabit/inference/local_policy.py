@@ -140,7 +140,7 @@ class LocalPolicy(Policy):
         calls, content = None, None
         if tools is not None:
             # A closed <think> block is reasoning: calls are parsed from the text after it only.
-            head, sep, tail = c.text.partition("</think>")
+            _, sep, tail = c.text.partition("</think>")
             calls, content = self._calls(tail if sep else c.text, tools)
         return LocalPolicyTurn(
             text=c.text,
