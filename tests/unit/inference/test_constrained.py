@@ -341,3 +341,21 @@ def test_recorded_constrained_turns_lose_their_tokens_unless_kept(folder, tmp_pa
     assert "constrained" not in free and len(free["completion_token_ids"]) == 8
     assert forced["constrained"] is True
     assert (forced["completion_token_ids"] is not None) is keep and (forced["logprobs"] is not None) is keep
+
+
+def test_guided_engine_that_does_not_stop_at_eos_still_ends_with_the_grammar(folder):
+    """With `stop_at_eos = false` the grammar still ends on the model's EOS, and the request with it."""
+    from inhabit.inference.config import EngineConfig
+    from inhabit.inference.constrained import Guide
+    from inhabit.inference.embedded import EmbeddedEngine
+    from inhabit.inference.engine import GenerationRequest, SamplingParams
+
+    engine = EmbeddedEngine.from_path(folder, EngineConfig(seed=0, stop_at_eos=False))
+    prompt = engine.tokenizer("The weather:", add_special_tokens=False)["input_ids"]
+    sp = SamplingParams(temperature=0.0, max_tokens=200, guide=Guide("json_schema", json.dumps(SCHEMA)))
+    try:
+        (c,) = asyncio.run(engine.generate([GenerationRequest(prompt, sp)]))
+    finally:
+        asyncio.run(engine.close())
+    assert c.finish_reason == "stop" and c.token_ids[-1] in engine.eos_ids
+    jsonschema.validate(json.loads(c.text), SCHEMA)
