@@ -136,7 +136,16 @@ class OpenAIPolicy(Policy):
     async def probe_tools(self) -> bool | None:
         """Ask the endpoint whether it parses its model's own tool-call format (see the docstring)."""
         model = await self._resolve_model()
-        card = await self._call(lambda: self._client.models.retrieve(model))
+        import openai
+
+        try:
+            card = await self._call(lambda: self._client.models.retrieve(model))
+        except PolicyUnreachable as e:
+            # An endpoint without GET /v1/models/{id} (or one that does not know the name: the first
+            # turn then says so) does not describe its parser: treat it as unknown, use XML.
+            if isinstance(e.__cause__, openai.NotFoundError):
+                return None
+            raise
         parser = (card.model_extra or {}).get("tool_call_parser", "unknown")
         self._native = None if parser == "unknown" else parser not in (None, "inhabit")
         return self._native

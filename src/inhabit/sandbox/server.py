@@ -63,7 +63,14 @@ from pydantic import Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from inhabit.config import Config
-from inhabit.errors import EnvError, PathOutsideWorkspace, SandboxError, SandboxLimitExceeded, SandboxNotFound
+from inhabit.errors import (
+    EnvError,
+    InhabitError,
+    PathOutsideWorkspace,
+    SandboxError,
+    SandboxLimitExceeded,
+    SandboxNotFound,
+)
 from inhabit.log import get_logger
 from inhabit.sandbox import hostfs
 from inhabit.sandbox.base import WORKSPACE_MOUNT, SandboxLimits, SandboxProvider
@@ -374,8 +381,9 @@ def _install_error_handlers(app: FastAPI) -> None:
         return _map_error(exc)
 
     # Specific classes (not Exception) so Starlette answers them without logging a crash.
+    # InhabitError covers SandboxError and EnvError (a task's lock that does not build here: 400).
     for cls in (
-        SandboxError,
+        InhabitError,
         FileNotFoundError,
         IsADirectoryError,
         NotADirectoryError,
