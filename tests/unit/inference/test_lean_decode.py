@@ -12,6 +12,18 @@ from inhabit.inference.engine import GenerationRequest, SamplingParams
 from inhabit.inference.kv_cache import SlotKVCache
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Bit-for-bit needs one reduction order. With two threads oneDNN splits a matmul's work by its
+    shape, and the lean path's fused projections have other shapes than the stock ones, so on some
+    CPUs (an AVX-512 Xeon here) the two paths differ in the last bit of a logprob. One thread
+    compares the arithmetic itself."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def _reqs(prompts):
     # Staggered lengths: rows retire at different steps, so slots move and rows have unequal lengths.
     return [
