@@ -205,6 +205,8 @@ class EngineRunner:
         self.finished = 0
         self.reruns = 0
         self.failure_streak = 0
+        self.wrap_policy: Callable[[Policy, Any], Policy] | None = None
+        """Set by the pipeline (stale_policy "partial"): wraps each episode's policy, given its engine."""
         """Rollouts in a row that ended in an engine or infrastructure error."""
         """Episodes run again because their engine replica died under them (never recorded twice)."""
 
@@ -226,6 +228,8 @@ class EngineRunner:
                 policy = LocalPolicy(
                     engine, self.tokenizer, temperature=self.cfg.temperature, top_p=self.cfg.top_p, seed=seed
                 )
+                if self.wrap_policy is not None:
+                    policy = self.wrap_policy(policy, engine)
                 try:
                     traj = await self._episode(task, meta, policy)
                 finally:

@@ -17,6 +17,9 @@ and generated again while the trainer waits. `take` hands out the groups of the 
 (earliest deadline first; completion order among equals), so a group that finished late is not
 passed over by fresher ones until it is too old.
 Dropped groups' tasks are handed back (`pop_requeued`) to be generated again with fresh weights.
+With `drop_stale=False` (`stale_policy` "inflight" and "partial") nothing is dropped here: the
+pipeline applies the bound per token instead (`trainer.samples.bound_tokens`), so a group is never
+generated twice because one member was slow; the admission rule above still paces the producer.
 With `rollout.waves` the producer starts groups in waves instead (`wave_room`): a step's worth
 together once none is in flight, so the engine decodes their episodes in one batch.
 """
@@ -29,18 +32,28 @@ from inhabit.contracts import Group
 from inhabit.tasks.task import Task
 
 
+def completion_tokens(group: Group) -> int:
+    """Tokens the engines generated for a group's kept rollouts."""
+    return sum(t.completion_tokens or 0 for tr in group.trajectories for s in tr.segments for t in s.turns)
+
+
 class GroupBuffer:
     """FIFO of completed groups; `take` enforces `max_staleness` (see module docstring)."""
 
-    def __init__(self, max_staleness: int, tasks_per_step: int = 1) -> None:
+    def __init__(self, max_staleness: int, tasks_per_step: int = 1, *, drop_stale: bool = True) -> None:
         assert max_staleness >= 0 and tasks_per_step >= 1
         self.max_staleness = max_staleness
+        self.drop_stale = drop_stale
         self.tasks_per_step = tasks_per_step
         self._ready: collections.deque[Group] = collections.deque()
         self.in_flight = 0
         self.held = 0
         """Groups the trainer has taken for the step it is assembling or training (`step_done` ends it)."""
         self.dropped_stale = 0
+        self.dropped_tokens = 0
+        """Completion tokens of the dropped groups: engine work that trained nothing."""
+        self.regenerated = 0
+        """Dropped groups' tasks handed back to be generated again."""
         self._requeue: collections.deque[Task] = collections.deque()
 
     # producer side
@@ -77,7 +90,10 @@ class GroupBuffer:
         return len(self._ready)
 
     def evict_stale(self, trainer_version: int) -> list[Group]:
-        """Drop every buffered group too old for a trainer at `trainer_version`; return them."""
+        """Drop every buffered group too old for a trainer at `trainer_version`; return them
+        (none with `drop_stale=False`)."""
+        if not self.drop_stale:
+            return []
         keep: collections.deque[Group] = collections.deque()
         dropped = []
         for g in self._ready:
@@ -87,6 +103,7 @@ class GroupBuffer:
                 keep.append(g)
         self._ready = keep
         self.dropped_stale += len(dropped)
+        self.dropped_tokens += sum(completion_tokens(g) for g in dropped)
         self._requeue += [g.task for g in dropped if g.task is not None]
         return dropped
 
@@ -108,4 +125,7 @@ class GroupBuffer:
 
     def pop_requeued(self) -> Task | None:
         """The oldest task of a dropped group, to generate again (None: none waiting)."""
-        return self._requeue.popleft() if self._requeue else None
+        if not self._requeue:
+            return None
+        self.regenerated += 1
+        return self._requeue.popleft()

@@ -13,7 +13,7 @@
     [reward]     composed rewards: tests, lint delta, diff size, LLM judges (optional; see
                  RunRewardConfig)
 
-and at the top level: `mode` ("async" or "sync"), `max_staleness`, `steps`, `seed`, `run_dir`.
+and at the top level: `mode` ("async" or "sync"), `max_staleness`, `stale_policy`, `partial_age`, `steps`, `seed`, `run_dir`.
 """
 
 from __future__ import annotations
@@ -240,6 +240,17 @@ class RunConfig(Config):
     )
     max_staleness: int = Field(
         2, ge=0, description="Hard bound: no token generated more than this many versions ago is trained."
+    )
+    stale_policy: Literal["drop", "inflight", "partial"] = Field(
+        "inflight",
+        description="What the staleness bound costs a slow rollout. drop: a group holding a token older "
+        "than the bound is dropped whole and its task generated again; inflight: the group trains, "
+        "minus the tokens older than the bound (the bound holds per token; rollouts in progress go on "
+        "with each new version the engine swaps in); partial: inflight, and a rollout `partial_age` "
+        "versions old pauses between two turns until its engine holds the newest weights.",
+    )
+    partial_age: int = Field(
+        1, ge=1, description='stale_policy = "partial": the age (versions) at which a rollout pauses.'
     )
     steps: int = Field(10, ge=0, description="Trainer steps (policy versions) to run.")
     seed: int = Field(0, ge=0, description="Seeds sampling, task order and the trainer.")

@@ -8,11 +8,20 @@ newest weights the engine holds) while `GroupBuffer.may_start` allows and the ru
 them (no group is started that the run would end before training), one at a time or, with
 `rollout.waves`, `tasks_per_step` together once the previous wave has completed (so the engine
 decodes their episodes in one batch, as sync's are); the trainer loop takes `tasks_per_step`
-completed groups as soon as they are ready (stale ones are dropped by the buffer
-and their tasks generated again), trains one step in a worker thread (the event loop, and thus
+completed groups as soon as they are ready, trains one step in a worker thread (the event loop, and thus
 every rollout, keeps running), publishes version v+1 through the `WeightSync` and the engine swaps
 it in between two decoding steps. Sync mode (`mode = "sync"`) runs the same parts in lock-step:
 generate `tasks_per_step` groups with the current weights, then train, then publish.
+
+What the staleness bound costs (`stale_policy`): "drop" drops a group holding any token older than
+`max_staleness` versions whole, in the buffer, and generates its task again; "inflight" (default)
+trains every group, minus the tokens older than the bound (`bound_tokens`: the bound applies to the
+oldest token a sample trains on, truncated importance sampling corrects the rest per token), while
+rollouts in progress go on with each version the engine swaps in between decode steps; "partial"
+adds a pause between two turns for a rollout `partial_age` versions old, until its engine holds the
+newest weights (`inhabit.orchestrator.partial`). Under either of the last two no group is generated
+twice because one member was slow. Each step's record says what the bound cost: groups dropped and
+their tokens (drop), tokens taken out of the loss and the engine tokens they stood for (the others).
 
 The group rule (failed rollouts): rollouts whose status is not finished/turn_limit (sandbox,
 engine, grading errors, timeouts) are recorded in trajectories.jsonl and left out of training.
@@ -34,8 +43,10 @@ from inhabit.contracts import Group, RolloutRunner, TrainerHandle, WeightSync
 from inhabit.log import get_logger
 from inhabit.orchestrator.buffer import GroupBuffer
 from inhabit.orchestrator.config import RunConfig
+from inhabit.orchestrator.partial import PartialPolicy, VersionGate
 from inhabit.tasks.task import Task
 from inhabit.trainer.samples import (
+    bound_tokens,
     count_split_turns,
     count_summary_segment_samples,
     group_samples,
@@ -78,6 +89,28 @@ def usable_groups(groups: list[Group], min_group_size: int) -> tuple[list[Group]
         kept = sum(is_trainable(t) for t in g.trajectories)
         (ok if kept >= min_group_size else bad).append(g)
     return ok, bad
+
+
+def stale_completion_tokens(groups: list[Group], floor: int) -> tuple[float, int]:
+    """(engine tokens, rollouts): the tokens of the trainable rollouts that came from a version older
+    than `floor` (the generation the per-token bound takes out of the loss), and the rollouts left
+    with no token at or after it (thrown away after all). A turn whose `versions` are coarser than
+    its tokens (a policy that reports fewer) counts its `completion_tokens` in the same proportion."""
+    total, spent = 0.0, 0
+    for g in groups:
+        for traj in g.trajectories:
+            if not is_trainable(traj):
+                continue
+            fresh = False
+            for seg in traj.segments:
+                for turn in seg.turns:
+                    vs = turn.versions or ()
+                    old = sum(1 for v in vs if 0 <= v < floor)
+                    fresh = fresh or old < len(vs)
+                    if old:
+                        total += (turn.completion_tokens or len(vs)) * old / len(vs)
+            spent += not fresh
+    return total, spent
 
 
 def rollout_stats(trajs: list[Trajectory]) -> dict[str, Any]:
@@ -149,7 +182,20 @@ class Pipeline:
     ) -> None:
         self.cfg, self.runner, self.trainer, self.sync = cfg, runner, trainer, sync
         self.stream = TaskStream(train_tasks, cfg.seed, cursor)
-        self.buffer = GroupBuffer(cfg.max_staleness, cfg.rollout.tasks_per_step)
+        self.buffer = GroupBuffer(
+            cfg.max_staleness, cfg.rollout.tasks_per_step, drop_stale=cfg.stale_policy == "drop"
+        )
+        self.gate = VersionGate(trainer.version)
+        """The newest published version; what a paused partial rollout waits for its engine to hold."""
+        if cfg.stale_policy == "partial" and hasattr(runner, "wrap_policy"):
+            age = cfg.partial_age
+            runner.wrap_policy = lambda policy, engine: PartialPolicy(policy, engine, self.gate, age=age)
+        self.stale_tokens_masked = 0
+        """Generated tokens the per-token bound took out of the loss (stale_policy inflight/partial)."""
+        self.stale_engine_tokens = 0.0
+        """The engine tokens those stood for (`stale_completion_tokens`)."""
+        self.stale_rollouts = 0
+        """Trained groups' rollouts the per-token bound left without a single token in the loss."""
         self.on_step = on_step or (lambda step, record: None)
         # Checked between steps: a stop request ends `run` after the step in progress (run.py's STOP file).
         self.should_stop = should_stop or (lambda: False)
@@ -193,6 +239,7 @@ class Pipeline:
         tps = self.cfg.rollout.tasks_per_step
         while self.trainer.steps < steps and not self.should_stop():
             await self.sync.apply(self.runner.engine)
+            await self.gate.advance(self.trainer.version)
             t0 = _now()
             tasks = [self.stream.next() for _ in range(tps)]
             groups = await asyncio.gather(*(self._group(t, self._next_index()) for t in tasks))
@@ -250,6 +297,7 @@ class Pipeline:
                     await self._cond.wait_for(lambda: self._may_start() > 0)
                     n = self._may_start()
                 await self.sync.apply(self.runner.engine)
+                await self.gate.advance(self.trainer.version)
                 for _ in range(n):
                     task = self.buffer.pop_requeued() or self.stream.next()
                     self.buffer.started()
@@ -301,6 +349,14 @@ class Pipeline:
                 normalize_std=cfg.trainer.normalize_advantage_std,
                 drop_zero_advantage=not cfg.rollout.train_zero_advantage,
             )
+        masked = 0
+        stale_engine_tokens, stale_rollouts = 0.0, 0
+        if cfg.stale_policy != "drop":
+            samples, masked = bound_tokens(samples, version, cfg.max_staleness)
+            stale_engine_tokens, stale_rollouts = stale_completion_tokens(ok, version - cfg.max_staleness)
+            self.stale_tokens_masked += masked
+            self.stale_engine_tokens += stale_engine_tokens
+            self.stale_rollouts += stale_rollouts
         for s in samples:  # the hard bound, re-checked where it matters
             assert s.min_version < 0 or version - s.min_version <= cfg.max_staleness, (s.source, version)
         t0 = _now()
@@ -309,6 +365,7 @@ class Pipeline:
             metrics = await self.trainer.step(samples)
             await self.sync.publish(self.trainer.state_dict_for_engine(), self.trainer.version)
             await self.sync.apply(self.runner.engine)
+            await self.gate.advance(self.trainer.version)
         else:
             await self.trainer.skip()
         train_s = _now() - t0
@@ -317,7 +374,10 @@ class Pipeline:
         trained_groups = {s.group_id for s in samples}
         now = _now()
         tokens = self.runner.completion_tokens
-        lags = [version - g.min_version for g in groups]
+        # The lag of what the step trains on (the bound holds for it); of the groups when nothing trains.
+        lags = [version - s.min_version for s in samples if s.min_version >= 0] or [
+            version - g.min_version for g in groups
+        ]
         elapsed = now - self._t_start
         record: dict[str, Any] = {
             "version": self.trainer.version,
@@ -328,15 +388,22 @@ class Pipeline:
                 "too_few": len(too_few),
                 "dropped_stale": dropped_stale,
                 "dropped_stale_total": self.buffer.dropped_stale,
+                "dropped_stale_tokens_total": self.buffer.dropped_tokens,
                 # a set, not a scan of the samples per group: that was O(groups x samples) per
                 # step, ~1 s a step at 10k sandboxes (bench/scale.py)
                 "zero_advantage": sum(1 for g in ok if f"{g.task_id}#{g.index}" not in trained_groups),
             },
             "samples": len(samples),
+            "stale_policy": cfg.stale_policy,
+            "stale_tokens_masked": masked,
+            "stale_engine_tokens": stale_engine_tokens,
+            "stale_rollouts": stale_rollouts,
+            "partial_pauses_total": self.gate.pauses,
             "split_turns": count_split_turns(samples),
             "summary_segment_samples": count_summary_segment_samples(samples),
             "updated": metrics is not None,
             "policy_version_lag": {"mean": sum(lags) / len(lags), "max": max(lags)},
+            "group_version_lag_max": max(version - g.min_version for g in groups),
             "engine_version": self.runner.engine.version,
             "tokens_per_s": (tokens - self._last_tokens) / max(1e-9, now - self._last),
             "train_s": train_s,

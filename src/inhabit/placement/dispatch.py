@@ -219,6 +219,8 @@ class DispatchRunner(EngineRunner):
             lease, self.tokenizer, temperature=self.cfg.temperature, top_p=self.cfg.top_p,
             seed=self.seed * 1_000_003 + self._episodes * 7919,
         )  # fmt: skip
+        if self.wrap_policy is not None:
+            policy = self.wrap_policy(policy, lease)
         return await guarded_rollout(
             task,
             policy,

@@ -37,7 +37,7 @@ samples without a single generated token. Advantages are computed over the group
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -105,6 +105,29 @@ def split_stale(
         too_old = bool(known.numel()) and version - int(known.min()) > max_staleness
         (stale if too_old else fresh).append(s)
     return fresh, stale
+
+
+def bound_tokens(samples: Sequence[Sample], version: int, max_staleness: int) -> tuple[list[Sample], int]:
+    """The staleness bound per token (`stale_policy` "inflight" and "partial"): every generated
+    token older than `version - max_staleness` leaves the loss (it stays in the sequence as context,
+    so the newer tokens after it are scored on exactly what the engine conditioned them on). Returns
+    the samples that keep a loss token and how many tokens were taken out. The kept samples pass
+    `split_stale`: the oldest token a sample trains on is within the bound, and truncated importance
+    sampling corrects the rest per token."""
+    kept: list[Sample] = []
+    masked = 0
+    floor = version - max_staleness
+    for s in samples:
+        old = s.loss_mask & (s.versions >= 0) & (s.versions < floor)
+        n_old = int(old.sum())
+        if not n_old:
+            kept.append(s)
+            continue
+        masked += n_old
+        mask = s.loss_mask & ~old
+        if bool(mask.any()):
+            kept.append(replace(s, loss_mask=mask, meta={**s.meta, "stale_tokens_masked": n_old}))
+    return kept, masked
 
 
 def is_trainable(traj: Trajectory, keep_statuses: Sequence[str] = TRAINABLE_STATUSES) -> bool:

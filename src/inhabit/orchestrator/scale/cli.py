@@ -27,7 +27,10 @@ ROWS = (
     ("staleness of trained samples", "staleness", "{}"),
     ("lost to deadlines", "lost_to_deadline", "{:.2%}"),
     ("groups dropped as stale", "dropped_stale_groups", "{}"),
-    ("rollouts wasted on dropped groups", "wasted_share", "{:.1%}"),
+    ("engine tokens wasted by the staleness bound", "wasted_share", "{:.1%}"),
+    ("rollouts that trained nothing", "rollouts_thrown_away", "{:.1%}"),
+    ("groups generated again", "groups_regenerated", "{}"),
+    ("partial rollouts paused and resumed", "partial_pauses", "{}"),
     ("retried rollouts", "retried", "{}"),
     ("weight-sync bytes per cluster per version", "sync_bytes_per_cluster_per_version", "{}"),
     ("swap pause per engine per version (s)", "swap_pause_per_engine_s", "{:.3f}"),
@@ -46,7 +49,7 @@ def print_result(r: dict[str, Any]) -> None:
     from rich.table import Table
 
     t = Table(
-        title=f"{r['name']}: {r['engines']} engines, {r['sandboxes']} sandboxes, staleness {r['max_staleness']}"
+        title=f"{r['name']}: {r['engines']} engines, {r['sandboxes']} sandboxes, staleness {r['max_staleness']} ({r['stale_policy']})"
     )
     t.add_column("figure")
     t.add_column("value", justify="right")

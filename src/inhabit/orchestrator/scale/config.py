@@ -77,10 +77,15 @@ class EpisodeModel(Config):
 
 
 class TrainerModel(Config):
-    """One optimizer step: `step_s + per_token_s * tokens` (tokens of the step's samples)."""
+    """One optimizer step: `step_s + per_token_s * tokens / data_parallel` (tokens of the step's
+    samples, split evenly over the data-parallel ranks; `step_s` holds what does not shrink with
+    them: the optimizer, the gradient all-reduce, publishing the weights)."""
 
     step_s: float = Field(0.05, ge=0)
-    per_token_s: float = Field(0.0007, ge=0)
+    per_token_s: float = Field(
+        0.0007, ge=0, description="Seconds per token on one rank (forward, backward), as measured."
+    )
+    data_parallel: int = Field(1, ge=1, description="Data-parallel trainer ranks.")
 
 
 class ClusterModel(Config):
@@ -127,6 +132,10 @@ class ScaleConfig(Config):
     )
     max_staleness: int = Field(2, ge=0)
     mode: Literal["async", "sync"] = "async"
+    stale_policy: Literal["drop", "inflight", "partial"] = Field(
+        "inflight", description="What the bound costs a slow rollout (the run config's `stale_policy`)."
+    )
+    partial_age: int = Field(1, ge=1, description='stale_policy = "partial": pause at this age (versions).')
     oversample: int = Field(0, ge=0)
     deadline_s: float | None = Field(None, gt=0)
     timeout_s: float = Field(600.0, gt=0)

@@ -9,7 +9,7 @@
                    grading); `lose` fails every call in flight, as a server that went away does
     SimPolicy      a `Policy` whose turns are requests to the leased engine
     sim_episode    a harness episode's shape: create, turns (generate + tool call), grading
-    SimTrainer     a `TrainerHandle` whose step takes `step_s + per_token_s * tokens`
+    SimTrainer     a `TrainerHandle` whose step takes `step_s + per_token_s * tokens / data_parallel`
 
 Only asyncio timers: no thread, no sleep on the wall clock, so under looptime's virtual clock a
 scenario runs as fast as the real code can handle its events.
@@ -337,7 +337,8 @@ class SimPolicy(Policy):
 async def sim_episode(task: Any, policy: SimPolicy, provider: SimEnvServer, *, config: Any) -> Trajectory:
     """One episode's shape (module docstring); the same outcomes as the harness's: a lost sandbox
     is a `sandbox_error`, an engine error ends the episode with an error turn."""
-    ep, rng = policy.episode, policy.rng
+    sim = getattr(policy, "inner", policy)  # a partial rollout's PartialPolicy wraps the SimPolicy
+    ep, rng = sim.episode, sim.rng
     turns: list[TurnRecord] = []
     status = "finished"
     try:
@@ -390,7 +391,7 @@ class SimTrainer(TrainerHandle):
         tokens = sum(self.tokens_by_group.pop(g, 0) for g in groups)
         for s in samples:
             self.staleness[self.version - s.min_version] += 1
-        seconds = self.model.step_s + self.model.per_token_s * tokens
+        seconds = self.model.step_s + self.model.per_token_s * tokens / self.model.data_parallel
         await asyncio.sleep(seconds)
         self.busy_s += seconds
         self.version += 1

@@ -59,7 +59,9 @@ class SimDispatchRunner(DispatchRunner):
     async def _episode_on(
         self, task: Task, lease: Any, provider: Any, left: float | None
     ) -> Trajectory | None:
-        policy = SimPolicy(lease, self.sim.episode, self.rng)
+        policy: Any = SimPolicy(lease, self.sim.episode, self.rng)
+        if self.wrap_policy is not None:
+            policy = self.wrap_policy(policy, lease)
         return await guarded_rollout(
             task, policy, provider, self.harness, self.cfg.timeout_s, deadline_s=left, rollout_fn=sim_episode
         )
@@ -84,6 +86,8 @@ def _run_config(cfg: ScaleConfig) -> RunConfig:
             "tasks": {"source": "quickstart"},  # unused: the tasks are `_tasks(cfg.tasks)`
             "mode": cfg.mode,
             "max_staleness": cfg.max_staleness,
+            "stale_policy": cfg.stale_policy,
+            "partial_age": cfg.partial_age,
             "steps": cfg.steps,
             "seed": cfg.seed,
             "rollout": {
@@ -187,6 +191,12 @@ async def _simulate(cfg: ScaleConfig) -> dict[str, Any]:
             "pause": sum(e.pause_s for e in engines),
             "swaps": sum(e.swaps for e in engines),
             "stale_dropped": pipeline.buffer.dropped_stale,
+            "dropped_tokens": pipeline.buffer.dropped_tokens,
+            "stale_tokens": pipeline.stale_engine_tokens,
+            "engine_tokens": sum(e.tokens for e in engines),
+            "pauses": pipeline.gate.pauses,
+            "regenerated": pipeline.buffer.regenerated,
+            "stale_rollouts": pipeline.stale_rollouts,
         }
 
     def on_step(step: int, record: dict[str, Any]) -> None:
@@ -249,6 +259,8 @@ def _report(
         "env_servers": cfg.env_servers,
         "groups_per_step": cfg.groups_per_step,
         "max_staleness": cfg.max_staleness,
+        "stale_policy": cfg.stale_policy,
+        "trainer_ranks": cfg.trainer.data_parallel,
         "oversample": cfg.oversample,
         "deadline_s": cfg.deadline_s,
         "clusters": len(links),
@@ -265,11 +277,23 @@ def _report(
         "cut_surplus": counts["cut_surplus"],
         "retried": counts["retried"],
         "dropped_stale_groups": b["stale_dropped"] - a["stale_dropped"],
-        # rollouts generated for groups the bound then dropped (their tasks run again): busy
-        # engine time that trained nothing
+        # engine tokens that trained nothing because of the bound: those of the groups it dropped
+        # (their tasks run again) and those it took out of the loss token by token
         "wasted_share": min(
-            1.0, (b["stale_dropped"] - a["stale_dropped"]) * cfg.group_size / max(1, finished)
+            1.0,
+            (b["dropped_tokens"] - a["dropped_tokens"] + b["stale_tokens"] - a["stale_tokens"])
+            / max(1, b["engine_tokens"] - a["engine_tokens"]),
         ),
+        "partial_pauses": b["pauses"] - a["pauses"],
+        "groups_regenerated": b["regenerated"] - a["regenerated"],
+        # rollouts that trained nothing: those of dropped groups, and those whose every token fell
+        # out of the bound
+        "rollouts_thrown_away": (
+            (b["stale_dropped"] - a["stale_dropped"]) * cfg.group_size
+            + b["stale_rollouts"]
+            - a["stale_rollouts"]
+        )
+        / max(1, finished),
         "sync_bytes_per_cluster_per_version": [
             round((y - x) / versions) for x, y in zip(a["link"], b["link"], strict=True)
         ],
