@@ -128,7 +128,15 @@ class ScaleConfig(Config):
     sandboxes_per_env_server: int = Field(100, ge=1)
     group_size: int = Field(4, ge=1)
     tasks_per_step: int | None = Field(
-        None, ge=1, description="Groups per trainer step; None: what fills the sandboxes at the bound."
+        None, ge=1, description="Groups per trainer step; None: see `fleet_steps`."
+    )
+    fleet_steps: float | None = Field(
+        None,
+        gt=0,
+        description="With tasks_per_step None: how many steps' worth of groups the sandboxes hold at "
+        "once (None: max_staleness + 1, so every group the bound admits runs at once). 1: a step's "
+        "worth fills the sandboxes, and the groups admitted beyond it wait for a sandbox before they "
+        "generate a token, so a version lasts about a group's lifetime instead of a third of it.",
     )
     max_staleness: int = Field(2, ge=0)
     mode: Literal["async", "sync"] = "async"
@@ -175,12 +183,14 @@ class ScaleConfig(Config):
 
     @property
     def groups_per_step(self) -> int:
-        """tasks_per_step, or the number that keeps every sandbox busy while `max_staleness + 1` steps'
-        groups are outstanding (the bound's room; one step's fewer while the trainer trains a step)."""
+        """tasks_per_step, or the number that keeps every sandbox busy while `fleet_steps` steps'
+        groups are running (default `max_staleness + 1`: the bound's room; one step's fewer while
+        the trainer trains a step)."""
         if self.tasks_per_step is not None:
             return self.tasks_per_step
         per_group = self.group_size + self.oversample
-        return max(1, self.sandboxes // (per_group * (self.max_staleness + 1)))
+        steps = self.fleet_steps if self.fleet_steps is not None else self.max_staleness + 1
+        return max(1, int(self.sandboxes // (per_group * steps)))
 
     @property
     def env_servers(self) -> int:
