@@ -41,6 +41,7 @@ from rich.console import Console
 from rich.table import Table
 
 from inhabit.config import load_config
+from inhabit.grading.grader import grade
 from inhabit.harness.execute import execute_calls
 from inhabit.harness.tools import ToolContext
 from inhabit.harness.tools.base import workspace_path
@@ -48,10 +49,9 @@ from inhabit.models.loading import load_model
 from inhabit.models.tokenizer import encode_chat
 from inhabit.orchestrator.config import RunConfig
 from inhabit.orchestrator.quickstart.bootstrap import action_context
-from inhabit.orchestrator.quickstart.multistep_expert import multistep_transcripts
-from inhabit.rewards.grading import grade
 from inhabit.sandbox import create_provider
-from inhabit.tasks.families.multistep import generate, write_multistep_tasks
+from inhabit.taskgen.families.multistep import generate, write_multistep_tasks
+from inhabit.taskgen.families.multistep_expert import multistep_transcripts
 from inhabit.tasks.task import load_task
 from inhabit.types import MessageRecord, Trajectory
 

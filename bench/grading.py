@@ -21,11 +21,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from inhabit.rewards.grading import grade
+from inhabit.grading.grader import grade
+from inhabit.grading.testrun import run_tests
 from inhabit.sandbox import SandboxConfig, create_provider
 from inhabit.tasks.build import CALC_FIXED
 from inhabit.tasks.task import load_task
-from inhabit.tasks.testrun import run_tests
 
 ROOT = Path(__file__).resolve().parents[1]
 

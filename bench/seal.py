@@ -2,7 +2,7 @@
 
 A generated suite of N trivial tests (one parametrized pytest function, and with `--unittest`
 also N/2 TestCase methods), run by this interpreter's pytest on the host, without and with
-`inhabit/tasks/seal_plugin.py` loaded (`-p`): the plugin's runner snapshot, audit hook and the
+`inhabit/grading/seal_plugin.py` loaded (`-p`): the plugin's runner snapshot, audit hook and the
 verifications before and after every report, which grading pays on every required test. Prints a
 table (median of `--reps` runs each) with the overhead per test and the ratio to the bare run;
 `--compare FILE` also times another version of the plugin (e.g. `git show REV:src/inhabit/tasks/
@@ -25,7 +25,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-PLUGIN = Path(__file__).resolve().parents[1] / "src" / "inhabit" / "tasks" / "seal_plugin.py"
+PLUGIN = Path(__file__).resolve().parents[1] / "src" / "inhabit" / "grading" / "seal_plugin.py"
 
 
 def write_suite(root: Path, n: int, unittest_style: bool, compare: Path | None) -> None:

@@ -27,11 +27,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from inhabit.rewards.grading import grade
+from inhabit.grading.check import apply_patch
+from inhabit.grading.grader import grade
 from inhabit.sandbox import SandboxConfig, create_provider
-from inhabit.tasks.builder import BuildConfig, build_tasks
-from inhabit.tasks.check import apply_patch
-from inhabit.tasks.source import default_command
+from inhabit.taskgen.builder import BuildConfig, build_tasks
+from inhabit.taskgen.source import default_command
 from inhabit.tasks.task import load_task
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -28,11 +28,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from inhabit.rewards.grading import GradingConfig, grade
+from inhabit.grading.grader import GradingConfig, grade
+from inhabit.grading.testrun import RUNNER_COUNTS, run_tests
 from inhabit.sandbox import SandboxConfig, create_provider
-from inhabit.tasks.families.quickstart import generate, write_quick_task
+from inhabit.taskgen.families.quickstart import generate, write_quick_task
 from inhabit.tasks.task import load_task
-from inhabit.tasks.testrun import RUNNER_COUNTS, run_tests
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,7 +1,7 @@
 """pytest fixtures shared by the task, grading and evaluation tests: tiny real task directories,
 a real sandbox provider and a scripted OpenAI-compatible endpoint.
 
-The conftest.py of tests/unit/tasks, tests/unit/rewards and tests/unit/evaluation import what they
+The conftest.py of tests/unit/tasks, tests/unit/taskgen, tests/unit/grading, tests/unit/rewards and tests/unit/evaluation import what they
 use from here (pytest puts tests/, the root conftest's folder, on sys.path):
 
     from task_fixtures import calc_task, fast_command, make_task, sandbox_provider  # noqa: F401

@@ -33,12 +33,12 @@ from pydantic import Field
 from inhabit.config import Config
 from inhabit.contracts import Group, Policy
 from inhabit.errors import RolloutsFailing
+from inhabit.grading.gradecache import GradeCache
 from inhabit.harness.config import HarnessConfig
 from inhabit.harness.rollout import run_rollout
 from inhabit.inference.engine import InferenceEngine
 from inhabit.inference.local_policy import LocalPolicy
 from inhabit.log import get_logger
-from inhabit.rewards.gradecache import GradeCache
 from inhabit.sandbox.base import SandboxProvider
 from inhabit.tasks.task import Task
 from inhabit.types import TRAINABLE_STATUSES, Trajectory
@@ -82,7 +82,7 @@ class RolloutConfig(Config):
         True,
         description="Grade each distinct final workspace of a group once: a rollout whose files (the same task, "
         "grading settings and bytes) were already graded in its group gets that result, marked "
-        "cached in its record (inhabit.rewards.gradecache says why no cheat gains by it). False: "
+        "cached in its record (inhabit.grading.gradecache says why no cheat gains by it). False: "
         "grade every rollout.",
     )
     min_group_size: int = Field(
@@ -259,7 +259,7 @@ class EngineRunner:
     @contextlib.contextmanager
     def group_grade_cache(self) -> Iterator[None]:
         """Around one group's episodes (tasks they start inherit it): a fresh `GradeCache` that its
-        rollouts share and that ends with the group (why not longer: `inhabit.rewards.gradecache`)."""
+        rollouts share and that ends with the group (why not longer: `inhabit.grading.gradecache`)."""
         token = _GROUP_GRADES.set(GradeCache() if self.cfg.grade_cache else None)
         try:
             yield

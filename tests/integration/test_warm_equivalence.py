@@ -15,16 +15,16 @@ from pathlib import Path
 
 import pytest
 
+from inhabit.grading.grader import GradingConfig, grade
+from inhabit.grading.testrun import RUNNER_COUNTS
 from inhabit.harness.config import HarnessConfig
 from inhabit.harness.loop import run_episode
 from inhabit.harness.replay import ReplayPolicy, parse_actions
-from inhabit.orchestrator.quickstart.expert import careless_actions, expert_actions
-from inhabit.rewards.grading import GradingConfig, grade
 from inhabit.sandbox import SandboxConfig, create_provider
 from inhabit.sandbox.base import create_sandbox
-from inhabit.tasks.families.quickstart import generate, write_quick_task
+from inhabit.taskgen.families.quickstart import generate, write_quick_task
+from inhabit.taskgen.families.quickstart_expert import careless_actions, expert_actions
 from inhabit.tasks.task import load_task
-from inhabit.tasks.testrun import RUNNER_COUNTS
 
 ROOT = Path(__file__).resolve().parents[2]
 HACKS = ROOT / "bench" / "hacks"

@@ -48,7 +48,7 @@ __all__ = [
 # The one spelling of an environment id (`env_id`'s output): task.toml, the env server's wire
 # types and the store all check against it.
 ENV_ID_PATTERN = r"^sha256:[0-9a-f]{64}$"
-# What grading's seal plugin (inhabit.tasks.seal_plugin) runs on: it snapshots pytest's and
+# What grading's seal plugin (inhabit.grading.seal_plugin) runs on: it snapshots pytest's and
 # pluggy's modules and reads pluggy's hook callers (`_hookimpls`, pluggy >= 1.1; pytest 8 requires
 # pluggy >= 1.3). inhabit itself requires pytest >= 8 and its suite runs the plugin on that pytest;
 # the next major is left out until the suite has run on it.

@@ -1,7 +1,7 @@
 """One rollout of a task: sandbox from the task's workspace, the episode, grading, the record.
 
 This is what both `inhabit replay` and the orchestrator call. Grading runs on the final sandbox
-before it closes (`inhabit.rewards.grading.grade` copies it into a fresh sandbox); a group's
+before it closes (`inhabit.grading.grader.grade` copies it into a fresh sandbox); a group's
 rollouts share a `GradeCache`, so that a final workspace already graded in the group is not graded
 again. With a
 `composer` (`inhabit.rewards.compose.RewardComposer`, a run's `[reward]` table) the reward is the
@@ -41,8 +41,8 @@ async def run_rollout(
     grade_cache: Any = None,
 ) -> Trajectory:
     """Run `policy` on `task` and grade the result; with `grade_cache` (a
-    `inhabit.rewards.gradecache.GradeCache`), a final workspace already graded is not graded again."""
-    from inhabit.rewards.grading import grade
+    `inhabit.grading.gradecache.GradeCache`), a final workspace already graded is not graded again."""
+    from inhabit.grading.grader import grade
 
     cfg = config or HarnessConfig()
     t0 = time.monotonic()

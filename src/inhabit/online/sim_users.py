@@ -3,7 +3,7 @@
 A user brings a task of the quickstart family (its workspace is the user's repository, opted in
 with `.inhabit/online.toml` like a real one), runs `inhabit agent`'s steps on it against an
 endpoint, and answers the apply prompt. The answer is an oracle with noise: the change is accepted
-when the task's hidden tests pass (the real grading, `inhabit.rewards.grading.grade`, on the
+when the task's hidden tests pass (the real grading, `inhabit.grading.grader.grade`, on the
 agent's final workspace), and each answer is flipped with probability `noise`. A share of the
 population never answers: their sessions are stored without a signal, like an IDE client that
 never rates, and the online loop leaves them in the pool. A session that changed nothing has no
@@ -102,12 +102,12 @@ async def run_session(
 ) -> SessionOutcome:
     """One `inhabit agent` session of `user` on `task` in `repo`, a fresh copy of its workspace that
     the user opted in to the deployment's session store `store`."""
+    from inhabit.grading.grader import grade
     from inhabit.harness.agent import apply_changes, workspace_changes
     from inhabit.harness.loop import run_episode
     from inhabit.inference.policies import make_policy
     from inhabit.online.config import repo_opt_in
     from inhabit.online.record import record_agent_session
-    from inhabit.rewards.grading import grade
 
     shutil.copytree(task.workspace_dir, repo)
     opt_in(repo, store)

@@ -98,8 +98,8 @@ def quickstart_config(cfg: SimulateConfig) -> Any:
 
 def split_tasks(qs: Any, out: Path) -> tuple[Path, Path]:
     """The quickstart's held-out tasks, written as two folders: (users' tasks, gate tasks)."""
-    from inhabit.orchestrator.quickstart.tasks import generate, write_quick_task
-    from inhabit.orchestrator.quickstart.tasks import split_tasks as qs_split
+    from inhabit.taskgen.families.quickstart import generate, write_quick_task
+    from inhabit.taskgen.families.quickstart import split_tasks as qs_split
 
     if qs.tasks.source != "quickstart":
         raise OnlineError(f"{qs.tasks.source!r} tasks: the simulation needs tasks.source = 'quickstart'")

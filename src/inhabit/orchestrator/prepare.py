@@ -59,7 +59,7 @@ def _load_dir(path: str | None) -> list[Task]:
 
 
 def _quickstart_tasks(cfg: RunConfig, cache: Path) -> tuple[list[Any], list[Task], list[Task], list[Any]]:
-    from inhabit.orchestrator.quickstart.tasks import generate, split_tasks, write_quick_task
+    from inhabit.taskgen.families.quickstart import generate, split_tasks, write_quick_task
 
     tc = cfg.tasks
     qts = generate(tc.count, tc.seed)
@@ -77,7 +77,7 @@ def _quickstart_tasks(cfg: RunConfig, cache: Path) -> tuple[list[Any], list[Task
 
 def _multistep_tasks(cfg: RunConfig, cache: Path) -> tuple[list[Any], list[Task], list[Task]]:
     """(generated train tasks, train, held-out): the held-out split is its own packages' stream."""
-    from inhabit.tasks.families.multistep import generate, write_multistep_tasks
+    from inhabit.taskgen.families.multistep import generate, write_multistep_tasks
 
     tc = cfg.tasks
     ms_train = generate(tc.count - tc.held_out, tc.seed, "train", tc.long_share)
@@ -297,7 +297,7 @@ def _build_model(
 def _fresh_name_tasks(cfg: RunConfig, count: int) -> list[tuple[Any, Path]]:
     """(generated task, its folder) of `count` train-domain tasks under made-up names, written
     once under the run's cache (`model.bootstrap.fresh_names`)."""
-    from inhabit.tasks.families.multistep import generate, write_multistep_tasks
+    from inhabit.taskgen.families.multistep import generate, write_multistep_tasks
 
     tc = cfg.tasks
     tasks = generate(count, tc.seed, "train", tc.long_share, fresh_names=True)
@@ -327,7 +327,7 @@ def expert_examples(
     k = max(1, round(bc.share * len(train)))
     pairs = [(q, Path(t.root)) for q, t in zip(q_train[:k], train[:k], strict=True)]
     if cfg.tasks.source == "multistep":
-        from inhabit.orchestrator.quickstart.multistep_expert import ExpertStyle, multistep_transcripts
+        from inhabit.taskgen.families.multistep_expert import ExpertStyle, multistep_transcripts
 
         if bc.fresh_names:
             pairs += _fresh_name_tasks(cfg, round(bc.fresh_names * k))
@@ -339,7 +339,7 @@ def expert_examples(
             multistep_transcripts(pairs, provider, cfg.harness, tokenizer, window, seed=seed, style=style)
         )
         return trajs, [e for t in trajs for e in transcript_examples(tokenizer, t)]
-    from inhabit.orchestrator.quickstart.expert import expert_transcripts
+    from inhabit.taskgen.families.quickstart_expert import expert_transcripts
 
     trajs = asyncio.run(
         expert_transcripts(pairs, provider, cfg.harness, careless=bc.careless, seed=cfg.model.init_seed)

@@ -1,6 +1,7 @@
-"""inhabit.rewards: grading a final workspace and detecting reward hacking.
+"""inhabit.rewards: reward composition from a grade and other signals.
 
-- `grading`: `grade(task, final_sandbox, provider) -> GradeResult`, `GradingConfig`
-- `hacks`: neutralization before the run, the flag names (listed in its docstring), the code scan
-- `infra`: what counts as a test, pytest configuration, a start-up hook, a shadowing module
+- `compose`: the weighted reward of a rollout (tests, lint, diff size, judges)
+- `judge`: LLM judges scoring rubric dimensions
+
+The grade itself (sealed test runs, canaries, hack flags, the grade cache) is `inhabit.grading`'s.
 """

@@ -33,7 +33,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from inhabit.config import Config
-from inhabit.rewards.infra import has_edge_space, is_test_path
+from inhabit.grading.infra import has_edge_space, is_test_path
 from inhabit.rewards.judge import Judge, JudgeCache, JudgeConfig, JudgeResult
 from inhabit.sandbox.base import Sandbox
 

@@ -157,7 +157,7 @@ class Sandbox(abc.ABC):
         """A digest of the whole workspace as it is on disk (`hostfs.tree_digest`: names, types,
         permission bits, bytes), taken while no command runs; None where this backend does not
         give one (no isolation, or files on another machine) or the tree has what a digest could
-        miss. `inhabit.rewards.gradecache` keys gradings by it."""
+        miss. `inhabit.grading.gradecache` keys gradings by it."""
         return None
 
     @abc.abstractmethod

@@ -1,7 +1,9 @@
-"""inhabit.tasks: task directories (docs/architecture.md, "Task directory") and running their tests.
+"""inhabit.tasks: the task format (docs/architecture.md, "Task directory") and the `inhabit task` commands.
 
 - `task`: `load_task(path) -> Task`, `GradingSpec`, `TaskFormatError`
-- `testrun`: `run_tests(sandbox, command, ...) -> TestRunResult` (sealed JUnit XML, per-test outcomes)
-- `junit`: JUnit XML -> pytest node ids; `seal_plugin`: the pytest plugin copied into sandboxes
-- `check`: `check_task` behind `inhabit task check`; `build`: write task directories from Python
+- `build`: write task directories from Python (`write_task`, the calculator task)
+
+Generating tasks (builders, importers, families and their experts) lives in `inhabit.taskgen`;
+running their tests, grading and `check_task` (behind `inhabit task check`: is a task valid
+and gradable?) in `inhabit.grading`.
 """

@@ -46,7 +46,7 @@ def check(
 
     if wheelhouse is not None:  # read where the task's environment is built (inhabit.envs.task_env)
         os.environ["INHABIT_WHEELHOUSE"] = str(wheelhouse.resolve())
-    from inhabit.tasks.check import check_task
+    from inhabit.grading.check import check_task
 
     async def run():
         provider = create_provider(SandboxConfig(backend=backend))  # type: ignore[arg-type]
@@ -108,7 +108,7 @@ def _print_report(report) -> None:  # type: ignore[no-untyped-def]
 
 def register(app: typer.Typer) -> None:
     """Add this part's commands to the root app."""
-    from inhabit.tasks.builders_cli import tasks_app
+    from inhabit.taskgen.cli import tasks_app
 
     app.add_typer(task_app, name="task")
     app.add_typer(tasks_app, name="tasks")

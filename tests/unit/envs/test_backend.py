@@ -14,8 +14,8 @@ from env_fixtures import CODE, FIXED, TESTS
 from inhabit.envs.backend import backend_requirements
 from inhabit.envs.requirements import project_requirements
 from inhabit.errors import EnvError
-from inhabit.tasks.check import check_task
-from inhabit.tasks.swebench import import_swebench
+from inhabit.grading.check import check_task
+from inhabit.taskgen.swebench import import_swebench
 from inhabit.tasks.task import load_task
 
 SETUP = (

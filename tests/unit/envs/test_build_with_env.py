@@ -9,7 +9,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from inhabit.cli import app
-from inhabit.tasks.builder import BuildConfig, build_tasks
+from inhabit.taskgen.builder import BuildConfig, build_tasks
 from inhabit.tasks.task import load_task
 
 CODE = '''"""Arithmetic on top of tinydep."""

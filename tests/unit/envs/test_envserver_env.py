@@ -15,9 +15,9 @@ from env_fixtures import write_sdist
 from inhabit.envs.lock import env_id, own_python
 from inhabit.envs.store import EnvStore
 from inhabit.envs.task_env import task_environment
+from inhabit.grading.check import check_task
 from inhabit.sandbox.remote import RemoteSandboxProvider
 from inhabit.sandbox.server import BackgroundServer, EnvServerConfig, make_provider_factory
-from inhabit.tasks.check import check_task
 from inhabit.tasks.task import load_task
 
 TOKEN = "env-test-token"

@@ -11,17 +11,17 @@ from pathlib import Path
 
 import pytest
 
-import inhabit.tasks
+import inhabit.grading
 from inhabit.envs.lock import lock_requirements
 from inhabit.envs.pythons import find_python
 from inhabit.envs.requirements import project_requirements
 from inhabit.envs.task_env import task_environment, write_environment
 from inhabit.errors import EnvError
-from inhabit.tasks.check import check_task
+from inhabit.grading.check import check_task
 from inhabit.tasks.task import load_task
 
 # Its file, never imported here (importing it installs an audit hook in this process).
-PLUGIN = Path(inhabit.tasks.__file__).parent / "seal_plugin.py"
+PLUGIN = Path(inhabit.grading.__file__).parent / "seal_plugin.py"
 
 
 def _other_python() -> str:

@@ -8,8 +8,8 @@ import json
 import subprocess
 
 from env_fixtures import CODE, FIXED, PYPROJECT, TESTS
-from inhabit.tasks.check import check_task
-from inhabit.tasks.swebench import import_swebench
+from inhabit.grading.check import check_task
+from inhabit.taskgen.swebench import import_swebench
 from inhabit.tasks.task import load_task
 
 OLD_TESTS = TESTS.split("\n\n\ndef test_quadruple")[0] + "\n\n\ndef test_dep" + TESTS.split("def test_dep")[1]

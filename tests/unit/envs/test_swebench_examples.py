@@ -13,8 +13,8 @@ import pytest
 
 from inhabit.envs.pythons import find_python
 from inhabit.errors import EnvError
-from inhabit.tasks.check import check_task
-from inhabit.tasks.swebench import import_swebench
+from inhabit.grading.check import check_task
+from inhabit.taskgen.swebench import import_swebench
 from inhabit.tasks.task import load_task
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "swebench"

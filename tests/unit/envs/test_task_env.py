@@ -11,10 +11,10 @@ import pytest
 
 from inhabit.envs.store import EnvStore
 from inhabit.envs.task_env import task_environment
-from inhabit.rewards.grading import grade
+from inhabit.grading.check import check_task
+from inhabit.grading.grader import grade
 from inhabit.sandbox import SandboxConfig, create_provider
 from inhabit.sandbox.bwrap import bwrap_problem
-from inhabit.tasks.check import check_task
 from inhabit.tasks.task import load_task
 
 needs_bwrap = pytest.mark.skipif(bwrap_problem() is not None, reason=f"bwrap: {bwrap_problem()}")

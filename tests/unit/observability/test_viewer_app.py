@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from inhabit.grading import hacks
 from inhabit.observability.viewer.app import create_app
 from inhabit.observability.viewer.episode import flag_explanations
-from inhabit.rewards import hacks
 from viewer_fixtures import make_trajectory, write_run
 
 

@@ -1,38 +1,5 @@
-"""Fixtures of the orchestrator tests."""
+"""Fixtures of the orchestrator tests: see tests/expert_fixtures.py (shared with the taskgen tests)."""
 
-from __future__ import annotations
+from expert_fixtures import play_multistep_expert
 
-import asyncio
-
-import pytest
-
-from inhabit.harness.config import HarnessConfig
-from inhabit.orchestrator.quickstart.multistep_expert import ExpertStyle, multistep_transcripts
-from inhabit.sandbox import SandboxConfig, create_provider
-
-
-@pytest.fixture(scope="session")
-def play_multistep_expert():
-    """play(tasks, roots, tokenizer, seed=, grade=True, window=1024, style=) -> the scripted expert's
-    transcripts through the harness and a real sandbox, with configs/multistep.toml's harness
-    settings; `window` is the context window of the model that will imitate them (the config's)."""
-    harness = HarnessConfig(
-        max_turns=12, max_turn_tokens=128, summary_max_tokens=128, observation_max_chars=1600, max_summaries=6
-    )
-
-    def play(
-        tasks, roots, tokenizer, *, seed: int, grade: bool = True, window: int = 1024, style=ExpertStyle()
-    ):
-        async def main():
-            provider = create_provider(SandboxConfig())
-            try:
-                return await multistep_transcripts(
-                    list(zip(tasks, roots, strict=True)), provider, harness, tokenizer, window,
-                    seed=seed, grade=grade, style=style,
-                )  # fmt: skip
-            finally:
-                await provider.close()
-
-        return asyncio.run(main())
-
-    return play
+__all__ = ["play_multistep_expert"]

@@ -21,9 +21,9 @@ from inhabit.orchestrator.quickstart.bootstrap import (
     quickstart_tokenizer,
     transcript_example,
 )
-from inhabit.orchestrator.quickstart.expert import expert_transcripts
-from inhabit.orchestrator.quickstart.tasks import generate, write_quick_task
 from inhabit.sandbox import SandboxConfig, create_provider
+from inhabit.taskgen.families.quickstart import generate, write_quick_task
+from inhabit.taskgen.families.quickstart_expert import expert_transcripts
 
 
 @pytest.fixture(scope="module")

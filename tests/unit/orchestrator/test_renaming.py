@@ -23,7 +23,7 @@ from inhabit.orchestrator.quickstart.renaming import (
     renamed,
     transcript_words,
 )
-from inhabit.tasks.families.multistep import generate, write_multistep_tasks
+from inhabit.taskgen.families.multistep import generate, write_multistep_tasks
 
 WINDOW = 1024
 

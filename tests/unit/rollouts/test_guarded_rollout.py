@@ -10,10 +10,10 @@ import pytest
 from inhabit.contracts import Message, Policy, PolicyTurn
 from inhabit.harness.config import HarnessConfig
 from inhabit.harness.replay import ReplayPolicy
-from inhabit.orchestrator.quickstart.expert import expert_actions
-from inhabit.orchestrator.quickstart.tasks import generate, write_quick_task
 from inhabit.rollouts import guarded_rollout
 from inhabit.sandbox import SandboxConfig, create_provider
+from inhabit.taskgen.families.quickstart import generate, write_quick_task
+from inhabit.taskgen.families.quickstart_expert import expert_actions
 from inhabit.tasks.task import load_task
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from inhabit.rewards import hacks
-from inhabit.tasks.builder import BuildConfig, build_tasks
-from inhabit.tasks.check import check_task
+from inhabit.grading import hacks
+from inhabit.grading.check import check_task
+from inhabit.grading.testrun import run_tests
+from inhabit.taskgen.builder import BuildConfig, build_tasks
 from inhabit.tasks.task import load_task
-from inhabit.tasks.testrun import run_tests
 
 WORDS = '''"""Words, measured."""
 

@@ -145,7 +145,7 @@ def test_sandbox_table_sets_limits_over_the_run(tmp_path):
 
 async def test_sandbox_table_reaches_episode_and_grading(make_task, sandbox_provider):
     """A task's [sandbox] limits apply in the sandbox the agent works in and in grading's."""
-    from inhabit.rewards.grading import grade
+    from inhabit.grading.grader import grade
 
     check = (
         "import resource\n\ndef test_cpu():\n    assert resource.getrlimit(resource.RLIMIT_CPU)[0] == 77\n"

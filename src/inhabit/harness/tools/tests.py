@@ -1,6 +1,6 @@
 """run_tests: the task's test command (or the configured default), summarized per test.
 
-The per-test outcomes come from JUnit XML through `inhabit.tasks.testrun.run_tests` (the grading
+The per-test outcomes come from JUnit XML through `inhabit.grading.testrun.run_tests` (the grading
 part's helper), so the model sees the same facts grading will read, never a console scrape. This
 run happens in the agent's own sandbox, without the task's hidden tests: it is a tool, not grading.
 """
@@ -25,7 +25,7 @@ class RunTests(Tool):
 
     async def run(self, ctx: ToolContext, args: Mapping[str, Any]) -> Observation:
         from inhabit.errors import GradingError
-        from inhabit.tasks.testrun import run_tests
+        from inhabit.grading.testrun import run_tests
 
         selector = args.get("selector") or None
         command = ctx.test_command or await default_test_command(ctx)

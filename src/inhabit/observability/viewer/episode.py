@@ -28,8 +28,8 @@ MAX_FILE_BYTES = 2 << 20
 
 @functools.cache
 def flag_explanations() -> dict[str, str]:
-    """Each hack flag's explanation, from the flag list in `inhabit.rewards.hacks`' docstring."""
-    from inhabit.rewards import hacks
+    """Each hack flag's explanation, from the flag list in `inhabit.grading.hacks`' docstring."""
+    from inhabit.grading import hacks
 
     out: dict[str, str] = {}
     current = None
@@ -228,6 +228,6 @@ def flags(record: dict[str, Any]) -> list[tuple[str, str, bool]]:
     expl = flag_explanations()
     fatal = set((record.get("grading") or {}).get("fatal_flags") or [])
     return [
-        (f, expl.get(f, "no description in inhabit.rewards.hacks"), f in fatal)
+        (f, expl.get(f, "no description in inhabit.grading.hacks"), f in fatal)
         for f in record.get("flags") or []
     ]

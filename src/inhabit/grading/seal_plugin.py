@@ -1,0 +1,953 @@
+"""pytest plugin that inhabit loads (`-p`) into every test run it reads results from.
+
+This file is copied into the sandbox's private /tmp and imported by pytest there; it depends on
+nothing but the standard library and pytest. It is never imported by inhabit itself. It runs under
+the task environment's interpreter, which may be older than inhabit's: it keeps to Python 3.8
+(the first with audit hooks).
+
+What it does:
+  * At import (before any conftest or test module is imported) reads `cfg.json` beside this
+    file, holding a random HMAC key (and the task's test files, see below), and deletes it. The
+    report and seal live in this file's directory too, so no path or key appears in argv or the environment, and once tests run the
+    key is nowhere but in this module's memory. In pytest-xdist workers, which import this
+    plugin after the main process deleted the file, it only tags test cases.
+  * Points pytest's junitxml plugin at `report.xml` here (`config.option.xmlpath`) and tags
+    every test case with its exact node id (`inhabit_nodeid` property).
+  * Records each test's outcome itself from pytest's own reports, and at unconfigure (after the
+    XML is written) writes `seal.json`: the SHA-256 of the XML bytes, those outcomes, and an HMAC
+    over both under the key. inhabit accepts the XML only if the seal verifies and the passed
+    sets agree.
+
+  * Watches the runner (see "Runner integrity" below) and puts what it saw in the sealed body
+    (`tampering`); grading turns any of it into `runner_tampered`.
+
+Runner integrity. At import, before any conftest or workspace module is imported, this plugin
+takes an identity snapshot of the runner (every attribute of the pytest, _pytest, pluggy and
+installed-plugin modules and of their classes, every function's code and defaults; the callables
+of unittest's modules and classes, whose assertion methods decide TestCase-style outcomes) and installs
+an audit hook (`sys.addaudithook`, which cannot be removed). Reported, as "kind: detail":
+  * patched   a runner module or class attribute differs from the snapshot (checked after
+              collection, before each test's report is made, at each report and before sealing),
+              or a runner function's code or defaults do (after collection and before sealing,
+              read again only where the audit hook saw a write of some function's code or
+              defaults since the last read: every such write raises an audit event);
+              a runner or test function's code or defaults were replaced (the audit hook, at
+              once); a collected test item got a new type, function or `runtest`; a test phase
+              whose call raised was reported passed (the exception is recorded as it leaves the
+              test, so a report rewritten after it was made disagrees with it, whatever rewrote
+              it: a patch put back before the next check, a gc callback, a thread);
+  * plugin    a pytest plugin or hook implementation defined in workspace code that is not a test
+              file or conftest (registered through the plugin manager or pushed into its lists), a
+              hook implementation that is no function (a callable object carries no code to
+              judge), the plugin manager's dispatch replaced (its hook execution, by pluggy's
+              call monitoring say, or a caller in its hook relay), or a hook implementation of a
+              runner module taken out of its hook or given another function;
+  * frame     workspace code got a frame of the runner (sys._getframe, a traceback's tb_frame, a
+              frame's f_code, a generator's frame) or every thread's frames (sys._current_frames);
+  * gc        workspace code asked gc for the referrers or referents of a runner object;
+  * trace     workspace code installed sys.settrace, or a trace or profile function other than the
+              one present at start-up (coverage's), or a gc callback of code that is not installed,
+              is still installed when the runner runs;
+  * forged    workspace code compiled code under a runner or standard-library file name.
+"Workspace code" is the innermost frame on the stack that is not the standard library, this
+plugin or an installed package. The task's own test code is trusted: exactly the workspace files
+named in cfg.json's `test_files` (grading names the tests and conftests it restored, the hidden
+tests it laid over and its canaries), never a file by the name of its folder; without that list
+(a run outside grading) files named conftest.py, test_*.py or *_test.py.
+"The runner" is pytest's own packages (a single-file module such as py.py by its file alone, not
+the folder beside it), this plugin and installed plugin modules (by their functions and classes);
+other installed code loaded in the process is not. Code is "installed" by where its file is
+(the interpreter's prefixes and the import path before project code ran, outside the workspace
+and this plugin's folder), never by its module's name. A test module changing its own functions
+while it is imported (types.coroutine, a decorator) is not reported.
+Using gc.get_objects, import hooks, a profiler within a call, or sys.modules is not reported.
+
+What it does NOT protect against: code under test runs in this same process, so a determined
+attack can still reach this module's memory (clear what it recorded, read the key) through
+paths that raise no audit event (a frame's f_back, f_locals, a function's __closure__), and
+code that runs between two checks (a thread, a signal handler, a finalizer) can patch a runner
+module or class, which raises no audit event either, and undo it before the next check (a report
+rewritten so still meets the raised-but-passed check; a test kept from raising does not). That is
+why grading also plants known-answer canaries (inhabit.grading.canaries): whatever the technique,
+forcing outcomes blindly changes a canary's outcome. The seal catches the plain forgeries
+(writing the XML from a test, at import or at exit; patching the junitxml plugin; deleting the
+report).
+"""
+
+import gc
+import hashlib
+import hmac
+import json
+import operator
+import os
+import sys
+import sysconfig
+import threading
+import types
+
+import pytest
+
+_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _take_cfg():
+    """(key, test files): the HMAC key, and the workspace paths of the task's own test code
+    (None when the caller named none)."""
+    path = os.path.join(_DIR, "cfg.json")
+    try:
+        with open(path) as f:
+            cfg = json.load(f)
+        os.remove(path)
+        files = cfg.get("test_files")
+        if files is not None and not (isinstance(files, list) and all(isinstance(p, str) for p in files)):
+            files = None
+        return bytes.fromhex(cfg["key"]), files
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return b"", None
+
+
+_KEY, _TEST_FILES = _take_cfg()
+
+
+def _import_unittest(test_files):
+    """Import unittest's modules before any project code runs, so the snapshot holds them as the
+    standard library made them: the package itself always (pytest's unittest support imports it
+    anyway), its asyncio TestCase and mock (which cost tens of milliseconds) when a test file of
+    the task names them."""
+    import unittest
+
+    text = ""
+    for rel in test_files or ():
+        try:
+            with open(rel, encoding="utf-8", errors="replace") as f:
+                text += f.read()
+        except OSError:
+            continue
+    if "IsolatedAsyncioTestCase" in text:
+        import unittest.async_case
+    if "mock" in text:
+        import unittest.mock  # noqa: F401
+
+
+_import_unittest(_TEST_FILES)
+_XML = os.path.join(_DIR, "report.xml") if _KEY else None
+_SEAL = os.path.join(_DIR, "seal.json") if _KEY else None
+_OUTCOMES = {}
+# (node id, phase) of the test phases whose call raised, from the exception itself as it left the
+# test (the call phase) and from pytest's record of it when the report is about to be made.
+_RAISED = set()
+_COLLECT_ERRORS = []
+_RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
+
+
+_RUNNER_PREFIXES = ("pytest", "_pytest", "pluggy", "py", "iniconfig", "coverage", "xdist")
+# The standard library's test runner: its assertion methods and result machinery decide the
+# outcome of every TestCase-style test, so its modules and classes join the snapshot (their
+# callables only: suites set data such as `TestCase.maxDiff`). Its code keeps the standard
+# library's origin, so a frame inside it is never mistaken for the runner's own.
+_STDLIB_RUNNER = "unittest"
+_STDLIB = tuple({os.path.realpath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "platstdlib")})
+_FRAME_ATTRS = frozenset({"f_code", "tb_frame", "gi_frame", "cr_frame", "ag_frame", "gi_code"})
+_WATCH = frozenset(
+    {"sys._getframe", "object.__getattr__", "object.__setattr__", "object.__delattr__",
+     "sys._current_frames", "gc.get_referrers", "gc.get_referents", "sys.settrace", "compile",
+     "code.__new__"}
+)  # fmt: skip
+# Python 3.8 raises code.__new__ for every code object marshal loads (3.9 raises marshal.loads
+# instead), so importing a module from its .pyc looks like code made under its file name.
+_MARSHAL_RAISES_CODE_NEW = sys.version_info < (3, 9)
+_IMPORT_UNMARSHAL = frozenset({"<frozen importlib._bootstrap_external>", "<frozen zipimport>"})
+_WRITE_EVENTS = frozenset({"object.__setattr__", "object.__delattr__"})
+_FN_ATTRS = frozenset({"__code__", "__defaults__", "__kwdefaults__"})
+# What pluggy's `register` accepts as a hook implementation (it takes routines only): anything
+# else in a caller's list was pushed there by hand.
+_ROUTINES = (
+    types.FunctionType, types.BuiltinFunctionType, types.MethodDescriptorType,
+    types.WrapperDescriptorType, types.MethodWrapperType, types.ClassMethodDescriptorType,
+)  # fmt: skip
+_HOOKEXEC = operator.attrgetter("_hookexec")
+_CO_ITERABLE_COROUTINE = 0x100  # the one flag types.coroutine adds to a generator's code
+# pytest rewrites these module globals itself around every test (assertion helpers); the warnings
+# module records in `__warningregistry__` (a dict of data) which warnings a module has issued.
+_VOLATILE = frozenset(
+    {"_reprcompare", "_assertion_pass", "_config", "_pytest_diamond_inheritance_warning_shown",
+     "__abstractmethods__", "_abc_impl", "__doc__", "__warningregistry__"}
+)  # fmt: skip
+
+
+def _tracers():
+    return (
+        sys.gettrace(),
+        sys.getprofile(),
+        getattr(threading, "_trace_hook", None),
+        getattr(threading, "_profile_hook", None),
+    )
+
+
+_AFTER_COLLECTION = "after collection"
+_BEFORE_SEALING = "before sealing"
+
+
+def _same_print(print_, d):
+    """Whether the namespace `d` holds exactly the keys and objects of `print_` (keys, values)."""
+    if print_ is None or len(d) != len(print_[0]):
+        return False
+    return all(map(operator.is_, d, print_[0])) and all(map(operator.is_, d.values(), print_[1]))
+
+
+def _impls_of(caller):
+    """A hook caller's implementations: one list in current pluggy, two (wrappers apart) in 1.0."""
+    impls = getattr(caller, "_hookimpls", None)
+    if impls is None:
+        impls = list(getattr(caller, "_nonwrappers", ())) + list(getattr(caller, "_wrappers", ()))
+    return impls
+
+
+def _unbound(fn):
+    """The function under however many bound methods wrap `fn` (`fn` itself when none)."""
+    while type(fn) is types.MethodType:
+        fn = fn.__func__
+    return fn
+
+
+def _caller_impls(callers):
+    """(caller, implementation) of every hook caller in `callers`. Current pluggy's one list is
+    read directly (this runs at every check); pluggy 1.0 and older keep wrappers in a list of their
+    own (`_impls_of`)."""
+    try:
+        return [(caller, impl) for caller in callers for impl in caller._hookimpls]
+    except AttributeError:
+        return [(caller, impl) for caller in callers for impl in _impls_of(caller)]
+
+
+def _same_ns(attrs, d):
+    """Whether the namespace `d` holds exactly the keys and objects of the dict `attrs`, in order."""
+    return (
+        len(d) == len(attrs)
+        and all(map(operator.is_, d, attrs))
+        and all(map(operator.is_, d.values(), attrs.values()))
+    )
+
+
+def _code_of(obj):
+    """A function's code object, or None. Never trusts `getattr`: objects such as unittest.mock's
+    `call` answer every attribute name with a new object of their own."""
+    try:
+        code = getattr(obj, "__code__", None)
+    except Exception:
+        return None
+    return code if isinstance(code, types.CodeType) else None
+
+
+def _is_stdlib_runner(module_name):
+    return module_name.split(".")[0] == _STDLIB_RUNNER
+
+
+def _is_runner_module(name):
+    return (
+        name.split(".")[0] in _RUNNER_PREFIXES
+        or _is_stdlib_runner(name)
+        or name.startswith("pytest_")
+        or name == __name__
+    )
+
+
+class _Guard:
+    """The runner's identity snapshot and the audit hook's record (see the module docstring)."""
+
+    def __init__(self):
+        self.events = []
+        self.seen = set()
+        self.pm = None
+        self.items = {}
+        self.busy = False
+        self.cwd = os.path.realpath(os.getcwd()) + os.sep
+        # The task's own test code, exactly the files the caller laid there (grading: the restored
+        # tests, hidden tests and canaries), never guessed from a folder's name.
+        self.test_files = (
+            None
+            if _TEST_FILES is None
+            else frozenset(os.path.join(self.cwd, os.path.normpath(p)) for p in _TEST_FILES)
+        )
+        self.runner_dirs = set()
+        self.runner_files = set()
+        self.plugin_modules = set()  # installed plugins (pytest11), watched for code changes only
+        # Where installed code lives: the interpreter's prefixes and the import path as it is now,
+        # before any project code ran. Not the workspace or this plugin's directory (both
+        # writable by the code under test), nor anything above them.
+        mine = (self.cwd, os.path.realpath(_DIR) + os.sep)
+        roots = {os.path.realpath(p) + os.sep for p in (sys.prefix, sys.base_prefix, *sys.path) if p}
+        self.library_roots = tuple(
+            r for r in roots if not any(m.startswith(r) or r.startswith(m) for m in mine)
+        )
+        self.modules = {}
+        self.modules_seen = -1  # len(sys.modules) at the last look for new runner modules
+        self.prints = {}  # fingerprints of the last verification (see _verify)
+        self.classes = {}
+        self.functions = {}
+        self.tracers = _tracers()
+        # gc callbacks present at start-up (accepted, like the tracers) and at the last look.
+        self.gc_callbacks = self.gc_seen = tuple(gc.callbacks)
+        self.fn_writes = 0  # writes of a function's code or defaults seen by the audit hook
+        self.fn_checked = 0  # fn_writes when every snapshot function was last read (the snapshot)
+        self.impls_checked = None  # (fn_writes, hook implementations, their functions) last checked
+        self.runner_impls = ()  # (hook, implementation, function) of runner modules, at start-up
+        self.dispatch_ok = None  # the plugin manager's hook execution when last found runner code
+        self.files = {}
+        self.own = False  # this module joins the snapshot once it is fully defined (end of file)
+        for name, mod in list(sys.modules.items()):
+            if _is_runner_module(name) and not _is_stdlib_runner(name):
+                self.add_runner_code(mod)
+        self.snapshot()
+        sys.addaudithook(self.audit)
+
+    def note(self, kind, detail):
+        text = f"{kind}: {detail}"[:300]
+        key = text.split(" (")[0]  # one entry per finding, not per checkpoint that saw it again
+        if key not in self.seen:
+            self.seen.add(key)
+            self.events.append(text)
+
+    # -- where code comes from ----------------------------------------------------------------
+    def add_runner_code(self, mod):
+        """A package's directory, or a single-file module's file alone: `py.py` or a
+        `pytest_*.py` plugin lives directly in site-packages, whose other modules are no runner."""
+        path = getattr(mod, "__file__", None)
+        if not path:
+            return
+        path = os.path.realpath(path)
+        if os.path.basename(path).startswith("__init__."):
+            self.runner_dirs.add(os.path.dirname(path) + os.sep)
+        else:
+            self.runner_files.add(path)
+        self.files.clear()
+
+    def adopt_plugins(self, pm):
+        """Installed plugin modules (pytest11 entry points, `-p`) decide outcomes through their
+        hooks: their code joins the runner. Workspace and test plugins are judged elsewhere."""
+        for plugin in pm.get_plugins():
+            if not isinstance(plugin, type(sys)) or not getattr(plugin, "__file__", None):
+                continue
+            if plugin.__name__ not in self.modules and self.origin(plugin.__file__) == "library":
+                self.plugin_modules.add(plugin.__name__)
+                self.runner_files.add(os.path.realpath(plugin.__file__))  # the module, not its package
+                self.files.clear()
+        self.snapshot()
+
+    def is_runner_module(self, name):
+        return _is_runner_module(name) or name in self.plugin_modules
+
+    def code_only(self, module_name):
+        """Whether only a module's callables and classes are compared (see `compare`)."""
+        return module_name in self.plugin_modules or _is_stdlib_runner(module_name)
+
+    def origin(self, filename):
+        """'runner', 'stdlib', 'library', 'test' or 'workspace' for a code object's file name."""
+        kind = self.files.get(filename)
+        if kind is None:
+            kind = self.files[filename] = self._origin(filename)
+        return kind
+
+    def _origin(self, filename):
+        if filename.startswith("<frozen") or filename == __file__:
+            return "stdlib" if filename != __file__ else "runner"
+        if filename.startswith("<"):
+            return "workspace"  # exec'd or compiled text: whoever called it is on the stack below
+        path = os.path.realpath(filename)
+        if path in self.runner_files or any(path.startswith(d) for d in self.runner_dirs):
+            return "runner"
+        if not path.startswith(self.cwd):
+            # Judged by where a file is, never by its module's name: a file the code under test
+            # wrote elsewhere (/tmp, this plugin's directory) is workspace code however it is named.
+            if path.startswith(_STDLIB) and "-packages" + os.sep not in path:
+                return "stdlib"
+            return "library" if path.startswith(self.library_roots) else "workspace"
+        if self.test_files is not None:
+            return "test" if path in self.test_files else "workspace"
+        # No list (a run outside grading): pytest's default test file names, never a folder.
+        base = os.path.basename(path)
+        if (
+            base == "conftest.py"
+            or (base.startswith("test_") and base.endswith(".py"))
+            or base.endswith("_test.py")
+        ):
+            return "test"
+        return "workspace"
+
+    def culprit(self):
+        """The origin of the innermost caller that is not the standard library or an installed
+        package: 'workspace' when that is workspace code (the only origin reported)."""
+        frame = self.culprit_frame()
+        return None if frame is None else self.origin(frame.f_code.co_filename)
+
+    def culprit_frame(self):
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_code.co_filename == __file__:
+            frame = frame.f_back
+        while frame is not None and self.origin(frame.f_code.co_filename) in ("stdlib", "library"):
+            frame = frame.f_back
+        return frame
+
+    def own_change(self, fn, code, name, value):
+        """A test module changing its own function while it is being imported (a decorator
+        such as types.coroutine), or types.coroutine's flag on any test function: not tampering."""
+        if name == "__code__" and isinstance(value, types.CodeType):
+            added = value.co_flags & ~code.co_flags
+            if added == _CO_ITERABLE_COROUTINE and value == code.replace(co_flags=value.co_flags):
+                return True  # the same bytecode, now awaitable when it is a generator
+        if any(known[2] is fn for known in self.items.values()):
+            return False  # collected already: its module was imported long ago
+        # Outward from the write, only test code (a decorator), the standard library or installed
+        # code up to the body of the function's own module: no workspace or runner frame between.
+        frame = self.culprit_frame()
+        while frame is not None:
+            if frame.f_code.co_name == "<module>" and frame.f_code.co_filename == code.co_filename:
+                return True
+            if self.origin(frame.f_code.co_filename) not in ("test", "stdlib", "library"):
+                return False
+            frame = frame.f_back
+        return False
+
+    def runner_obj(self, obj):
+        if isinstance(obj, type(sys)):
+            return self.is_runner_module(obj.__name__)
+        code = _code_of(obj)
+        if code is not None:
+            return self.origin(code.co_filename) == "runner"
+        cls = obj if isinstance(obj, type) else type(obj)
+        return self.is_runner_module(getattr(cls, "__module__", "") or "")
+
+    # -- the audit hook -------------------------------------------------------------------------
+    def audit(self, event, args):
+        if event not in _WATCH:
+            return
+        if event in _WRITE_EVENTS and len(args) > 1 and type(args[1]) is str and args[1] in _FN_ATTRS:
+            # Counted even while the plugin is busy (code of the test run could run inside one of
+            # its reads): the checks that read every function's code skip the read when no such
+            # write happened since their last one.
+            self.fn_writes += 1
+        if self.busy:
+            return
+        self.busy = True  # what the hook itself touches raises events too
+        try:
+            self._audit(event, args)
+        except Exception as e:  # never break the run: report it instead
+            self.note("patched", f"integrity hook failed on {event}: {type(e).__name__}")
+        finally:
+            self.busy = False
+
+    def _audit(self, event, args):
+        if event == "object.__getattr__":
+            obj, name = args
+            if name not in _FRAME_ATTRS:
+                return
+            target = getattr(obj, name) if name != "f_code" else obj.f_code
+            code = getattr(target, "f_code", target) if name != "gi_code" else target
+            if name in ("gi_frame", "cr_frame", "ag_frame"):
+                code = getattr(obj, name[:2] + "_code", None)
+            runner = hasattr(code, "co_filename") and self.origin(code.co_filename) == "runner"
+            if runner and self.culprit() == "workspace":
+                self.note("frame", f"workspace code read {name} of runner code {code.co_name}")
+        elif event == "sys._getframe":
+            frame = args[0] if args else None
+            runner = frame is not None and self.origin(frame.f_code.co_filename) == "runner"
+            if runner and self.culprit() == "workspace":
+                self.note("frame", f"workspace code took the runner frame {frame.f_code.co_name}")
+        elif event in ("object.__setattr__", "object.__delattr__"):
+            obj, name = args[0], args[1]
+            code = _code_of(obj)
+            origin = self.origin(code.co_filename) if code is not None else None
+            if origin == "stdlib" and _is_stdlib_runner(getattr(obj, "__module__", None) or ""):
+                origin = "runner"  # unittest's functions: its assertions decide TestCase outcomes
+            if not name.startswith("__") or origin not in ("runner", "test"):
+                return
+            if origin == "test" and self.own_change(obj, code, name, args[2] if len(args) > 2 else None):
+                return
+            self.note("patched", f"{name} of {getattr(obj, '__qualname__', '?')} was replaced")
+        elif event == "sys._current_frames":
+            if self.culprit() == "workspace":
+                self.note("frame", "workspace code took every thread's frames")
+        elif event in ("gc.get_referrers", "gc.get_referents"):
+            objs = args[0] if args and isinstance(args[0], tuple) else args
+            if any(self.runner_obj(o) for o in objs) and self.culprit() == "workspace":
+                self.note("gc", f"workspace code called {event} on a runner object")
+        elif event == "sys.settrace":
+            if self.culprit() == "workspace":
+                self.note("trace", "workspace code called sys.settrace")
+        elif event in ("compile", "code.__new__"):
+            if event == "code.__new__" and _MARSHAL_RAISES_CODE_NEW and self.import_unmarshals():
+                return
+            filename = args[1] if len(args) > 1 else None
+            if isinstance(filename, (str, bytes)):
+                filename = os.fsdecode(filename)
+                named = self.origin(filename) in ("runner", "stdlib") and not filename.startswith("<")
+                if named and self.culprit() == "workspace":
+                    self.note("forged", f"workspace code compiled code named {filename}")
+
+    def import_unmarshals(self):
+        """Whether the import system is loading a module's cached bytecode (its frame called
+        marshal): on Python 3.8 each code object so loaded raises code.__new__, which 3.9 and
+        later do not; judged as on those versions (not reported)."""
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_code.co_filename == __file__:
+            frame = frame.f_back
+        return frame is not None and frame.f_code.co_filename in _IMPORT_UNMARSHAL
+
+    # -- the snapshot ---------------------------------------------------------------------------
+    def snapshot(self, force=True, reuse=None):
+        """Take runner modules not yet in the snapshot. Unforced (each verification), only when
+        sys.modules grew since the last look: a module already taken is never taken again.
+        `reuse` (a rebase: the snapshot just verified, as modules, classes, functions) makes the
+        new snapshot from the old one's records where a namespace or function is unchanged, which
+        is the same snapshot as a fresh take without reading every function again (each read of
+        a function's code or defaults raises an audit event)."""
+        if not force and len(sys.modules) == self.modules_seen:
+            return
+        self.modules_seen = len(sys.modules)
+        old_modules, old_classes, old_functions = reuse or ({}, {}, {})
+        for name, mod in list(sys.modules.items()):
+            if mod is None or not self.is_runner_module(name) or name in self.modules:
+                continue
+            if name == __name__ and not self.own:
+                continue
+            d = vars(mod)
+            old = old_modules.get(name)
+            attrs = old[1] if old is not None and old[0] is mod and _same_ns(old[1], d) else dict(d)
+            self.modules[name] = (mod, attrs)
+            for value in attrs.values():
+                if isinstance(value, type) and self.is_runner_module(value.__module__ or ""):
+                    if value not in self.classes:
+                        members = vars(value)
+                        was = old_classes.get(value)
+                        self.classes[value] = (
+                            was if was is not None and _same_ns(was, members) else dict(members)
+                        )
+                        for member in members.values():
+                            # A plain function has no __func__ (getattr would raise inside).
+                            fn = (
+                                member
+                                if type(member) is types.FunctionType
+                                else getattr(member, "__func__", member)
+                            )
+                            self._function(fn, old_functions)
+                else:
+                    self._function(value, old_functions)
+
+    def _function(self, fn, old_functions=None):
+        # The type test first: `_code_of` on any other value is a failed getattr (an exception
+        # made and dropped), and a function's record is keyed by the function itself (its hash
+        # and equality are identity's; `id()` raises an audit event), a bound method's by id.
+        if not isinstance(fn, (types.FunctionType, types.MethodType)):
+            return
+        key = fn if type(fn) is types.FunctionType else id(fn)
+        if key in self.functions:
+            return
+        known = old_functions.get(key) if old_functions else None
+        if known is not None:
+            self.functions[key] = known
+            return
+        code = _code_of(fn)
+        if code is not None:
+            self.functions[key] = (fn, code, fn.__defaults__, getattr(fn, "__kwdefaults__", None))
+
+    def verify(self, where, item=None, rebase=False):
+        if self.busy:
+            return
+        self.busy = True
+        try:
+            self._verify(where, item, rebase)
+        finally:
+            self.busy = False
+
+    def changed(self, where, label, key, value, rebase):
+        """A snapshot difference. While pytest starts (`rebase="full"`: before any conftest), its
+        own plugins patch the runner (legacypath's fspath properties): accepted unless the new
+        value is workspace code. While it configures itself (`"soft"`: conftests are imported by
+        then) only new data is accepted (pdb's plugin manager), not new runner or workspace code.
+        Afterwards every difference is reported."""
+        fn = getattr(value, "__func__", getattr(value, "fget", value))
+        code = _code_of(fn)
+        origin = self.origin(code.co_filename) if code is not None else None
+        if rebase == "full" and origin != "workspace":
+            return
+        if rebase == "soft" and origin in (None, "library"):
+            return
+        self.note("patched", f"{label}.{key} changed ({where})")
+
+    def compare(self, where, label, now, attrs, code_only, rebase, module=False):
+        # An installed plugin's own state (a current runner, a cache) changes as it works; what
+        # it calls must not, so only callables and classes are compared there.
+        if len(now) == len(attrs) and all(now.get(k, attrs) is v for k, v in attrs.items()):
+            return
+        for k in set(now) | set(attrs):
+            old, new = attrs.get(k, attrs), now.get(k, now)
+            if new is old or k in _VOLATILE or (code_only and not (callable(old) or callable(new))):
+                continue
+            if module and (old is attrs or old is None) and self.lazy_class(label, new):
+                continue
+            self.changed(where, label, k, now.get(k), rebase)
+
+    def lazy_class(self, module_name, value):
+        """Whether `value`, newly set on the runner module `module_name` where nothing (or None)
+        was, is a class the runner made itself: pytest's doctest plugin creates its runner and
+        checker classes on first use (`_pytest.doctest.RUNNER_CLASS`), unittest imports
+        `IsolatedAsyncioTestCase` on first access. Such a class's own functions all come from the
+        file of that module or of one of its submodules; code with such a file name cannot be
+        made by the code under test without raising `forged` (compile, code.__new__)."""
+        if not isinstance(value, type):
+            return False
+        home = sys.modules.get(value.__module__)
+        if home is None or not (
+            value.__module__ == module_name or value.__module__.startswith(module_name + ".")
+        ):
+            return False
+        if value.__module__ != module_name and getattr(home, value.__name__, None) is not value:
+            return False  # a submodule's class is taken only as that submodule's own export
+        path = getattr(home, "__file__", None)
+        codes = [_code_of(getattr(f, "__func__", f)) for f in vars(value).values()]
+        codes = [c for c in codes if c is not None]
+        return bool(path and codes) and all(
+            os.path.realpath(c.co_filename) == os.path.realpath(path) for c in codes
+        )
+
+    def _verify(self, where, item, rebase=False):
+        # Every namespace is first compared with what it held at the last look, by identity at C
+        # speed (`map(operator.is_, ...)`: no `id()`, which raises an audit event, and no `==`,
+        # which an object of the code under test could answer): a verification runs before and
+        # after every report, and the attribute-by-attribute walk made a trivial test 70 ms
+        # slower. Only a namespace that differs goes through the full comparison with the
+        # snapshot, which reports. The snapshot keeps the old objects alive, so what is identical
+        # was not replaced since.
+        self.snapshot(force=False)  # runner modules pytest imported since (taken as they are now)
+        prints = self.prints
+        for name, (mod, attrs) in self.modules.items():
+            d = vars(mod)
+            if not _same_print(prints.get(name), d):
+                self.compare(where, name, d, attrs, self.code_only(name), rebase, module=True)
+                prints[name] = (tuple(d), tuple(d.values()))
+        for cls, attrs in self.classes.items():
+            d = vars(cls)
+            if not _same_print(prints.get(cls), d):
+                label = f"{cls.__module__}.{cls.__qualname__}"
+                self.compare(where, label, d, attrs, self.code_only(cls.__module__), rebase)
+                prints[cls] = (tuple(d), tuple(d.values()))
+        # A function's code and defaults: reading them raises an audit event per function, so they
+        # are compared at the checkpoints only (start-up, after collection, before sealing);
+        # between them, replacing them raises `object.__setattr__`, which the audit hook reports.
+        # Each of those writes raises an audit event (Python 3.8 to 3.13 alike), so the read is
+        # skipped where none happened since the last one: nothing of them can have changed.
+        stale = []
+        checkpoint = rebase or (item is None and where in (_AFTER_COLLECTION, _BEFORE_SEALING))
+        if checkpoint and self.fn_writes != self.fn_checked:
+            self.fn_checked = self.fn_writes
+            for key, (fn, code, defaults, kwdefaults) in self.functions.items():
+                if (
+                    fn.__code__ is not code
+                    or fn.__defaults__ is not defaults
+                    or (getattr(fn, "__kwdefaults__", None) is not kwdefaults)
+                ):
+                    self.changed(where, fn.__module__, fn.__qualname__, fn, rebase)
+                    stale.append(key)
+        if rebase:
+            # A fresh snapshot of what is there now; what did not change is taken from the old.
+            for key in stale:
+                del self.functions[key]
+            reuse = (self.modules, self.classes, self.functions)
+            self.modules, self.classes, self.functions, self.prints = {}, {}, {}, {}
+            self.snapshot(reuse=reuse)
+        # Both are _tracers() 4-tuples (no zip strict=: this file also runs on Python 3.8).
+        if any(a is not b for a, b in zip(_tracers(), self.tracers)):  # noqa: B905
+            self.note("trace", f"a trace or profile function is installed while the runner runs ({where})")
+        if len(gc.callbacks) != len(self.gc_seen) or not all(map(operator.is_, gc.callbacks, self.gc_seen)):
+            self.check_gc_callbacks(where)
+        if item is not None:
+            known = self.items.get(id(item))
+            if known is not None and (
+                type(item) is not known[1]
+                or not _same_test_object(item, getattr(item, "obj", None), known[2])
+                or {"runtest", "setup", "teardown"}.intersection(vars(item))
+            ):
+                self.note("patched", f"the test item {item.nodeid} was altered")
+        if self.pm is not None:
+            # The dispatch before each report is made and at the checkpoints (not again as the
+            # report is logged): what forces a report it made meets the raised-but-passed check.
+            self.check_plugins(dispatch=item is not None or checkpoint)
+
+    def check_gc_callbacks(self, where):
+        """A gc callback runs at (almost) any allocation the runner makes, so code under test
+        that leaves one installed can patch the runner between two checks and put it back before
+        the next. Reported like a trace function left installed: one added after start-up whose
+        code is not an installed function (a callable object or a partial hides what it calls)."""
+        self.gc_seen = tuple(gc.callbacks)
+        for cb in self.gc_seen:
+            if any(cb is known for known in self.gc_callbacks):
+                continue
+            fn = _unbound(cb)
+            code = _code_of(fn) if type(fn) is types.FunctionType else None
+            if code is None or self.origin(code.co_filename) not in ("stdlib", "library", "runner"):
+                self.note(
+                    "trace",
+                    f"a gc callback of the code under test is installed while the runner runs ({where})",
+                )
+
+    def check_plugins(self, dispatch=True):
+        for plugin in self.pm.get_plugins():
+            self.check_plugin(plugin)
+        callers = list(vars(self.pm.hook).values())
+        if dispatch and not self.check_dispatch(callers):
+            return
+        impls = _caller_impls(callers)
+        # Reading a function's code raises an audit event: the same implementations (by identity)
+        # with no function code written since their last check are not read again.
+        own = [impl for _, impl in impls]
+        functions = [impl.function for impl in own]
+        last = self.impls_checked
+        if (
+            last is not None
+            and last[0] == self.fn_writes
+            and len(last[1]) == len(own)
+            and all(map(operator.is_, own, last[1]))
+            and all(map(operator.is_, functions, last[2]))
+        ):
+            return
+        self.impls_checked = (self.fn_writes, own, functions)
+        self.check_runner_impls(impls, own)
+        for caller, impl in impls:
+            fn = _unbound(impl.function)
+            if not isinstance(fn, _ROUTINES):
+                self.note("plugin", f"a {caller.name} implementation that is a {type(fn).__qualname__}")
+                continue
+            code = _code_of(fn)
+            if code is not None and self.origin(code.co_filename) == "workspace":
+                self.note("plugin", f"a {caller.name} implementation from {code.co_filename}")
+
+    def check_runner_impls(self, impls, own):
+        """The hook implementations of runner modules (pytest's own plugin modules, installed
+        plugins), as registered before the first conftest was imported, stay in their hooks with
+        their functions: a module plugin is never unregistered while the tests run, and taking out
+        `_pytest.runner`'s pytest_runtest_call (or giving it another function) passes every test
+        without a patched attribute or a plugin of the code under test."""
+        present = set(own)
+        for name, impl, fn in self.runner_impls:
+            if impl not in present or impl.function is not fn:
+                self.note(
+                    "plugin", f"the {name} implementation of {impl.plugin_name} was taken out or changed"
+                )
+
+    def take_runner_impls(self, pm):
+        """Record the runner modules' hook implementations (see check_runner_impls)."""
+        callers = list(vars(pm.hook).values())
+        impls = _caller_impls(callers)
+        self.runner_impls = [
+            (caller.name, impl, impl.function)
+            for caller, impl in impls
+            if isinstance(impl.plugin, type(sys)) and self.is_runner_module(impl.plugin.__name__)
+        ]
+
+    def check_dispatch(self, callers):
+        """Whether the plugin manager still dispatches hooks the runner's way: its hook
+        execution is runner code (pluggy's `_multicall`, or the tracing `--debug` wraps it in),
+        and every caller in its hook relay is of a runner class and executes through the plugin
+        manager. A caller or execution function of the code under test sees and rewrites every
+        hook's result without being a plugin or a hook implementation."""
+        pm = self.pm
+        inner = getattr(pm, "_inner_hookexec", None)
+        if inner is not self.dispatch_ok:
+            if self.runner_callable(inner, 4):
+                self.dispatch_ok = inner
+            else:
+                self.note("plugin", "the plugin manager's hook execution was replaced")
+        for kind in set(map(type, callers)):
+            if not self.is_runner_module(getattr(kind, "__module__", None) or ""):
+                self.note("plugin", f"a hook caller of the class {kind.__qualname__} in the hook relay")
+                return False
+        hookexec = getattr(pm, "_hookexec", None)
+        try:
+            same = hookexec is None or all(
+                map(operator.eq, map(_HOOKEXEC, callers), [hookexec] * len(callers))
+            )
+        except AttributeError:
+            same = False
+        if not same:
+            self.note("plugin", "a hook caller executes through something else than the plugin manager")
+        return True
+
+    def runner_callable(self, fn, depth):
+        """Whether `fn` is runner code and so is every function its closure holds (pluggy's
+        call monitoring wraps the execution in a closure over the callbacks it was given)."""
+        if isinstance(fn, types.MethodType):
+            fn = fn.__func__
+        code = _code_of(fn)
+        if code is None or self.origin(code.co_filename) != "runner":
+            return False
+        for cell in fn.__closure__ or ():
+            try:
+                value = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            if isinstance(value, (types.FunctionType, types.MethodType)):
+                if depth <= 0 or not self.runner_callable(value, depth - 1):
+                    return False
+            elif callable(value) and not self.runner_obj(value):
+                return False
+        return True
+
+    def check_plugin(self, plugin):
+        # (A plugin object of a class from nowhere is judged by its hook functions' code instead.)
+        if isinstance(plugin, type(sys)):
+            filename = getattr(plugin, "__file__", None) or "<module>"
+        else:
+            module = sys.modules.get(getattr(type(plugin), "__module__", "") or "")
+            filename = getattr(module, "__file__", None)
+        if filename and self.origin(filename) == "workspace":
+            self.note("plugin", f"a pytest plugin from {filename}")
+
+
+_GUARD = _Guard()
+
+
+def _note(node_id, outcome):
+    old = _OUTCOMES.get(node_id)
+    if old is None or _RANK[outcome] > _RANK[old]:
+        _OUTCOMES[node_id] = outcome
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    if _XML:
+        config.option.xmlpath = _XML
+        config.option.junitprefix = None
+    _GUARD.pm = config.pluginmanager
+    _GUARD.check_plugins()
+
+
+def pytest_load_initial_conftests(early_config):
+    # Runs after pytest's own early patches (legacypath, tryfirst) and after installed plugins
+    # were imported, before the first conftest is (Config's own implementation is trylast).
+    _GUARD.adopt_plugins(early_config.pluginmanager)
+    _GUARD.verify("while pytest started", rebase="full")
+    _GUARD.take_runner_impls(early_config.pluginmanager)
+
+
+def pytest_sessionstart(session):
+    _GUARD.verify("while pytest configured itself", rebase="soft")
+
+
+def pytest_plugin_registered(plugin):
+    _GUARD.check_plugin(plugin)
+
+
+def _same_test_object(item, obj, collected):
+    """Whether a test item's object is still the one collected. pytest's unittest support binds
+    the test function to a fresh instance of the item's own TestCase class at collection and again
+    at setup (a new bound method each time): the same function, bound so, is not a patch. (What
+    such a test calls to assert, unittest's TestCase methods, is part of the snapshot.)"""
+    if obj is collected:
+        return True
+    cls = getattr(getattr(item, "parent", None), "obj", None)
+    return (
+        isinstance(cls, type)
+        and isinstance(obj, types.MethodType)
+        and isinstance(collected, types.MethodType)
+        and obj.__func__ is collected.__func__
+        and type(obj.__self__) is cls
+        and type(collected.__self__) is cls
+    )
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items):
+    for item in items:
+        item.user_properties.append(("inhabit_nodeid", item.nodeid))
+        _GUARD.items[id(item)] = (item, type(item), getattr(item, "obj", None))
+
+
+def pytest_collection_finish(session):
+    _GUARD.verify(_AFTER_COLLECTION)
+
+
+try:
+    # New-style wrapper (pluggy 1.2+): the exception is thrown into it, with no result object in
+    # between that code of the test run could reach and clear.
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_call(item):
+        _RAISED.discard((item.nodeid, "call"))  # a rerun of the test starts clean
+        try:
+            return (yield)
+        except BaseException:
+            _RAISED.add((item.nodeid, "call"))
+            raise
+
+except (TypeError, ValueError):  # older pluggy: an old-style wrapper sees the outcome
+
+    @pytest.hookimpl(hookwrapper=True, tryfirst=True)
+    def pytest_runtest_call(item):
+        _RAISED.discard((item.nodeid, "call"))
+        outcome = yield
+        if outcome.excinfo is not None:
+            _RAISED.add((item.nodeid, "call"))
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    _GUARD.verify(item.nodeid, item)
+    if call.excinfo is not None:
+        _RAISED.add((item.nodeid, call.when))
+    yield
+
+
+def _check_raised(report):
+    """A phase whose call raised is never reported passed by pytest (an exception fails it, a
+    skip or xfail skips it): a passed report of one was rewritten after it was made."""
+    key = (report.nodeid, report.when)
+    if key in _RAISED:
+        _RAISED.discard(key)
+        if report.passed:
+            _GUARD.note("patched", f"the {report.when} of {report.nodeid} raised but was reported passed")
+
+
+def pytest_runtest_logreport(report):
+    _GUARD.verify(report.nodeid)
+    if _RAISED:
+        _check_raised(report)
+    if report.when == "call":
+        _note(report.nodeid, "passed" if report.passed else "skipped" if report.skipped else "failed")
+    elif report.failed:
+        _note(report.nodeid, "error")
+    elif report.skipped:
+        _note(report.nodeid, "skipped")
+
+
+def pytest_collectreport(report):
+    if report.failed:
+        _COLLECT_ERRORS.append(report.nodeid)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config):
+    if not _SEAL or not _KEY:
+        return
+    try:
+        with open(_XML, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        digest = ""
+    _GUARD.verify(_BEFORE_SEALING)
+    body = json.dumps(
+        {
+            "xml_sha256": digest,
+            "outcomes": _OUTCOMES,
+            "collection_errors": _COLLECT_ERRORS,
+            "tampering": _GUARD.events[:50],
+        },
+        sort_keys=True,
+    )
+    mac = hmac.new(_KEY, body.encode(), hashlib.sha256).hexdigest()
+    fd = os.open(_SEAL, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps({"body": body, "mac": mac}))
+
+
+# Everything above is defined: this module joins the runner snapshot.
+_GUARD.own = True
+_GUARD.snapshot()

@@ -1,0 +1,534 @@
+"""`inhabit tasks build`: bug-fix tasks from a real project by mutation testing in reverse.
+
+Pipeline (`build_tasks`):
+  1. copy the input (folder, git checkout, sdist) into `<out>/.build/source` (`tasks.source`);
+  2. baseline: run the whole suite in a sandbox (`--tb=no`), twice: tests that already fail are
+     dropped from everything that follows, and so are unstable tests: ids that only one of the two
+     runs reported (parametrized ids made from random values, the time, object addresses) and tests
+     whose outcome differs between them. Every run pins PYTHONHASHSEED (`testrun.HASH_SEED`), so
+     ids that follow set or dict iteration order are stable and kept. A mutant is never classified
+     by an unstable id; the build report counts them. A suite slower than `coverage_above_s` is
+     also run once under coverage to map each function to the tests that execute it
+     (`tasks.covmap`);
+  3. candidates: `per_function` mutations per function (`tasks.mutate`), seeded sample, capped
+     at `max_candidates`, deduplicated by the hash of the mutated file;
+  4. `concurrency` workers take sandboxes from a recycling `SandboxPool` (a returned sandbox is
+     restored to the pristine snapshot before its next use: a mutant may write stray files),
+     write the mutated file and run the suite (or the covering tests) with `--tb=no`; a mutant is kept when some, but not all, of the baseline's
+     passing tests fail, and confirmed on the full suite when the run was a selection;
+  5. a kept mutant becomes a task directory: workspace = the mutated project, fail_to_pass = the
+     tests it breaks (capped), pass_to_pass = a seeded sample of the rest, the instruction names
+     the failing tests and their error messages (never the fix), and `reference.patch` (the
+     reverse diff) sits at the task root, outside the agent's view; `check_task` must accept it.
+Every finished candidate is appended to `<out>/.build/state.jsonl`; a rerun with the same input and
+settings skips them (resume). `<out>/build-report.json` sums the build up.
+
+Environment (`env="auto"`, the default): the project's declared test requirements
+(`inhabit.envs.requirements`) are locked once (`<out>/.build/environment.lock`, kept for a resume),
+the environment is built or reused from the store, every sandbox of the build mounts it, and every
+written task gets the lock and its `[environment]` table. A project that declares nothing builds
+without one, as before. The report gives the environment's id, its install time and whether it was
+reused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import json
+import random
+import shutil
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+
+from inhabit.config import Config
+from inhabit.envs.lock import env_id, lock_requirements, own_python
+from inhabit.envs.requirements import project_requirements
+from inhabit.envs.store import BuiltEnv, EnvStore
+from inhabit.envs.task_env import write_environment
+from inhabit.grading.check import check_task
+from inhabit.grading.diagnose import cannot_run
+from inhabit.grading.infra import is_test_path
+from inhabit.grading.testrun import TestRunResult, run_tests
+from inhabit.log import get_logger
+from inhabit.sandbox.base import SandboxProvider, create_sandbox
+from inhabit.sandbox.pool import SandboxPool
+from inhabit.taskgen.covmap import CoverageMap, build_coverage_map
+from inhabit.taskgen.mutate import OPERATORS, Mutation, MutationSites
+from inhabit.taskgen.source import BuildError, code_files, default_command, prepare_source, tree_hash
+from inhabit.tasks.build import write_task
+
+__all__ = ["BuildConfig", "BuildError", "BuildReport", "build_tasks"]
+
+log = get_logger(__name__)
+
+
+class BuildConfig(Config):
+    """Settings of one task build (every field changes which tasks come out, so a resume checks them)."""
+
+    command: str | None = Field(None, description="Test command; None: pytest of this interpreter.")
+    plugins: bool = Field(
+        False, description="Let pytest autoload plugins (the default command turns them off)."
+    )
+    per_function: int = Field(1, ge=1, le=50, description="Mutations tried per function.")
+    max_candidates: int = Field(200, ge=1, description="Candidates tried at most (sampled over functions).")
+    operators: tuple[str, ...] = Field(OPERATORS, description="Mutation operators to use.")
+    seed: int = Field(0, description="Seed of every sample (candidates, pass_to_pass).")
+    max_fail_to_pass: int = Field(20, ge=1, description="fail_to_pass tests kept per task at most.")
+    max_pass_to_pass: int = Field(50, ge=0, description="pass_to_pass tests sampled per task at most.")
+    coverage_above_s: float = Field(
+        10.0, ge=0, description="Suites slower than this run only the tests covering the mutated function."
+    )
+    timeout_s: float | None = Field(
+        None, gt=0, description="Limit of one mutant's run; None: 3x the baseline plus 20 s."
+    )
+    check: bool = Field(True, description="Validate every written task with `inhabit task check`.")
+    stability_run: bool = Field(
+        True, description="Run the baseline a second time and drop tests whose id or outcome differs."
+    )
+    prefix: str | None = Field(None, description="Task id prefix; None: the project folder's name.")
+    env: Literal["auto", "none"] = Field(
+        "auto",
+        description="auto: an environment from the project's declared test requirements; none: inhabit's Python.",
+    )
+    extras: tuple[str, ...] | None = Field(None, description="Extras to read instead of test/tests/testing.")
+    groups: tuple[str, ...] | None = Field(None, description="Dependency groups to read instead of test/dev.")
+    requirement_files: tuple[str, ...] | None = Field(None, description="Requirements files to read instead.")
+
+
+@dataclass
+class BuildReport:
+    """What a build did; also written to `<out>/build-report.json`."""
+
+    out: str
+    project: str
+    baseline_tests: int = 0
+    baseline_failing_dropped: int = 0
+    unstable_ids_dropped: int = 0
+    """Passing baseline tests reported by only one of the two baseline runs."""
+    flaky_dropped: int = 0
+    """Tests reported by both baseline runs with different outcomes."""
+    code_file_tests_dropped: int = 0
+    """Tests that live in code files (doctests): grading restores the files of required tests, which
+    would undo a fix there, so they are never required."""
+    baseline_s: float = 0.0
+    coverage_selection: bool = False
+    candidates: int = 0
+    resumed: int = 0
+    statuses: dict[str, int] = field(default_factory=dict)
+    tasks: list[str] = field(default_factory=list)
+    elapsed_s: float = 0.0
+    mutant_s: list[float] = field(default_factory=list)
+    check_s: list[float] = field(default_factory=list)
+    env_id: str | None = None
+    env_install_s: float = 0.0
+    env_reused: bool = False
+
+    @property
+    def kept(self) -> int:
+        return self.statuses.get("kept", 0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self) | {"kept": self.kept}
+
+
+@dataclass
+class _Run:
+    """Shared state of one build."""
+
+    config: BuildConfig
+    out: Path
+    source: Path
+    command: str
+    passing: set[str]
+    timeout_s: float
+    baseline_s: float
+    cover: CoverageMap | None
+    prefix: str
+    provider: SandboxProvider
+    state_path: Path
+    report: BuildReport
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    env_lock: str | None = None  # the lock text every written task gets (None: no environment)
+    env_path: Path | None = None
+
+
+def _candidates(source: Path, config: BuildConfig) -> tuple[list[Mutation], dict[str, str]]:
+    """Seeded sample: functions in random order, `per_function` random sites each (realized, so
+    verified, only when picked), deduplicated by mutated-file hash, until `max_candidates`."""
+    rng = random.Random(config.seed)
+    texts: dict[str, str] = {}
+    groups: list[tuple[MutationSites, list]] = []
+    for rel in code_files(source):
+        try:
+            text = (source / rel).read_text()
+        except (UnicodeDecodeError, OSError):
+            continue
+        texts[rel] = text
+        sites = MutationSites(text, rel, operators=config.operators)
+        groups += [(sites, group) for _, group in sorted(sites.by_function.items())]
+    rng.shuffle(groups)
+    unique: dict[str, Mutation] = {}
+    for sites, group in groups:
+        taken = 0
+        for site in rng.sample(group, len(group)):
+            if taken == config.per_function or len(unique) == config.max_candidates:
+                break
+            m = sites.realize(site)
+            if m is not None:
+                key = m.key(texts[m.path])
+                if key not in unique:
+                    unique[key] = m
+                    taken += 1
+    return list(unique.values()), texts
+
+
+def _unstable(first: TestRunResult, second: TestRunResult) -> tuple[set[str], set[str]]:
+    """(ids that only one run reported, ids both reported with different outcomes). Only ids that
+    passed in `first` matter: the others are dropped as failing anyway. When the second run has no
+    trustworthy report, nothing can be compared and nothing is dropped."""
+    if second.integrity != "ok" or second.timed_out:
+        log.warning("the second baseline run gave no report (%s): test ids not compared", second.summary)
+        return set(), set()
+    passed = set(first.passed)
+    unstable = passed - set(second.outcomes)
+    flaky = {n for n in passed & set(second.outcomes) if second.outcomes[n] != "passed"}
+    if unstable or flaky:
+        log.info(
+            "dropped %d test id(s) that differ between two runs and %d test(s) whose outcome does "
+            "(e.g. %s)", len(unstable), len(flaky), sorted(unstable | flaky)[:3],
+        )  # fmt: skip
+    return unstable, flaky
+
+
+def _read_state(path: Path) -> tuple[dict | None, dict[str, dict]]:
+    header, done = None, {}
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue  # a line cut by a crash
+            if rec.get("kind") == "header":
+                header = rec
+            elif rec.get("kind") == "candidate":
+                done[rec["key"]] = rec
+    return header, done
+
+
+def _instruction(failing: list[str], messages: dict[str, str], total: int) -> str:
+    lines = ["Some tests of this project fail:", ""]
+    for node in failing[:5]:
+        lines.append(f"  {node}")
+        msg = " ".join((messages.get(node) or "").split())
+        if msg:
+            lines.append(f"      {msg[:300]}")
+    if total > 5:
+        lines.append(f"  ... and {total - 5} more")
+    lines += ["", "Find the bug in the project's code and fix it. Do not change the tests."]
+    return "\n".join(lines)
+
+
+async def _run_mutant(run: _Run, pool: SandboxPool, m: Mutation, text: str, full: bool):
+    selector: list[str] | None = None
+    if run.cover is not None and not full:
+        lines = range(m.function_lines[0], m.function_lines[1] + 1)
+        selector = sorted(run.cover.tests_for(m.path, lines) & run.passing)
+        if not selector:
+            return None, "uncovered"
+    # Every run gets a pristine tree: the pool restores a returned sandbox to the source snapshot
+    # before handing it out again (a mutant may leave stray files behind).
+    async with pool.acquire() as sandbox:
+        await sandbox.write_file(m.path, m.apply(text))
+        res = await run_tests(
+            sandbox, run.command, selector=selector, timeout_s=run.timeout_s, extra_args=["--tb=no"]
+        )
+    return res, None
+
+
+def _classify(run: _Run, res: TestRunResult, selected: bool) -> tuple[str, list[str], list[str]]:
+    if res.timed_out:
+        return "timeout", [], []
+    if res.integrity != "ok":
+        return "no_report", [], []
+    if not selected and not run.passing <= set(res.outcomes):
+        # Tests vanished from the report (a module that no longer imports): grading would count
+        # them as missing, not failed, and `task check` would reject the task; skip the work.
+        return "collection_error", [], []
+    considered = run.passing if not selected else run.passing & set(res.outcomes)
+    failing = sorted(n for n in considered if res.outcomes.get(n) in ("failed", "error"))
+    passing = sorted(n for n in considered if res.outcomes.get(n) == "passed")
+    if not failing:
+        return "no_failure", failing, passing
+    if not passing and not selected:
+        return "all_failed", failing, passing
+    return "kept", failing, passing
+
+
+async def _candidate(run: _Run, pool: SandboxPool, m: Mutation, text: str, key: str, index: int):
+    t0 = time.monotonic()
+    rec: dict[str, Any] = {"kind": "candidate", "key": key, "mutation": m.describe()}
+    res, status = await _run_mutant(run, pool, m, text, full=False)
+    if res is not None:
+        selected = run.cover is not None
+        status, failing, passing = _classify(run, res, selected)
+        if status == "kept" and selected:  # confirm on the full suite
+            res, _ = await _run_mutant(run, pool, m, text, full=True)
+            assert res is not None
+            status, failing, passing = _classify(run, res, False)
+        if status == "kept":
+            status, task_id = await _write(run, m, text, key, index, failing, passing, res.messages)
+            rec["task_id"] = task_id
+    rec |= {"status": status, "seconds": round(time.monotonic() - t0, 3)}
+    async with run.lock:
+        with run.state_path.open("a") as f:
+            f.write(json.dumps(rec) + "\n")
+        run.report.statuses[status] = run.report.statuses.get(status, 0) + 1
+        run.report.mutant_s.append(rec["seconds"])
+        if status == "kept":
+            run.report.tasks.append(rec["task_id"])
+
+
+async def _write(run: _Run, m: Mutation, text: str, key: str, index: int, failing, passing, messages):
+    cfg = run.config
+    rng = random.Random(f"{cfg.seed}:{key}")
+    f2p = failing[: cfg.max_fail_to_pass]
+    p2p = sorted(rng.sample(passing, min(cfg.max_pass_to_pass, len(passing))))
+    task_id = f"{run.prefix}-{index:04d}-{key[:8]}"
+    root = run.out / task_id
+    if root.exists():
+        shutil.rmtree(root)
+    shutil.copytree(run.source, root / "workspace", symlinks=True)
+    mutated = m.apply(text)
+    patch = "".join(
+        difflib.unified_diff(mutated.splitlines(True), text.splitlines(True), f"a/{m.path}", f"b/{m.path}")
+    )
+    write_task(
+        root,
+        id=task_id,
+        instruction=_instruction(failing, messages, len(failing)),
+        workspace={m.path: mutated},
+        fail_to_pass=f2p,
+        pass_to_pass=p2p,
+        command=run.command,
+        # Grading runs print full tracebacks (validation used --tb=no, which is up to ~10x faster
+        # on mutants that break many tests): leave room for that and for a loaded machine.
+        timeout_s=min(3600.0, max(120.0, 20 * run.baseline_s + 60)),
+        reference_patch=patch,
+    )
+    if run.env_lock is not None:
+        write_environment(root, run.env_lock)
+    (root / "mutation.json").write_text(json.dumps(asdict(m) | {"key": key}, indent=1))
+    if cfg.check:
+        t0 = time.monotonic()
+        report = await check_task(root, run.provider)
+        run.report.check_s.append(round(time.monotonic() - t0, 3))
+        if not report.valid:
+            log.info("task %s dropped: %s", task_id, "; ".join(report.problem_lines())[:300])
+            shutil.rmtree(root)
+            return "invalid", None
+    return "kept", task_id
+
+
+async def build_tasks(
+    src: str | Path,
+    out: str | Path,
+    provider: SandboxProvider,
+    config: BuildConfig | None = None,
+    *,
+    concurrency: int = 2,
+    progress: bool = True,
+    wheelhouse: str | Path | None = None,
+    allow_build: bool = False,
+) -> BuildReport:
+    """Build tasks from the project at `src` into `out` (see the module docstring). Resumes when
+    `out` holds the state of an earlier build of the same input with the same settings."""
+    config = config or BuildConfig()
+    t0 = time.monotonic()
+    out = Path(out).resolve()
+    work = out / ".build"
+    state_path = work / "state.jsonl"
+    header, done = _read_state(state_path)
+    source = work / "source"
+    if header is None:
+        if work.exists():
+            shutil.rmtree(work)
+        work.mkdir(parents=True)
+        prepare_source(src, source)
+    digest = tree_hash(source)
+    name = Path(src).name.removesuffix(".tar.gz").removesuffix(".tgz").removesuffix(".zip")
+    prefix = config.prefix or "".join(c if c.isalnum() or c in "._-" else "-" for c in name) or "task"
+    if header is not None and (
+        header["config"] != config.model_dump(mode="json") or header["tree"] != digest
+    ):
+        raise BuildError(
+            f"{out} holds a build with other settings or input; use another --out (or delete {work})"
+        )
+    command = config.command or default_command(source, plugins=config.plugins)
+    report = BuildReport(out=str(out), project=prefix)
+    env_lock, built = await _environment(config, source, work, wheelhouse, allow_build)
+    if built is not None:
+        report.env_id, report.env_install_s, report.env_reused = (
+            built.env_id,
+            round(built.install_s, 3),
+            built.reused,
+        )
+    env_path = built.path if built is not None else None
+
+    candidates, texts = _candidates(source, config)
+    if not candidates:
+        raise BuildError(f"no mutable code found in {src} (looked for functions in .py files outside tests)")
+    base = await create_sandbox(provider, source, env=env_path)
+    try:
+        if header is None:
+            baseline = await run_tests(base, command, timeout_s=3600, extra_args=["--tb=no"])
+            if baseline.integrity != "ok" or not baseline.passed:
+                # One cause, named once (a missing module: which requirement, which [environment]).
+                cause = cannot_run(
+                    baseline.outcomes,
+                    list(baseline.outcomes) or ["(any)"],
+                    baseline.collection_errors,
+                    integrity=baseline.integrity,
+                    output_tail=baseline.output_tail,
+                    workspace=source,
+                )
+                if cause is not None:
+                    raise BuildError(cause.message().replace("untouched workspace", "untouched project", 1))
+                raise BuildError(
+                    f"the test suite does not run on the untouched project ({baseline.summary}); "
+                    f"pass --command with a working pytest command. Output:\n{baseline.output_tail[-1500:]}"
+                )
+            unstable: set[str] = set()
+            flaky: set[str] = set()
+            if config.stability_run:
+                again = await run_tests(base, command, timeout_s=3600, extra_args=["--tb=no"])
+                unstable, flaky = _unstable(baseline, again)
+            header = {
+                "kind": "header",
+                "config": config.model_dump(mode="json"),
+                "tree": digest,
+                "command": command,
+                "passing": sorted(set(baseline.passed) - unstable - flaky),
+                "failing": sorted(n for n, o in baseline.outcomes.items() if o in ("failed", "error")),
+                "unstable": sorted(unstable),
+                "flaky": sorted(flaky),
+                "baseline_s": round(baseline.duration_s, 3),
+            }
+            with state_path.open("a") as f:
+                f.write(json.dumps(header) + "\n")
+        # A doctest's file is the code a mutant changes; as a required test its file would be
+        # restored by grading (undoing the fix) and the fix flagged as a test edit.
+        in_code = {n for n in header["passing"] if not is_test_path(n.split("::", 1)[0])}
+        passing = set(header["passing"]) - in_code
+        report.code_file_tests_dropped = len(in_code)
+        report.baseline_tests = len(passing)
+        report.baseline_failing_dropped = len(header["failing"])
+        report.unstable_ids_dropped = len(header.get("unstable", ()))
+        report.flaky_dropped = len(header.get("flaky", ()))
+        report.baseline_s = header["baseline_s"]
+        cover = None
+        if header["baseline_s"] > config.coverage_above_s:
+            cover = await build_coverage_map(base, command, timeout_s=max(600, 10 * header["baseline_s"]))
+            if cover is None:
+                log.warning("coverage map failed (is `coverage` installed?); running full suites")
+        report.coverage_selection = cover is not None
+        run = _Run(
+            config=config,
+            out=out,
+            source=source,
+            command=command,
+            passing=passing,
+            timeout_s=config.timeout_s or 3 * header["baseline_s"] + 20,
+            baseline_s=header["baseline_s"],
+            cover=cover,
+            prefix=prefix,
+            provider=provider,
+            state_path=state_path,
+            report=report,
+            env_lock=env_lock,
+            env_path=env_path,
+        )
+        report.candidates = len(candidates)
+        todo = []
+        for i, m in enumerate(candidates):
+            key = m.key(texts[m.path])
+            if key in done:
+                report.resumed += 1
+                st = done[key]["status"]
+                report.statuses[st] = report.statuses.get(st, 0) + 1
+                if st == "kept":
+                    report.tasks.append(done[key]["task_id"])
+            else:
+                stale = out / f"{prefix}-{i:04d}-{key[:8]}"
+                if stale.exists():  # written by a build that died before recording it
+                    shutil.rmtree(stale)
+                todo.append((i, m, key))
+    finally:
+        await base.close()
+    await _work(run, todo, texts, concurrency, progress)
+    report.elapsed_s = round(time.monotonic() - t0, 3)
+    report.statuses = dict(Counter(report.statuses).most_common())
+    (out / "build-report.json").write_text(json.dumps(report.to_dict(), indent=1))
+    return report
+
+
+async def _environment(
+    config: BuildConfig, source: Path, work: Path, wheelhouse: str | Path | None, allow_build: bool
+) -> tuple[str | None, BuiltEnv | None]:
+    """The build's lock text and built environment (None, None: the project declares nothing);
+    from wheels only unless `allow_build` (inhabit.envs.lock says why)."""
+    if config.env == "none":
+        return None, None
+    path = work / "environment.lock"
+    if not path.is_file():  # locked once per build; a resume keeps the first lock
+        reqs = project_requirements(
+            source, extras=config.extras, groups=config.groups, requirement_files=config.requirement_files
+        )
+        if not reqs:
+            return None, None
+        text = await asyncio.to_thread(
+            lock_requirements, reqs, wheelhouse=wheelhouse, allow_build=allow_build
+        )
+        path.write_text(text)
+    text = path.read_text()
+    eid = env_id(own_python(), text.encode())
+    built = await asyncio.to_thread(
+        EnvStore().ensure, eid, path, wheelhouse=wheelhouse, allow_build=allow_build
+    )
+    return text, built
+
+
+async def _work(run: _Run, todo, texts, concurrency: int, progress: bool) -> None:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    queue: asyncio.Queue = asyncio.Queue()
+    for item in todo:
+        queue.put_nowait(item)
+    bar = Progress(
+        TextColumn("[bold]tasks build"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+        TimeRemainingColumn(), disable=not progress,
+    )  # fmt: skip
+    bar_id = bar.add_task("", total=len(todo))
+
+    workers = max(1, min(concurrency, len(todo)))
+    pool = SandboxPool(run.provider, run.source, size=workers, recycle=True, env=run.env_path)
+
+    async def worker() -> None:
+        while not queue.empty():
+            i, m, key = queue.get_nowait()
+            try:
+                await _candidate(run, pool, m, texts[m.path], key, i)
+            except Exception as e:  # one broken candidate never stops the build
+                log.warning("candidate %s failed: %s: %s", m.describe(), type(e).__name__, e)
+                async with run.lock:
+                    run.report.statuses["error"] = run.report.statuses.get("error", 0) + 1
+            bar.update(bar_id, advance=1, description=f"kept {run.report.kept}")
+
+    async with pool:
+        with bar:
+            await asyncio.gather(*(worker() for _ in range(workers)))
