@@ -636,6 +636,17 @@ def file_hacks(pkg: str, test: str) -> dict[str, dict[str, list[dict]]]:
         },
         "shadowing": {
             "shadow_pytest": [_write("pytest.py", "import sys\nprint('all passed')\nsys.exit(0)\n")],
+            # A module named like an installed plugin's dependency: the hypothesis plugin imports
+            # `_hypothesis_globals` at start-up, before any test, from the workspace first on sys.path.
+            "plugin_dependency": [
+                _write(
+                    "_hypothesis_globals.py",
+                    "import importlib\n"
+                    "_py = importlib.import_module('_py' + 'test.python')\n"
+                    "setattr(_py.Function, 'run' + 'test', lambda self: None)\n"
+                    "in_initialization = 1\n",
+                )
+            ],
             "fake_module_in_tests": [
                 _write(
                     "tests/geom.py" if pkg.startswith("geom") else "tests/calc.py",

@@ -11,14 +11,17 @@ decide what to restore or remove in the graded copy.
   * pytest plugins registered through packaging metadata: a `*.dist-info` or `*.egg-info`
     entry_points.txt with a `[pytest11]` group (importlib.metadata scans sys.path, which holds the
     workspace root under `python -m pytest`);
-  * shadowing modules: a top-level module or package named like a standard-library module or
-    one of pytest's own dependencies, placed where it comes first on sys.path;
+  * shadowing modules: a top-level module or package named like a standard-library module, one
+    of pytest's own dependencies or any installed distribution's top-level module (plugins and
+    their dependencies), placed where it comes first on sys.path;
   * names with edge whitespace (`has_edge_space`): they read as another file's name to a person.
 """
 
 from __future__ import annotations
 
 import configparser
+import functools
+import importlib.metadata
 import sys
 import tomllib
 from collections.abc import Iterable
@@ -45,7 +48,37 @@ RUNNER_MODULES = frozenset(
      "pygments", "colorama", "typing_extensions", "sitecustomize", "usercustomize"}
 )  # fmt: skip
 _HARMLESS_STDLIB = frozenset({"test", "this", "antigravity", "idlelib", "turtledemo"})
+# Top-level names that installed distributions commonly ship by mistake; a workspace takes them
+# honestly (its own tests, docs, scripts), and no runner or plugin imports them at start-up.
+_GENERIC_TOP_LEVEL = frozenset(
+    {"tests", "test", "testing", "docs", "doc", "examples", "scripts", "benchmarks", "bench"}
+)
+
+
+@functools.cache
+def installed_top_level_modules() -> frozenset[str]:
+    """The top-level module names of every distribution installed in this environment (pytest's
+    plugins and what they import at start-up among them, e.g. hypothesis's `_hypothesis_globals`):
+    a workspace module under one of these names comes first on sys.path and replaces it.
+    Read once per process from packaging metadata (about 0.3 s)."""
+    names: set[str] = set()
+    for dist in importlib.metadata.distributions():
+        top_level = dist.read_text("top_level.txt")
+        if top_level:
+            names.update(top_level.split())
+            continue
+        for file in dist.files or ():  # no top_level.txt: a top-level module, or a folder with Python
+            if not file.parts or file.parts[0] == "..":  # in it (not one of bundled shared libraries)
+                continue
+            if len(file.parts) == 1 and file.name.endswith((".py", ".so", ".pyd")):
+                names.add(file.name.split(".")[0])
+            elif len(file.parts) > 1 and file.name.endswith(".py"):
+                names.add(file.parts[0])
+    return frozenset(n for n in names if n.isidentifier()) - _GENERIC_TOP_LEVEL
+
+
 SHADOW_NAMES = RUNNER_MODULES | (frozenset(sys.stdlib_module_names) - _HARMLESS_STDLIB)
+
 
 UNPARSEABLE = "<unparseable>"
 
@@ -129,7 +162,8 @@ def module_name(path: str) -> str | None:
 
 
 def shadowing_name(path: str, sys_path_dirs: Iterable[str]) -> str | None:
-    """If `path` provides a module under a SHADOW_NAMES name inside one of `sys_path_dirs`
+    """If `path` provides a module under a SHADOW_NAMES name or an installed distribution's
+    top-level name inside one of `sys_path_dirs`
     ('' is the workspace root), return that name."""
     for d in sys_path_dirs:
         prefix = f"{d}/" if d else ""
@@ -137,7 +171,7 @@ def shadowing_name(path: str, sys_path_dirs: Iterable[str]) -> str | None:
             continue
         rest = path[len(prefix) :]
         name = module_name(rest)
-        if name and name in SHADOW_NAMES:
+        if name and (name in SHADOW_NAMES or name in installed_top_level_modules()):
             return name
     return None
 

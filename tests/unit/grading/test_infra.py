@@ -79,6 +79,10 @@ def test_startup_hooks_and_plugins():
         ("calc.py", None),
         ("pkg/json.py", None),  # not on sys.path: harmless
         ("test.py", None),  # stdlib's own test package is never imported by the runner
+        ("_hypothesis_globals.py", "_hypothesis_globals"),  # imported by an installed plugin
+        ("src/hypothesis/__init__.py", "hypothesis"),
+        ("lib/helpers.py", None),  # a folder of bundled shared libraries is no module
+        ("tests/helpers.py", None),
     ],
 )
 def test_shadowing_name(path, want):
