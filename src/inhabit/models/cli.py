@@ -107,7 +107,7 @@ def import_(
     """Import a pretrained model (GGUF dequantized to fp32) into a servable folder; show its info."""
     from rich.console import Console
 
-    from inhabit.models.importing import ImportError_, import_model
+    from inhabit.models.importing import ModelImportError, import_model
 
     if out.exists() and not out.is_dir():
         raise typer.BadParameter(f"{out} is a file, not a folder", param_hint="--out")
@@ -116,7 +116,7 @@ def import_(
     try:
         with console.status(f"importing {src}"):
             import_model(src, out)
-    except ImportError_ as err:
+    except ModelImportError as err:
         console.print(f"error: {err}", markup=False)
         raise typer.Exit(1) from None
     console.print(f"imported {src} to {out}", markup=False)

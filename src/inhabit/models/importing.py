@@ -12,7 +12,7 @@ import importlib.util
 from pathlib import Path
 
 
-class ImportError_(ValueError):
+class ModelImportError(ValueError):
     """A source this importer cannot read; the message is one line that names why."""
 
 
@@ -21,7 +21,7 @@ def resolve_source(src: str) -> tuple[Path, str | None]:
     path = Path(src)
     if path.is_file():
         if path.suffix != ".gguf":
-            raise ImportError_(f"{src} is a file but not a .gguf")
+            raise ModelImportError(f"{src} is a file but not a .gguf")
         return path.parent, path.name
     if path.is_dir():
         if (path / "config.json").exists():
@@ -29,16 +29,16 @@ def resolve_source(src: str) -> tuple[Path, str | None]:
         ggufs = sorted(path.glob("*.gguf"))
         if len(ggufs) == 1:
             return path, ggufs[0].name
-        raise ImportError_(f"{src} has no config.json and {len(ggufs)} .gguf files (need exactly one)")
+        raise ModelImportError(f"{src} has no config.json and {len(ggufs)} .gguf files (need exactly one)")
     spec = None
     if src.replace("_", "").replace("-", "").isalnum():
         spec = importlib.util.find_spec(src.replace("-", "_"))
     if spec is None or not spec.submodule_search_locations:
-        raise ImportError_(f"{src}: no such file, folder or installed package")
+        raise ModelImportError(f"{src}: no such file, folder or installed package")
     folder = Path(next(iter(spec.submodule_search_locations)))
     ggufs = sorted(folder.glob("*.gguf"))
     if not ggufs:
-        raise ImportError_(f"package {src} carries no .gguf file")
+        raise ModelImportError(f"package {src} carries no .gguf file")
     return folder, ggufs[0].name
 
 
@@ -60,15 +60,15 @@ def check_gguf(path: Path) -> None:
     try:
         arch, quant_types = _read_gguf_header(path)
     except Exception as err:  # a corrupt header: gguf raises several types
-        raise ImportError_(f"{path} is not a readable GGUF file ({type(err).__name__})") from None
+        raise ModelImportError(f"{path} is not a readable GGUF file ({type(err).__name__})") from None
     if arch not in GGUF_SUPPORTED_ARCHITECTURES and arch not in GGUF_CONFIG_MAPPING:
-        raise ImportError_(f"{path}: architecture '{arch}' is not supported for GGUF import")
+        raise ModelImportError(f"{path}: architecture '{arch}' is not supported for GGUF import")
     from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
     known = {q.name for q in GGMLQuantizationType if q in GGML_QUANT_SIZES}
     unknown = sorted(quant_types - known)
     if unknown:
-        raise ImportError_(f"{path}: quantization {', '.join(unknown)} is not supported")
+        raise ModelImportError(f"{path}: quantization {', '.join(unknown)} is not supported")
 
 
 def end_of_turn_ids(tokenizer) -> list[int]:
@@ -97,7 +97,7 @@ def import_model(src: str, out: Path) -> Path:
         loaded = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, **kwargs)
     except (ValueError, KeyError, OSError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ImportError_(f"{src}: {first}") from None
+        raise ModelImportError(f"{src}: {first}") from None
     config = loaded.config
     if getattr(config, "quantization_config", None) is not None or gguf_file:
         # The GGUF-loaded model is flagged quantized and will not save; rebuild a plain one.
@@ -106,7 +106,7 @@ def import_model(src: str, out: Path) -> Path:
         plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
         missing, unexpected = plain.load_state_dict(loaded.state_dict(), strict=False)
         if unexpected or [k for k in missing if "lm_head" not in k]:
-            raise ImportError_(f"{src}: weights do not match {type(plain).__name__}")
+            raise ModelImportError(f"{src}: weights do not match {type(plain).__name__}")
         plain.tie_weights()
         loaded = plain
     stops = end_of_turn_ids(tokenizer)
