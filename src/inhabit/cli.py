@@ -42,6 +42,7 @@ COMMAND_MODULES = (
     "inhabit.weights.cli",
     "inhabit.evaluation.cli",
     "inhabit.orchestrator.cli",
+    "inhabit.orchestrator.specialize.cli",
     "inhabit.orchestrator.midtrain.cli",
     "inhabit.online.cli",
     "inhabit.orchestrator.scale.cli",

@@ -6,6 +6,7 @@ failing the first request with a 503, which the OpenAIPolicy must retry through)
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import socket
@@ -117,13 +118,16 @@ def agent(repo: Path, url: str, *extra: str, stdin: str = "") -> subprocess.Comp
         input=stdin,
         capture_output=True,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(SRC)},
+        env={**os.environ, "PYTHONPATH": str(SRC), "XDG_CACHE_HOME": str(repo.parent / "cache")},
         timeout=120,
     )
 
 
 def session(repo: Path) -> dict:
-    (path,) = list((repo / ".inhabit" / "sessions").glob("*.json"))
+    """The one session saved for `repo`: under the user's cache, keyed by a hash, never in the repo."""
+    (path,) = list((repo.parent / "cache" / "inhabit" / "repos").glob("*/sessions/*.json"))
+    assert path.parent.parent.name == hashlib.sha256(str(repo.resolve()).encode()).hexdigest()[:16]
+    assert not (repo / ".inhabit").exists()
     return json.loads(path.read_text())
 
 
@@ -165,4 +169,5 @@ def test_agent_with_an_unreachable_endpoint_is_an_error_of_the_command(repo: Pat
     assert out.returncode == 1, out.stderr
     assert f"error: cannot connect to http://127.0.0.1:{port}/v1" in out.stderr
     assert "Traceback" not in out.stderr
-    assert not (repo / ".inhabit").exists()  # no session: nothing happened
+    assert not (repo / ".inhabit").exists()  # nothing in the repository
+    assert not (repo.parent / "cache").exists()  # no session: nothing happened

@@ -1,6 +1,11 @@
 """`inhabit agent`'s parts: the diff between repository and sandbox, applying it,
 streaming turns to the terminal, and saving the session for online training.
 
+Sessions are saved under the user's cache, never in the repository:
+`$XDG_CACHE_HOME/inhabit/repos/<repo id>/sessions/` (`~/.cache` without XDG_CACHE_HOME), the repo id
+a hash of its resolved path (as the online store's `repo_id_of`). The one file inhabit reads from a
+repository is the one its user writes to opt in to online learning (`.inhabit/online.toml`).
+
 The agent never touches the real repository while it works: it acts on a sandbox copy. Only when
 the user accepts the final diff (or passed --yes) are the changed files written back. Caches and
 tool directories (.git, .inhabit, __pycache__, .pytest_cache, .ruff_cache, .mypy_cache, .venv,
@@ -10,6 +15,7 @@ node_modules, *.pyc) are never diffed nor applied.
 from __future__ import annotations
 
 import difflib
+import hashlib
 import json
 import os
 import secrets
@@ -38,7 +44,13 @@ EXCLUDED_DIRS = frozenset(
         "node_modules",
     }
 )
-SESSIONS_DIR = Path(".inhabit") / "sessions"
+
+
+def sessions_dir(repo: Path) -> Path:
+    """Where `inhabit agent` keeps the sessions of `repo`: under the user's cache, keyed by a hash."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    repo_id = hashlib.sha256(str(Path(repo).resolve()).encode()).hexdigest()[:16]
+    return cache / "inhabit" / "repos" / repo_id / "sessions"
 
 
 def _excluded(rel: str) -> bool:
@@ -118,8 +130,8 @@ def save_session(
     *,
     model: str,
 ) -> Path:
-    """Write the session (trajectory + the user's decision) to `<repo>/.inhabit/sessions/`."""
-    folder = repo / SESSIONS_DIR
+    """Write the session (trajectory + the user's decision) to `sessions_dir(repo)`."""
+    folder = sessions_dir(repo)
     folder.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     path = folder / f"{stamp}-{secrets.token_hex(3)}.json"

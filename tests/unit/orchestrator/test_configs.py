@@ -14,7 +14,21 @@ CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 RUN_CONFIGS = sorted(p for p in CONFIGS.glob("*.toml") if "[tasks]" in p.read_text())  # `inhabit train` runs
 
 
-EXAMPLES = sorted((CONFIGS / "examples").glob("*.toml"))
+EXAMPLES = sorted(p for p in (CONFIGS / "examples").glob("*.toml") if not p.name.startswith("specialize"))
+SPECIALIZE_EXAMPLES = sorted((CONFIGS / "examples").glob("specialize*.toml"))
+
+
+@pytest.mark.parametrize("path", SPECIALIZE_EXAMPLES, ids=lambda p: p.name)
+def test_specialize_examples_parse(path):
+    """`inhabit specialize --config` examples: a SpecializeConfig for GPUs with vLLM engines."""
+    from inhabit.orchestrator.specialize.config import SpecializeConfig
+
+    cfg = load_config(SpecializeConfig, path)
+    assert cfg.engine.backend == "vllm" and cfg.trainer.device == "cuda" and cfg.engine.device == "cuda"
+
+
+def test_a_specialize_example_ships():
+    assert SPECIALIZE_EXAMPLES
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)

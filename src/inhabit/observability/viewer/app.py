@@ -2,7 +2,7 @@
 
 Pages: `/` (runs), `/run/{id}` (curves, evaluations, config), `/run/{id}/episodes` (the filtered,
 sorted, paginated table), `/run/{id}/episode/{n}` (one episode), `/compare?runs=a&runs=b` (curves
-of several runs overlaid). `/api/run/{id}/metrics?offset=N` returns the metric points appended
+of several runs overlaid), `/run/{id}/specialize` (the report of an `inhabit specialize` run). `/api/run/{id}/metrics?offset=N` returns the metric points appended
 since byte N of metrics.jsonl, which the curves poll while a run is live.
 
 Read-only, and no URL names a file: runs are looked up by id among those given at start, episodes
@@ -136,6 +136,14 @@ def create_app(paths: list[Path], token: str | None = None) -> FastAPI:
             evals=run.evaluations(),
             charts=CHARTS,
         )
+
+    @app.get("/run/{rid}/specialize", response_class=HTMLResponse)
+    def specialize_page(rid: str) -> HTMLResponse:
+        run = run_or_404(rid)
+        report = run.specialize_report()
+        if report is None:
+            raise HTTPException(404, f"run {rid!r} is not an `inhabit specialize` run with a report")
+        return render("specialize.jinja", run=run, r=report)
 
     @app.get("/compare", response_class=HTMLResponse)
     def compare_page(runs_: list[str] = Query([], alias="runs")) -> HTMLResponse:

@@ -81,6 +81,11 @@ class Run:
     def config(self) -> dict[str, Any]:
         return _read_json(self.path / "config.json") or {}
 
+    def specialize_report(self) -> dict[str, Any] | None:
+        """The report of an `inhabit specialize` run folder (`specialize.json`), else None."""
+        report = _read_json(self.path / "specialize.json")
+        return report if isinstance(report, dict) and report.get("format") == 1 else None
+
     def config_summary(self) -> dict[str, Any]:
         """The few settings that tell runs apart at a glance."""
         c = self.config()

@@ -1,0 +1,151 @@
+"""`inhabit specialize` end to end on a tiny project the test writes (a pure-Python package of three
+modules with a pytest suite) and a tiny model built from a spec: tasks by mutation, the split by
+module, the baseline, the format bootstrap (a random model's turns never parse), RL, the gate, the
+report and its refusal to call a result better on too little evidence; the project is
+byte-identical afterwards (every file's bytes and mode); a second run reuses tasks and baseline.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from inhabit.cli import app
+
+pytestmark = pytest.mark.slow
+
+PROJECT = {
+    "pyproject.toml": '[project]\nname = "tinypkg"\nversion = "0.1"\n',
+    "tinypkg/__init__.py": '"""A tiny package."""\n',
+    "tinypkg/arith.py": (
+        "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\n"
+        "def clamp(x, lo, hi):\n    if x < lo:\n        return lo\n    if x > hi:\n        return hi\n    return x\n"
+    ),
+    "tinypkg/text.py": (
+        "def shout(s):\n    return s.upper() + '!'\n\n\ndef initials(name):\n"
+        "    return ''.join(part[0] for part in name.split())\n\n\n"
+        "def count_vowels(s):\n    return sum(1 for c in s.lower() if c in 'aeiou')\n"
+    ),
+    "tinypkg/seqs.py": (
+        "def first(xs):\n    return xs[0]\n\n\ndef last(xs):\n    return xs[-1]\n\n\n"
+        "def chunk(xs, n):\n    return [xs[i : i + n] for i in range(0, len(xs), n)]\n"
+    ),
+    "tests/test_arith.py": (
+        "from tinypkg.arith import add, clamp, sub\n\n\ndef test_add():\n    assert add(2, 3) == 5\n\n\n"
+        "def test_sub():\n    assert sub(5, 3) == 2\n\n\ndef test_clamp():\n"
+        "    assert clamp(5, 0, 3) == 3 and clamp(-1, 0, 3) == 0 and clamp(2, 0, 3) == 2\n"
+    ),
+    "tests/test_text.py": (
+        "from tinypkg.text import count_vowels, initials, shout\n\n\ndef test_shout():\n"
+        "    assert shout('hi') == 'HI!'\n\n\ndef test_initials():\n    assert initials('Ada Lovelace') == 'AL'\n\n\n"
+        "def test_vowels():\n    assert count_vowels('Banana') == 3\n"
+    ),
+    "tests/test_seqs.py": (
+        "from tinypkg.seqs import chunk, first, last\n\n\ndef test_first_last():\n"
+        "    assert first([1, 2, 3]) == 1 and last([1, 2, 3]) == 3\n\n\ndef test_chunk():\n"
+        "    assert chunk([1, 2, 3, 4, 5], 2) == [[1, 2], [3, 4], [5]]\n"
+    ),
+}
+
+OVERRIDES = [
+    "tasks.max_candidates=24", "tasks.env=none", "tasks.held_out_share=0.4",
+    "eval.max_tasks=3", "eval.samples=1", "eval.concurrency=4",
+    "harness.max_turns=4", "harness.max_turn_tokens=24",
+    "engine.max_model_len=1024", "engine.max_batch_size=16",
+    "rollout.group_size=2", "rollout.tasks_per_step=1", "rollout.concurrency=4", "rollout.max_tokens=24",
+    "rollout.train_zero_advantage=true", "trainer.lr=1e-3", "rl_max_steps=2", "threads=1",
+    "bootstrap.max_steps=4", "bootstrap.check_every=2", "bootstrap.transcripts=4", "bootstrap.probe_turns=2",
+    "bootstrap.batch_size=2", "bootstrap.lr=1e-3",
+]  # fmt: skip
+
+
+def tree_fingerprint(root: Path) -> dict[str, tuple[str, int]]:
+    """Every entry under `root`: its content hash (files, links) and its mode."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        st = p.lstat()
+        data = os.readlink(p).encode() if p.is_symlink() else p.read_bytes() if p.is_file() else b"dir"
+        out[p.relative_to(root).as_posix()] = (hashlib.sha256(data).hexdigest(), st.st_mode)
+    return out
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "tinypkg-0.1"
+    for rel, text in PROJECT.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+@pytest.fixture
+def tiny_model(tmp_path: Path) -> Path:
+    from inhabit.models.tiny import save_model_folder
+    from inhabit.orchestrator.config import ModelConfig
+    from inhabit.orchestrator.prepare import build_start_model
+
+    spec = {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1,
+            "intermediate_size": 64, "max_position_embeddings": 1024}  # fmt: skip
+    model, tok = build_start_model(ModelConfig(spec=spec, tokenizer="quickstart"))
+    return save_model_folder(model, tok, tmp_path / "tiny-model")
+
+
+def specialize(project: Path, model: Path, out: Path, *extra: str):  # type: ignore[no-untyped-def]
+    args = ["specialize", str(project), "--model", str(model), "--out", str(out), "--budget", "20m",
+            "--progress", "plain", *OVERRIDES, *extra]  # fmt: skip
+    return CliRunner().invoke(app, args)
+
+
+def test_specialize_end_to_end_on_a_tiny_project(tmp_path: Path, project: Path, tiny_model: Path) -> None:
+    before = tree_fingerprint(project)
+    out = tmp_path / "run"
+    result = specialize(project, tiny_model, out)
+    assert result.exit_code == 0, result.output
+    assert tree_fingerprint(project) == before  # nothing written into REPO
+
+    state = json.loads((out / "state.json").read_text())
+    steps = state["steps"]
+    assert all(
+        steps[s]["status"] == "done" for s in ("tasks", "baseline", "bootstrap", "rl", "final", "report")
+    )
+    tasks = steps["tasks"]["result"]
+    # split by module: no module has tasks on both sides
+    from inhabit.orchestrator.specialize.split import module_of
+
+    sides = {}
+    for side in ("train", "held_out"):
+        for t in tasks[side]:
+            sides.setdefault(module_of(out / "tasks" / "built" / t), set()).add(side)
+    assert sides and all(len(v) == 1 for v in sides.values())
+    assert tasks["train"] and tasks["held_out"]
+
+    boot = steps["bootstrap"]["result"]  # a random model's turns do not parse: the bootstrap runs
+    assert steps["baseline"]["result"]["summary"]["parse"]["rate"] < 0.5 and boot["ran"]
+    assert boot["probes"] and (out / "bootstrap" / "model" / "config.json").is_file()
+    assert steps["rl"]["result"]["ran"] and steps["rl"]["result"]["steps"] == 2
+
+    report = json.loads((out / "report.json").read_text())
+    assert report["verdict"] != "better" and report["claim"].startswith("NOT called better")
+    assert report["before"]["episodes"] == report["after"]["episodes"] == 3
+    assert {"tasks", "baseline", "bootstrap", "rl", "final"} <= set(report["wall_s"])
+    assert report["serve"] == f"inhabit serve --model {out.resolve() / 'model'}"
+    assert (out / "model" / "config.json").is_file() and not (out / "model" / "optimizer.pt").exists()
+    assert (out / "specialize.json").is_file()
+    assert "verdict: NOT called better" in result.output and "inhabit serve --model" in result.output
+
+    # a second run reuses tasks, environment, baseline and bootstrap; RL runs again (here: none, so
+    # the candidate the gate measures is the bootstrapped model)
+    built = (out / "tasks" / "built").stat().st_mtime_ns
+    again = specialize(project, tiny_model, out, "rl_max_steps=0")
+    assert again.exit_code == 0, again.output
+    assert "reusing from" in again.output and "tasks, baseline, bootstrap" in again.output
+    assert (out / "tasks" / "built").stat().st_mtime_ns == built
+    again_state = json.loads((out / "state.json").read_text())["steps"]
+    assert again_state["rl"]["result"]["ran"] is False
+    assert again_state["final"]["result"]["candidate"] == boot["model"]
+    assert tree_fingerprint(project) == before

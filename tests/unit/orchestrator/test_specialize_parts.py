@@ -1,0 +1,114 @@
+"""The pure parts of `inhabit specialize`: the split by module, the intervals and the refusal to
+call a result better, the resumable state, the budget."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from inhabit.errors import ConfigError, OrchestratorError
+from inhabit.orchestrator.specialize.config import parse_budget, plan
+from inhabit.orchestrator.specialize.split import module_of, split_by_module
+from inhabit.orchestrator.specialize.state import RunState
+from inhabit.orchestrator.specialize.stats import difference_interval, verdict, wilson
+
+
+def built(tmp_path: Path, modules: dict[str, int]) -> list[Path]:
+    """Task folders as `inhabit tasks build` writes them: `mutation.json` names the mutated file."""
+    dirs = []
+    for module, n in modules.items():
+        for i in range(n):
+            d = tmp_path / f"{module.replace('/', '_')}-{i}"
+            d.mkdir()
+            (d / "mutation.json").write_text(json.dumps({"path": module, "operator": "x"}))
+            dirs.append(d)
+    return dirs
+
+
+def test_split_keeps_every_module_on_one_side(tmp_path: Path) -> None:
+    dirs = built(tmp_path, {"pkg/a.py": 5, "pkg/b.py": 3, "pkg/c.py": 4, "pkg/d.py": 2, "pkg/e.py": 6})
+    s = split_by_module(dirs, held_out_share=0.3, seed=0)
+    assert set(s.train) | set(s.held_out) == {d.name for d in dirs} and not set(s.train) & set(s.held_out)
+    side = {d.name: ("held-out" if d.name in s.held_out else "train") for d in dirs}
+    for d in dirs:
+        assert side[d.name] == s.modules[module_of(d)]
+    assert 0.3 * len(dirs) <= len(s.held_out) < len(dirs)
+    assert split_by_module(list(reversed(dirs)), 0.3, seed=0) == s  # independent of the build's order
+    assert any(split_by_module(dirs, 0.3, seed=k).held_out != s.held_out for k in range(1, 6))
+
+
+def test_split_keeps_a_train_module_and_needs_two(tmp_path: Path) -> None:
+    two = built(tmp_path, {"a.py": 1, "b.py": 9})
+    s = split_by_module(two, held_out_share=0.9)
+    assert s.train and s.held_out
+    one = [d for d in two if module_of(d) == "a.py"]
+    with pytest.raises(OrchestratorError, match="needs two or more"):
+        split_by_module(one)
+
+
+def test_a_task_without_mutation_json_is_its_own_module(tmp_path: Path) -> None:
+    (tmp_path / "t1").mkdir()
+    assert module_of(tmp_path / "t1") == "<task t1>"
+
+
+def test_wilson_interval() -> None:
+    lo, hi = wilson(0, 10)
+    assert lo == 0.0 and 0.1 < hi < 0.3
+    lo, hi = wilson(5, 10)
+    assert lo < 0.5 < hi and abs((0.5 - lo) - (hi - 0.5)) < 1e-9
+    assert wilson(50, 100)[1] - wilson(50, 100)[0] < hi - lo  # more samples, narrower
+
+
+def test_the_verdict_refuses_better_when_the_interval_holds_zero() -> None:
+    tasks = [f"t{i}" for i in range(20)]
+    before = dict.fromkeys(tasks, 0.0)
+    # 4 of 20 tasks improved: a real but noisy gain, the interval is above 0
+    gain = difference_interval(before, {t: (1.0 if i < 4 else 0.0) for i, t in enumerate(tasks)})
+    assert gain["low"] > 0 and verdict(gain) == "better"
+    # one task up, one down: no change the data can see
+    mixed = difference_interval(before | {"t1": 1.0}, before | {"t0": 1.0})
+    assert mixed["low"] < 0 < mixed["high"] and verdict(mixed) == "no measurable change"
+    worse = difference_interval(
+        dict.fromkeys(tasks, 1.0), {t: (0.0 if i < 6 else 1.0) for i, t in enumerate(tasks)}
+    )
+    assert verdict(worse) == "worse"
+    few = difference_interval({"a": 0.0, "b": 0.0}, {"a": 1.0, "b": 1.0})
+    assert few["low"] > 0 and verdict(few) == "too few held-out tasks"
+    assert verdict(difference_interval({}, {})) == "not measured"
+
+
+def test_state_resumes_and_a_second_run_reuses_tasks_and_baseline(tmp_path: Path) -> None:
+    keys = {"repo": "r1", "tasks": "t", "model": "m", "eval": "e", "bootstrap": "b", "config": "c"}
+    st = RunState(tmp_path / "state.json")
+    st.adopt(keys, resume=False)
+    for name in ("tasks", "baseline", "bootstrap", "rl"):
+        st.start(name)
+        st.finish(name, {"note": name})
+    st.start("final")  # cut short (Ctrl-C)
+    st.charge("final")
+
+    resumed = RunState(tmp_path / "state.json")
+    assert resumed.adopt(keys, resume=True) == ["tasks", "baseline", "bootstrap", "rl"]
+    assert resumed.step("final")["status"] == "started"  # runs again, resuming its own records
+
+    second = RunState(tmp_path / "state.json")
+    assert second.adopt(keys | {"config": "c2"}, resume=False) == ["tasks", "baseline", "bootstrap"]
+    assert not second.step("rl") and second.elapsed() == 0.0  # reused time is not this run's
+
+    other_model = RunState(tmp_path / "state.json")
+    assert other_model.adopt(keys | {"model": "m2"}, resume=True) == ["tasks"]
+    other_repo = RunState(tmp_path / "state.json")
+    assert other_repo.adopt(keys | {"repo": "r2"}, resume=True) == []
+
+
+def test_budget_parsing_and_split() -> None:
+    assert parse_budget("2h") == 7200 and parse_budget("1h30m") == 5400 and parse_budget("90m") == 5400
+    assert parse_budget("600") == 600 and parse_budget("45m") == 2700
+    for bad in ("soon", "2x", "30s", "1h 2"):
+        with pytest.raises(ConfigError, match="--budget"):
+            parse_budget(bad)
+    p = plan(3600)
+    assert p.share_s("tasks") + p.share_s("baseline") + p.share_s("bootstrap") < 3600
+    assert "RL: the rest" in p.lines()[0]
