@@ -2,7 +2,7 @@
 
 One `Trajectory` per rollout, one JSON object each (`to_json` / `from_json` round-trip exactly).
 The harness writes it, grading fills reward, parts and flags, the orchestrator and trainer read it,
-and `inhabit agent` saves it under `.inhabit/sessions/` for online training.
+and `inhabit agent` saves it under the user's cache (`harness.agent.sessions_dir`) for online training.
 
 Each context `Segment` (the span between two self-summaries) is its own training sample: it holds
 the messages of that context and the model turns generated in it, with the token ids, logprobs,
