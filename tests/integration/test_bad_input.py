@@ -66,6 +66,17 @@ CASES = [
          "does not exist", 1, ("{tmp}/ev",)),
     Case("eval-missing-key", (*EVAL, "--model", "{openai}/v1", "--served-model", "served"),
          "refused the API key", 1, ("{tmp}/ev",)),
+    # inhabit specialize: inputs that cannot work are refused before any work, nothing written
+    Case("specialize-no-repo", ("specialize", "{tmp}/nope", "--model", "{tmp}", "--out", "{tmp}/sp"),
+         "does not exist", 2, ("{tmp}/sp",)),
+    Case("specialize-model-file", ("specialize", "{repo}", "--model", "{file}", "--out", "{tmp}/sp"),
+         "give a model folder", 2, ("{tmp}/sp",)),
+    Case("specialize-out-in-repo", ("specialize", "{repo}", "--model", "{tmp}", "--out", "{repo}/run"),
+         "lies inside REPO", 2, ("{repo}/run",)),
+    Case("specialize-bad-budget", ("specialize", "{repo}", "--model", "{tmp}", "--budget", "soon"),
+         "--budget", 2, ("{tmp}/runs",)),
+    Case("specialize-resume-nothing", ("specialize", "{repo}", "--model", "{tmp}", "--out", "{tmp}/sp", "--resume"),
+         "no run to resume", 2),
     # weight stores that are not there
     Case("weights-verify-missing", ("weights", "verify", "{tmp}/no-store"), "no weight store at"),
     Case("weights-log-missing", ("weights", "log", "{tmp}/no-store"), "no weight store at"),

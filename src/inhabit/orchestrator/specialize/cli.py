@@ -46,9 +46,9 @@ def register(app: typer.Typer) -> None:
         cfg = load_config(SpecializeConfig, config, overrides or [])
         name = repo.name.removesuffix(".tar.gz").removesuffix(".tgz").removesuffix(".zip") or "repo"
         out = out or Path("runs") / f"specialize-{name}"
-        check_inputs(repo, model, out)
         if resume and not (out / "state.json").is_file():
             raise typer.BadParameter(f"{out} holds no run to resume (no state.json)", param_hint="--resume")
+        check_inputs(repo, model, out)
         display = SpecializeDisplay(progress)  # type: ignore[arg-type]
         with display:
             try:

@@ -66,16 +66,16 @@ def check_inputs(repo: Path, model: Path, out: Path) -> None:
 
     if not repo.exists():
         raise ConfigError(f"REPO {repo} does not exist: give a project folder, a git checkout or an sdist")
+    if repo.is_dir() and (out.resolve() == repo.resolve() or repo.resolve() in out.resolve().parents):
+        raise ConfigError(
+            f"--out {out} lies inside REPO: specialize writes nothing into REPO; choose another --out"
+        )
     if not model.is_dir():
         raise ConfigError(
             f"--model {model}: give a model folder (config.json + weights); a model shipped in a package "
             "is imported into a folder first (`inhabit model import`)"
         )
     check_model_folder(model)
-    if repo.is_dir() and (out.resolve() == repo.resolve() or repo.resolve() in out.resolve().parents):
-        raise ConfigError(
-            f"--out {out} lies inside REPO: specialize writes nothing into REPO; choose another --out"
-        )
 
 
 def _digest(*parts: Any) -> str:
@@ -98,6 +98,25 @@ def input_keys(inp: Inputs) -> dict[str, str]:
         "bootstrap": _digest(c.bootstrap.model_dump(mode="json")),
         "config": _digest(c.model_dump(mode="json"), inp.budget_s),
     }
+
+
+def _project_digest(repo: Path) -> str:
+    """What the tasks are built from: an archive's bytes, or a folder's files (paths and bytes)
+    outside version-control and cache folders (a checkout's .git history is not its code)."""
+    from inhabit.tasks.source import _SKIP_DIRS
+
+    h = hashlib.sha256()
+    if not repo.is_dir():
+        h.update(repo.read_bytes())
+        return h.hexdigest()[:16]
+    for dirpath, dirnames, filenames in os.walk(repo):
+        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
+        for name in sorted(filenames):
+            p = Path(dirpath) / name
+            if p.is_file() and not p.is_symlink():
+                h.update(p.relative_to(repo).as_posix().encode() + b"\0")
+                h.update(hashlib.sha256(p.read_bytes()).digest())
+    return h.hexdigest()[:16]
 
 
 def copy_model(src: Path, dst: Path) -> Path:
