@@ -116,7 +116,8 @@ def parse_budget(text: str) -> float:
 
 
 SHARES = {"tasks": 0.25, "baseline": 0.15, "bootstrap": 0.15}
-"""The budget's split: these steps get at most their share; RL gets what is left after them,
+"""The budget's split: the task build and the bootstrap stop at their share; the baseline is
+sized by its counts (a cut evaluation would compare fewer tasks on one side); RL gets what is left,
 minus the final evaluation's expected time (the baseline's measured one: the same tasks)."""
 
 
@@ -131,7 +132,7 @@ class BudgetPlan:
         """The split as stated up front."""
         m = self.total_s / 60
         return [
-            f"budget {m:.0f} min: tasks <= {SHARES['tasks']:.0%} (bounded by tasks.max_candidates), "
+            f"budget {m:.0f} min: tasks <= {SHARES['tasks']:.0%} (the build stops there, or at tasks.max_candidates), "
             f"baseline <= {SHARES['baseline']:.0%} (bounded by eval.max_tasks x eval.samples), "
             f"format bootstrap <= {SHARES['bootstrap']:.0%} (only when calls do not parse), "
             "RL: the rest, less the final evaluation's expected time (the baseline's)"

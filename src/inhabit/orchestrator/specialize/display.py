@@ -61,7 +61,7 @@ class SpecializeDisplay(RunDisplay):
 
     def end(self, name: str, note: str) -> None:
         if self._progress is not None:
-            self._progress.update(self._rows[name], completed=1, description=note)
+            self._progress.update(self._rows[name], total=1, completed=1, description=note)
             self._progress.stop_task(self._rows[name])
         self.say(f"[{name}] {note}")
 

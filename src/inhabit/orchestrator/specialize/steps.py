@@ -205,12 +205,18 @@ class Specialize:
             finally:
                 await provider.close()
 
-        report = asyncio.run(go())
-        dirs = [built / t for t in report.tasks]
+        share = max(60.0, self.plan.share_s("tasks") - self.state.step("tasks").get("elapsed_s", 0.0))
+        try:
+            report = asyncio.run(asyncio.wait_for(go(), share))
+            ids, cut, candidates, env_id = report.tasks, False, report.candidates, report.env_id
+        except TimeoutError:  # the build's share of the budget is spent: keep the tasks it finished
+            ids, cut, candidates, env_id = _kept_so_far(built), True, None, None
+            self.display.say(f"task build stopped at its share of the budget ({share / 60:.1f} min)")
+        dirs = [built / t for t in ids if (built / t / "task.toml").is_file()]
         if not dirs:
             raise OrchestratorError(
-                f"no task could be built from {self.inp.repo} ({report.candidates} mutants tried; see "
-                f"{built / 'build-report.json'}): a project needs a pytest suite that catches its mutants"
+                f"no task could be built from {self.inp.repo} (see {built / '.build' / 'state.jsonl'}): "
+                "a project needs a pytest suite that catches its mutants, and time to build them (--budget)"
             )
         split = split_by_module(dirs, tc.held_out_share, tc.seed)
         for side, ids in (("train", split.train), ("held-out", split.held_out)):
@@ -221,8 +227,8 @@ class Specialize:
                 (folder / t).symlink_to(Path("..") / "built" / t)
         held_modules = sum(v == "held-out" for v in split.modules.values())
         return {
-            "built": len(dirs), "candidates": report.candidates, "train": split.train,
-            "held_out": split.held_out, "modules": split.modules, "env_id": report.env_id,
+            "built": len(dirs), "candidates": candidates, "cut_by_budget": cut, "train": split.train,
+            "held_out": split.held_out, "modules": split.modules, "env_id": env_id,
             "note": f"{len(dirs)} tasks: {len(split.train)} train, {len(split.held_out)} held-out "
             f"({held_modules} of {len(split.modules)} modules held out)",
         }  # fmt: skip
@@ -351,6 +357,22 @@ class Specialize:
         for line in render_report(rep):
             self.display.say(line)
         return rep | {"note": rep["verdict"]}
+
+
+def _kept_so_far(built: Path) -> list[str]:
+    """Task ids an interrupted build recorded as kept (`.build/state.jsonl`: a kept task's folder
+    is complete and checked before its line is written)."""
+    ids = []
+    state = built / ".build" / "state.jsonl"
+    if state.is_file():
+        for line in state.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if rec.get("status") == "kept" and rec.get("task_id"):
+                ids.append(rec["task_id"])
+    return ids
 
 
 def _flags_of(path: Path) -> dict[str, int]:
