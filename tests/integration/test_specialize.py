@@ -146,6 +146,9 @@ def test_specialize_end_to_end_on_a_tiny_project(tmp_path: Path, project: Path, 
     assert "reusing from" in again.output and "tasks, baseline, bootstrap" in again.output
     assert (out / "tasks" / "built").stat().st_mtime_ns == built
     again_state = json.loads((out / "state.json").read_text())["steps"]
-    assert again_state["rl"]["result"]["ran"] is False
+    assert again_state["rl"]["result"]["ran"] is False and not (out / "rl").exists()
     assert again_state["final"]["result"]["candidate"] == boot["model"]
+    # the final evaluation ran afresh on the new candidate: no record of the first run's is reused
+    finals = [json.loads(line) for line in (out / "final" / "records.jsonl").read_text().splitlines()]
+    assert len(finals) == 3
     assert tree_fingerprint(project) == before

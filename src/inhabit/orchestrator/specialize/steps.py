@@ -50,6 +50,16 @@ NOT_MODEL_FILES = frozenset(
 """Files of a checkpoint or cached model folder that a served model does not need."""
 
 
+STEP_FOLDERS = {
+    "tasks": "tasks",
+    "baseline": "baseline",
+    "bootstrap": "bootstrap",
+    "rl": "rl",
+    "final": "final",
+}
+"""Each step's files in the run folder (removed when the step starts afresh, kept for a resume)."""
+
+
 @dataclass(frozen=True)
 class Inputs:
     repo: Path
@@ -148,6 +158,9 @@ class Specialize:
 
             torch.set_num_threads(self.cfg.threads)
         kept = self.state.adopt(input_keys(self.inp), resume=self.inp.resume)
+        for name, folder in STEP_FOLDERS.items():  # a step run afresh must not resume another's files
+            if not self.state.step(name):
+                shutil.rmtree(self.run / folder, ignore_errors=True)
         (self.run / "config.json").write_text(
             json.dumps(
                 {"specialize": self.cfg.model_dump(mode="json"), "repo": str(self.inp.repo),
