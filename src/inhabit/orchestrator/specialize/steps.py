@@ -94,7 +94,7 @@ def _digest(*parts: Any) -> str:
 
 def input_keys(inp: Inputs) -> dict[str, str]:
     from inhabit.orchestrator.prepare import _folder_digest
-    from inhabit.tasks.source import tree_hash
+    from inhabit.taskgen.source import tree_hash
 
     repo = (
         tree_hash(inp.repo) if inp.repo.is_dir() else hashlib.sha256(inp.repo.read_bytes()).hexdigest()[:16]
@@ -113,7 +113,7 @@ def input_keys(inp: Inputs) -> dict[str, str]:
 def _project_digest(repo: Path) -> str:
     """What the tasks are built from: an archive's bytes, or a folder's files (paths and bytes)
     outside version-control and cache folders (a checkout's .git history is not its code)."""
-    from inhabit.tasks.source import _SKIP_DIRS
+    from inhabit.taskgen.source import _SKIP_DIRS
 
     h = hashlib.sha256()
     if not repo.is_dir():
@@ -203,7 +203,7 @@ class Specialize:
     # ---- steps
     def tasks(self) -> dict[str, Any]:
         from inhabit.sandbox import create_provider
-        from inhabit.tasks.builder import BuildConfig, build_tasks
+        from inhabit.taskgen.builder import BuildConfig, build_tasks
 
         tc = self.cfg.tasks
         built = self.run / "tasks" / "built"
@@ -412,9 +412,9 @@ def format_bootstrap(
     from inhabit.models.loading import load_model
     from inhabit.models.tiny import save_model_folder
     from inhabit.orchestrator.quickstart.bootstrap import train_bootstrap, transcript_example
-    from inhabit.orchestrator.quickstart.expert import expert_transcripts
-    from inhabit.orchestrator.quickstart.tasks import generate, write_quick_task
     from inhabit.sandbox import create_provider
+    from inhabit.taskgen.families.quickstart import generate, write_quick_task
+    from inhabit.taskgen.families.quickstart_expert import expert_transcripts
     from inhabit.tasks.task import load_task
 
     bc = cfg.bootstrap
