@@ -70,7 +70,7 @@ CASES = [
     Case("specialize-no-repo", ("specialize", "{tmp}/nope", "--model", "{tmp}", "--out", "{tmp}/sp"),
          "does not exist", 2, ("{tmp}/sp",)),
     Case("specialize-model-file", ("specialize", "{repo}", "--model", "{file}", "--out", "{tmp}/sp"),
-         "give a model folder", 2, ("{tmp}/sp",)),
+         "is a file but not a .gguf", 2, ("{tmp}/sp",)),
     Case("specialize-out-in-repo", ("specialize", "{repo}", "--model", "{tmp}", "--out", "{repo}/run"),
          "lies inside REPO", 2, ("{repo}/run",)),
     Case("specialize-bad-budget", ("specialize", "{repo}", "--model", "{tmp}", "--budget", "soon"),

