@@ -61,6 +61,8 @@ CASES = [
          "does not exist", 1, ("{repo}/.inhabit",)),
     Case("agent-missing-key", (*AGENT, "--model", "{openai}/v1", "--model-name", "served"),
          "refused the API key", 1, ("{repo}/.inhabit",)),
+    Case("eval-turn-tokens-too-few", (*EVAL, "--model", "{down}/v1", "--max-turn-tokens", "8"),
+         "--max-turn-tokens", 2, ("{tmp}/ev",), forbid="Traceback"),
     Case("eval-server-down", (*EVAL, "--model", "{down}/v1"), "cannot connect to", 1, ("{tmp}/ev",)),
     Case("eval-wrong-model", (*EVAL, "--model", "{openai}/v1", "--served-model", "nope", "--api-key", "right-key"),
          "does not exist", 1, ("{tmp}/ev",)),

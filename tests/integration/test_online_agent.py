@@ -46,7 +46,9 @@ def test_an_opted_in_session_is_stored_redacted_rated_and_its_outcome_observed(o
         out = agent(repo, f"{server.url}/v1", "--yes")
     assert out.returncode == 0, out.stderr
     # the opt-in file the user wrote is the one thing inhabit keeps in the repository
-    assert [p.relative_to(repo).as_posix() for p in (repo / ".inhabit").rglob("*")] == [".inhabit/online.toml"]
+    assert [p.relative_to(repo).as_posix() for p in (repo / ".inhabit").rglob("*")] == [
+        ".inhabit/online.toml"
+    ]
     store = SessionStore(db)
     (row,) = store.sessions()
     assert row.source == "agent" and row.redactions >= 1

@@ -91,6 +91,8 @@ def register(app: typer.Typer) -> None:
         import asyncio
         import json
 
+        from pydantic import ValidationError
+
         from inhabit.evaluation.metrics import summarize
         from inhabit.evaluation.runner import INFRA_STATUSES, EvalError, discover_tasks, run_eval
         from inhabit.harness.config import HarnessConfig
@@ -105,7 +107,12 @@ def register(app: typer.Typer) -> None:
         except EvalError as e:
             raise typer.BadParameter(str(e), param_hint="--tasks") from e
         overrides = {"max_turns": max_turns, "max_turn_tokens": max_turn_tokens, "tool_format": tool_format}
-        harness = HarnessConfig(**{k: v for k, v in overrides.items() if v is not None})
+        try:
+            harness = HarnessConfig(**{k: v for k, v in overrides.items() if v is not None})
+        except ValidationError as e:  # e.g. --max-turn-tokens 8: one line naming the option
+            err = e.errors()[0]
+            option = "--" + str(err["loc"][0]).replace("_", "-") if err.get("loc") else None
+            raise typer.BadParameter(err["msg"], param_hint=option) from None
         composer = None
         if reward_config is not None:
             from inhabit.config import load_config

@@ -2,7 +2,7 @@
 
 Bound at their host paths, the interpreter prefix and the virtual environment name the host's
 layout in every place a curious process looks: PATH, the mount table (a bind mount shows its
-source path), every script's `#!` line (`/work/main/.venv/bin/python`). Here each of them is
+source path), every script's `#!` line (`/home/dev/project/.venv/bin/python`, say). Here each of them is
 shown at the machine profile's place instead (`python_dir`, `venv_dir`; /opt/python and
 /opt/venv by default) as a read-only overlay of two layers, mounted once per provider:
 - a small top layer on the provider's tmpfs: the venv's `bin/` scripts and symlinks and its
