@@ -10,9 +10,11 @@ Used by grading (in a fresh copy of the final workspace) and by the harness's `r
   2. runs `<command> -p <plugin> [extra args] [selector]` under `env` with PYTEST_ADDOPTS,
      PYTEST_PLUGINS, PYTHONSTARTUP, PYTHONHOME and PYTHONINSPECT removed, PYTHONPATH set to the
      private directory only, PYTHONNOUSERSITE=1, PYTHONDONTWRITEBYTECODE=1, PYTHONHASHSEED pinned
-     (`HASH_SEED`), stdin from /dev/null. The pinned seed makes test ids that follow set or dict
-     iteration order (parametrize over a set: `expected4` in one run, `expected20` in the next)
-     the same in every run: the task builder's, `task check`'s, grading's and the agent's.
+     (`HASH_SEED`), stdin from /dev/null, address-space layout randomization off where the
+     sandbox allows it (`NO_ASLR_PROBE`). The pinned seed and the fixed layout make test ids that
+     follow set or dict iteration order (parametrize over a set: `expected4` in one run,
+     `expected20` in the next), even over objects hashed by their address such as None on Python
+     3.11, the same in every run: the task builder's, `task check`'s, grading's and the agent's.
      The plugin reads and deletes the key file at import and writes the report beside itself, so
      neither the key nor the report path is in argv or the environment (pytest-xdist workers
      import the plugin after the key file is gone and only tag test cases);
@@ -60,7 +62,7 @@ from inhabit.grading.junit import JUnitReport, parse_junit
 from inhabit.sandbox.base import ExecResult, Sandbox, WarmUnavailable
 from inhabit.sandbox.warm import PytestCommand, parse_pytest_command
 
-__all__ = ["HASH_SEED", "RUNNER_COUNTS", "TestRunResult", "run_tests"]
+__all__ = ["HASH_SEED", "NO_ASLR_PROBE", "RUNNER_COUNTS", "TestRunResult", "run_tests"]
 
 _PLUGIN_SOURCE = (Path(__file__).parent / "seal_plugin.py").read_text()
 _UNSET_ENV = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTHONSTARTUP", "PYTHONHOME", "PYTHONINSPECT")
@@ -69,6 +71,15 @@ RUNNER_COUNTS: collections.Counter[str] = collections.Counter()
 """Test runs of this process by runner: "warm", and "cold: <reason>" for each kind of reason."""
 HASH_SEED = 0
 """PYTHONHASHSEED of every test run inhabit starts (0: hash randomization off)."""
+NO_ASLR_PROBE = (
+    'norand=""; if setarch "$(uname -m)" -R true 2>/dev/null; then norand="setarch $(uname -m) -R"; fi\n'
+)
+"""Shell lines that set `$norand` to the prefix that starts a command with address-space layout
+randomization off, where the sandbox allows it (else to nothing). The hash seed alone does not make
+a set's order stable: on Python 3.11 and older `hash(None)` (and any object hashed by identity) is
+the object's address, so a suite that parametrizes over a set of tuples holding None gets ids that
+reorder between runs (`expected17` names another case each time). With the layout fixed, the same
+interpreter in the same sandbox puts every object at the same address in every run."""
 
 
 @dataclass(frozen=True)
@@ -189,8 +200,8 @@ async def run_tests(
 """
     run = f"""ini=""
 if [ "$3" = 1 ]; then ini="-c '$d/pytest.ini'"; fi
-env {unset} PYTHONHASHSEED={int(hash_seed)} PYTHONPATH="$d" PYTHONNOUSERSITE=1 PYTHONDONTWRITEBYTECODE=1 \
-  sh -c "$2 $ini $4" </dev/null
+{NO_ASLR_PROBE}env {unset} PYTHONHASHSEED={int(hash_seed)} PYTHONPATH="$d" PYTHONNOUSERSITE=1 PYTHONDONTWRITEBYTECODE=1 \
+  $norand sh -c "$2 $ini $4" </dev/null
 rc=$?
 """
     post = f"""rm -rf "./{local}.xml" "./{local}.seal"

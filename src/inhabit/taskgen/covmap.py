@@ -5,7 +5,8 @@ confirms each kept task).
 The plugin below is written into the sandbox's workspace under a dot-directory for that one run
 and removed after; it switches coverage's dynamic context to each test's node id and, at the end,
 writes {file: {line: [test index, ...]}, "__tests__": [node ids]} as JSON. The run pins
-PYTHONHASHSEED like every test run (`testrun.HASH_SEED`), so its node ids are the baseline's.
+PYTHONHASHSEED and turns address randomization off like every test run (`testrun.HASH_SEED`,
+`testrun.NO_ASLR_PROBE`), so its node ids are the baseline's.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import secrets
 import shlex
 from collections.abc import Iterable
 
-from inhabit.grading.testrun import HASH_SEED
+from inhabit.grading.testrun import HASH_SEED, NO_ASLR_PROBE
 from inhabit.sandbox.base import Sandbox
 
 __all__ = ["CoverageMap", "build_coverage_map"]
@@ -87,7 +88,9 @@ async def build_coverage_map(sandbox: Sandbox, command: str, *, timeout_s: float
             [
                 "sh",
                 "-c",
-                f'PYTHONHASHSEED={HASH_SEED} PYTHONPATH="$PWD/{folder}" INHABIT_COVMAP_OUT="$PWD/{out}" sh -c {shlex.quote(script)}',
+                NO_ASLR_PROBE
+                + f'PYTHONHASHSEED={HASH_SEED} PYTHONPATH="$PWD/{folder}" INHABIT_COVMAP_OUT="$PWD/{out}" '
+                + f"$norand sh -c {shlex.quote(script)}",
             ],
             timeout_s=timeout_s,
         )
