@@ -21,6 +21,10 @@ __all__ = ["Cause", "cannot_run", "first_error_line"]
 
 _ERROR_LINE = re.compile(r"^(?:E\s+)?([A-Za-z_][\w.]*(?:Error|Exception|Exit): .*)$")
 _MISSING = re.compile(r"No module named '([^']+)'")
+# argparse's complaint about the command line, as pytest prints it after its usage line:
+# `python -m pytest: error: unrecognized arguments: --cov=pkg` (options of a plugin not loaded).
+_USAGE_ERROR = re.compile(r"^\S.*?: error: (.+)$")
+_UNRECOGNIZED = re.compile(r"unrecognized arguments: (.+)$")
 
 
 @dataclass(frozen=True)
@@ -43,12 +47,17 @@ class Cause:
 
 def first_error_line(text: str) -> str:
     """The first line that names an exception (`ModuleNotFoundError: No module named 'x'`), else
-    the last non-empty line, else ''."""
+    pytest's command-line error (`error: unrecognized arguments: --cov=pkg`), else the last
+    non-empty line, else ''."""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     for line in lines:
         m = _ERROR_LINE.match(line)
         if m:
             return m.group(1)[:300]
+    for line in lines:
+        m = _USAGE_ERROR.match(line)
+        if m and not line.startswith("ERROR: usage:"):
+            return f"error: {m.group(1)}"[:300]
     return lines[-1][:300] if lines else ""
 
 
@@ -67,7 +76,14 @@ def _own_top_names(workspace: Path | None) -> set[str]:
     return names
 
 
-def _hint(missing: str | None, workspace: Path | None, has_environment: bool) -> str:
+def _hint(missing: str | None, workspace: Path | None, has_environment: bool, first: str = "") -> str:
+    unknown = _UNRECOGNIZED.search(first)
+    if unknown:
+        return (
+            f"pytest does not know {unknown.group(1).strip()}: options of a pytest plugin that is not "
+            "loaded (the default command turns plugin autoload off). Pass --plugins with the plugin "
+            "among the project's test requirements, or --command with options pytest knows"
+        )
     if missing is None:
         return "fix the error (run the command in the workspace to see it whole)"
     top = missing.split(".", 1)[0]
@@ -121,4 +137,4 @@ def cannot_run(
     first = first_error_line(text) or "pytest exited before running any test"
     m = _MISSING.search(text)
     missing = m.group(1) if m else None
-    return Cause(first, missing, _hint(missing, workspace, has_environment), where)
+    return Cause(first, missing, _hint(missing, workspace, has_environment, first), where)

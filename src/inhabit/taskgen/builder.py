@@ -58,6 +58,7 @@ from inhabit.grading.testrun import TestRunResult, run_tests
 from inhabit.log import get_logger
 from inhabit.sandbox.base import SandboxProvider, create_sandbox
 from inhabit.sandbox.pool import SandboxPool
+from inhabit.taskgen.addopts import addopts_override
 from inhabit.taskgen.covmap import CoverageMap, build_coverage_map
 from inhabit.taskgen.mutate import OPERATORS, Mutation, MutationSites
 from inhabit.taskgen.source import BuildError, code_files, default_command, prepare_source, tree_hash
@@ -128,6 +129,9 @@ class BuildReport:
     env_id: str | None = None
     env_install_s: float = 0.0
     env_reused: bool = False
+    measurement_options_dropped: list[str] = field(default_factory=list)
+    """Options of the project's pytest addopts that only measure (coverage, timing, reports), left
+    out of the task command (`taskgen.addopts`)."""
 
     @property
     def kept(self) -> int:
@@ -371,6 +375,8 @@ async def build_tasks(
         )
     command = config.command or default_command(source, plugins=config.plugins)
     report = BuildReport(out=str(out), project=prefix)
+    if config.command is None:
+        report.measurement_options_dropped = addopts_override(source)[1]
     env_lock, built = await _environment(config, source, work, wheelhouse, allow_build)
     if built is not None:
         report.env_id, report.env_install_s, report.env_reused = (

@@ -16,6 +16,7 @@ import zipfile
 from pathlib import Path
 
 from inhabit.errors import InhabitError
+from inhabit.taskgen.addopts import addopts_override
 
 __all__ = ["BuildError", "code_files", "default_command", "prepare_source", "tree_hash"]
 
@@ -83,7 +84,9 @@ def code_files(root: Path) -> list[str]:
 def default_command(root: Path, python: str = "python", *, plugins: bool = False) -> str:
     """The test command for the project at `root`: pytest from the sandbox's `python`, with `src/`
     on PYTHONPATH for a src layout and plugin autoload off unless `plugins` (about 3x faster
-    start-up; turn plugins on for suites that need pytest-asyncio and friends).
+    start-up; turn plugins on for suites that need pytest-asyncio and friends), and the project's
+    addopts less the options that only measure (`--cov...`, `--durations`, `--benchmark-...`;
+    `taskgen.addopts`) where it has any.
 
     A bare `python` keeps the task directory portable: inside every sandbox it is the task's
     environment (first on PATH) or inhabit's own interpreter, wherever either lives on the host
@@ -95,6 +98,9 @@ def default_command(root: Path, python: str = "python", *, plugins: bool = False
     if (root / "src").is_dir() and not any((root / d / "__init__.py").is_file() for d in _top_packages(root)):
         parts.append("PYTHONPATH=src:$PYTHONPATH")
     parts.append(f"{py} -m pytest -q -p no:cacheprovider")
+    override, _ = addopts_override(root)
+    if override:  # coverage, timing and report options of the project's addopts: see taskgen.addopts
+        parts.append(override)
     return " ".join(parts)
 
 

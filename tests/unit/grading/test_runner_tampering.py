@@ -502,3 +502,59 @@ def test_a_runner_hook_implementation_taken_out_is_tampering(tmp_path):
     )
     events = _sealed_calc_run(tmp_path, calc)
     assert any(e.startswith("plugin:") and "pytest_runtest_call" in e for e in events), events
+
+
+# boltons' shape: the library copies functions (a new function object over the same code) and
+# gives the copy the original's keyword defaults; its tests copy functions they define as they run.
+COPYLIB = """import types
+
+
+def copy_function(orig):
+    ret = types.FunctionType(orig.__code__, orig.__globals__, orig.__name__, orig.__defaults__, orig.__closure__)
+    ret.__kwdefaults__ = orig.__kwdefaults__
+    ret.__defaults__ = orig.__defaults__
+    return ret
+
+
+def neuter(fn):
+    fn.__code__ = (lambda *a, **k: None).__code__
+"""
+
+COPY_TESTS = """import sys
+
+from copylib import copy_function, neuter
+
+
+def helper(x, *, y=2):
+    return x * y
+
+
+def test_copy_local():
+    def callee(a, *, b=3):
+        return a + b
+
+    callee_copy = copy_function(callee)
+    assert callee_copy is not callee and callee_copy(1) == 4
+
+
+def test_copy_module_level():
+    assert copy_function(helper)(2) == 4
+"""
+
+
+def test_a_library_rewriting_copies_of_test_functions_is_not_tampering(tmp_path):
+    files = {"copylib.py": COPYLIB, "tests/test_copy.py": COPY_TESTS}
+    events = _sealed_run(tmp_path, {}, files, test_files=["tests/test_copy.py"])
+    assert events == []
+
+
+def test_a_library_rewriting_a_test_function_the_runner_calls_is_tampering_and_says_where(tmp_path):
+    # The same library writing the module's own helper (which every test calling it would see):
+    # reported with the function's place, the line that wrote it and the test that ran.
+    tests = COPY_TESTS + "\n\ndef test_neuter():\n    neuter(sys.modules[__name__].helper)\n"
+    files = {"copylib.py": COPYLIB, "tests/test_copy.py": tests}
+    events = _sealed_run(tmp_path, {}, files, test_files=["tests/test_copy.py"])
+    assert len(events) == 1, events
+    assert events[0].startswith("patched: __code__ of helper was replaced (defined at tests/test_copy.py:6")
+    assert "written by copylib.py:12" in events[0]
+    assert "during tests/test_copy.py::test_neuter" in events[0]
