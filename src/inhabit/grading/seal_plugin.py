@@ -31,11 +31,8 @@ an audit hook (`sys.addaudithook`, which cannot be removed). Reported, as "kind:
               or a runner function's code or defaults do (after collection and before sealing,
               read again only where the audit hook saw a write of some function's code or
               defaults since the last read: every such write raises an audit event);
-              a runner function's code or defaults, or those of a test function the runner
-              calls (a collected test, a function a test module holds by name), were replaced
-              (the audit hook, at once: the note says where the function is defined, which line
-              wrote it and during which test; a function the tests make as they run, such as a
-              copy a library gives new defaults, is theirs to change); a collected test item got a new type, function or `runtest`; a test phase
+              a runner or test function's code or defaults were replaced (the audit hook, at
+              once); a collected test item got a new type, function or `runtest`; a test phase
               whose call raised was reported passed (the exception is recorded as it leaves the
               test, so a report rewritten after it was made disagrees with it, whatever rewrote
               it: a patch put back before the next check, a gc callback, a thread);
@@ -411,56 +408,6 @@ class _Guard:
             frame = frame.f_back
         return False
 
-    def runner_reaches(self, fn):
-        """Whether the runner would call test function `fn`: a collected test's function, or a
-        function a test module (or one of its classes) holds by name, directly or wrapped (a
-        fixture's definition, a decorator's `__wrapped__`). A function the tests make while they
-        run (a local function, a copy of a test function that a library such as boltons'
-        `copy_function` gives new defaults) is the test's own object: what the test does with it
-        is the test's business, and a payload that neuters it reaches only that test, whose
-        copies among the canaries (which make their own) then betray it."""
-        fn = _unbound(fn)
-        if any(_unbound(known[2]) is fn for known in self.items.values()):
-            return True
-        for mod in list(sys.modules.values()):
-            path = getattr(mod, "__file__", None)
-            if not isinstance(path, str) or self.origin(path) != "test":
-                continue
-            for value in list(vars(mod).values()):
-                if self.holds(value, fn) or (
-                    isinstance(value, type) and any(self.holds(v, fn) for v in list(vars(value).values()))
-                ):
-                    return True
-        return False
-
-    @staticmethod
-    def holds(value, fn):
-        """Whether `value` is `fn`, binds it, or keeps it in its own namespace (a wrapper's
-        `__wrapped__`, a fixture definition's function), read without calling any code of it."""
-        if _unbound(value) is fn:
-            return True
-        if isinstance(value, (staticmethod, classmethod)):
-            return value.__func__ is fn
-        try:
-            own = object.__getattribute__(value, "__dict__")
-        except (AttributeError, TypeError):
-            return False
-        return isinstance(own, dict) and any(v is fn for v in list(own.values()))
-
-    def where_written(self, code):
-        """Where a write to a function happened, for the person who reads the report: the
-        function's own file and line, the line of the code that wrote it, and the test running."""
-
-        def rel(path):
-            path = os.path.realpath(path)
-            return path[len(self.cwd) :] if path.startswith(self.cwd) else path
-
-        frame = self.culprit_frame()
-        by = f"{rel(frame.f_code.co_filename)}:{frame.f_lineno}" if frame is not None else "?"
-        test = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]
-        text = f"defined at {rel(code.co_filename)}:{code.co_firstlineno}, written by {by}"
-        return text + (f" during {test}" if test else "")
-
     def runner_obj(self, obj):
         if isinstance(obj, type(sys)):
             return self.is_runner_module(obj.__name__)
@@ -516,10 +463,7 @@ class _Guard:
                 return
             if origin == "test" and self.own_change(obj, code, name, args[2] if len(args) > 2 else None):
                 return
-            if origin == "test" and not self.runner_reaches(obj):
-                return  # the test's own object (a copy, a local function): see runner_reaches
-            qualname = getattr(obj, "__qualname__", "?")
-            self.note("patched", f"{name} of {qualname} was replaced ({self.where_written(code)})")
+            self.note("patched", f"{name} of {getattr(obj, '__qualname__', '?')} was replaced")
         elif event == "sys._current_frames":
             if self.culprit() == "workspace":
                 self.note("frame", "workspace code took every thread's frames")
