@@ -34,9 +34,11 @@ update (the version does not move) and says so in its metrics.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import random
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from inhabit.contracts import Group, RolloutRunner, TrainerHandle, WeightSync
@@ -55,6 +57,33 @@ from inhabit.trainer.samples import (
 from inhabit.types import Trajectory
 
 log = get_logger(__name__)
+
+CONTROL_PLANE_GC_THRESHOLD = (50_000, 20, 100)
+"""Python's cyclic GC thresholds while a run drives its rollouts (the default is (700, 10, 10))."""
+
+
+@contextlib.contextmanager
+def control_plane_gc() -> Iterator[None]:
+    """Keep the cyclic garbage collector off the run's live rollout objects.
+
+    The driver holds every rollout in flight (trajectories, turns, observations) alive for minutes.
+    With Python's default thresholds a young-generation collection runs every 700 allocations and
+    promotes them, and each older collection scans all of them again, so the control plane's CPU
+    per rollout grew with the rollouts in flight (bench/scale.py: 2.50 ms per rollout at 3k
+    sandboxes on 8 engines, 1.83 ms with these thresholds). `gc.freeze()` also moves what exists
+    when the run starts (models, tokenizers, tasks) out of every later scan. Reference counting
+    frees almost everything a run makes; the collector is only for cycles, and with a young
+    generation of 50,000 objects they are still collected within a fraction of a second of work.
+    The previous thresholds are restored and the frozen objects returned to the collector on exit.
+    """
+    before = gc.get_threshold()
+    gc.freeze()
+    gc.set_threshold(*CONTROL_PLANE_GC_THRESHOLD)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
+        gc.unfreeze()
 
 
 class TaskStream:
@@ -228,10 +257,11 @@ class Pipeline:
         self._last_tokens = self.runner.completion_tokens
         self._last_engine = self.runner.engine.decode_counts()
         self._finished0 = self.runner.finished
-        if self.cfg.mode == "sync":
-            await self._run_sync(steps)
-        else:
-            await self._run_async(steps)
+        with control_plane_gc():
+            if self.cfg.mode == "sync":
+                await self._run_sync(steps)
+            else:
+                await self._run_async(steps)
         return self.history
 
     # ------------------------------------------------------------------ sync

@@ -281,3 +281,38 @@ def test_engine_pool_reads_every_engine_once_per_change_not_per_group():
         await fleet.close()
 
     asyncio.run(go())
+
+
+def test_a_run_keeps_the_collector_off_its_live_rollouts_and_restores_it(monkeypatch):
+    import contextlib
+    import gc
+
+    from inhabit.orchestrator import pipeline
+    from inhabit.orchestrator.pipeline import CONTROL_PLANE_GC_THRESHOLD, control_plane_gc
+
+    before = gc.get_threshold()
+    with control_plane_gc():
+        assert gc.get_threshold() == CONTROL_PLANE_GC_THRESHOLD
+        assert gc.get_freeze_count() > 0  # what existed at the start is out of every scan
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+
+    def collections_during_a_run() -> int:
+        count = 0
+
+        def record(phase: str, info: dict) -> None:
+            nonlocal count
+            count += phase == "start"
+
+        gc.callbacks.append(record)
+        try:
+            simulate(small(seed=5, sandboxes=256))  # the real pipeline under the simulator
+        finally:
+            gc.callbacks.remove(record)
+        return count
+
+    with_the_run_settings = collections_during_a_run()
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+    monkeypatch.setattr(pipeline, "control_plane_gc", contextlib.nullcontext)
+    with_python_defaults = collections_during_a_run()
+    assert with_python_defaults >= 20  # measured: 58 here, and 1 under the run's settings
+    assert with_the_run_settings * 5 <= with_python_defaults
