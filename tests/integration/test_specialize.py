@@ -152,3 +152,50 @@ def test_specialize_end_to_end_on_a_tiny_project(tmp_path: Path, project: Path, 
     finals = [json.loads(line) for line in (out / "final" / "records.jsonl").read_text().splitlines()]
     assert len(finals) == 3
     assert tree_fingerprint(project) == before
+
+
+def test_ctrl_c_at_a_step_then_resume(tmp_path: Path, project: Path, tiny_model: Path) -> None:
+    """The command as a user runs it: SIGINT while a step runs exits 130 with the resume command,
+    keeps the steps done so far, and `--resume` finishes from there without redoing them."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    before = tree_fingerprint(project)
+    out = tmp_path / "run"
+    args = [sys.executable, "-m", "inhabit", "specialize", str(project), "--model", str(tiny_model),
+            "--out", str(out), "--budget", "20m", "--progress", "plain", *OVERRIDES]  # fmt: skip
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    state_file = out / "state.json"
+    deadline = time.monotonic() + 600
+    # Interrupt once the tasks step is done and a later step is under way.
+    while time.monotonic() < deadline and proc.poll() is None:
+        if state_file.is_file():
+            try:
+                steps = json.loads(state_file.read_text())["steps"]
+            except (json.JSONDecodeError, KeyError):
+                steps = {}
+            if steps.get("tasks", {}).get("status") == "done":
+                break
+        time.sleep(0.2)
+    assert proc.poll() is None, "the run ended before the tasks step was seen done"
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    output, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, output
+    assert "--resume" in output and "interrupted" in output
+    steps = json.loads(state_file.read_text())["steps"]
+    assert steps["tasks"]["status"] == "done"
+    assert steps.get("report", {}).get("status") != "done"
+    built = (out / "tasks" / "built").stat().st_mtime_ns
+
+    resumed = specialize(project, tiny_model, out, "--resume")
+    assert resumed.exit_code == 0, resumed.output
+    final = json.loads(state_file.read_text())["steps"]
+    assert all(
+        final[s]["status"] == "done" for s in ("tasks", "baseline", "bootstrap", "rl", "final", "report")
+    )
+    assert (out / "tasks" / "built").stat().st_mtime_ns == built  # the tasks were not built again
+    assert (out / "report.json").is_file()
+    assert tree_fingerprint(project) == before
