@@ -43,7 +43,7 @@ from rich.console import Console
 from rich.table import Table
 
 from inhabit.models.tiny import build_tiny_model
-from inhabit.trainer.config import TrainerConfig
+from inhabit.trainer.config import TrainerConfig, TrainerRunSettings
 from inhabit.trainer.samples import Sample
 from inhabit.trainer.trainer import Trainer
 
@@ -210,7 +210,9 @@ def data_parallel(reps: int) -> dict:
         one = Trainer.from_pretrained(folder, cfg)
         t1 = timed(lambda: one.train_step(data), reps)[0]
         w1, share1 = collective_share(lambda: one.train_step(data))
-        two = DistributedTrainer(folder, cfg.model_copy(update={"data_parallel": 2}), threads=1)
+        two = DistributedTrainer(
+            folder, TrainerRunSettings(trainer=cfg.model_copy(update={"data_parallel": 2}), threads=1)
+        )
         try:
             t2 = timed(lambda: asyncio.run(two.step(data)), reps)[0]
             w2, share2 = collective_share(lambda: two._step(data))

@@ -10,7 +10,7 @@ the resource requests of `RayConfig` when it creates them, so importing this mod
 - `EnvServerActor`: `inhabit env-server` (the sandbox HTTP API over a local backend) in a thread
   of the actor, on a free port of the node; the driver reaches it with `RemoteSandboxProvider`.
 - `TrainerActor`: an `inhabit.trainer.Trainer`, started from a model folder or the newest
-  checkpoint. After every step it publishes the new version to the weight store itself, so the
+  checkpoint with the run's `TrainerRunSettings` (it re-checks `max_staleness` per sample). After every step it publishes the new version to the weight store itself, so the
   driver only ever receives metrics.
 
 Paths (model folder, checkpoints) must be visible on the node an actor runs on: a shared
@@ -142,18 +142,19 @@ class TrainerActor:
     def __init__(
         self,
         model_dir: str,
-        trainer_config: dict[str, Any],
+        settings_data: dict[str, Any],
         checkpoint: str | None,
         store_url: str,
         dtype: str,
         num_cpus: float,
     ) -> None:
-        from inhabit.trainer.config import TrainerConfig
+        from inhabit.trainer.config import TrainerRunSettings
         from inhabit.trainer.trainer import Trainer
         from inhabit.weights.publish import Publisher, PublisherConfig
 
         _threads(num_cpus)
-        self.trainer = Trainer.from_pretrained(model_dir, TrainerConfig.model_validate(trainer_config))
+        self.settings = TrainerRunSettings.model_validate(settings_data)
+        self.trainer = Trainer.from_pretrained(model_dir, self.settings.trainer)
         if checkpoint:
             self.trainer.load(checkpoint)
         # Engines run in `dtype`; publishing in it keeps what they load bit-identical to a local run.
@@ -170,7 +171,7 @@ class TrainerActor:
         }
 
     def step(self, samples: list[Any]) -> dict[str, Any]:
-        metrics = self.trainer.train_step(samples)
+        metrics = self.trainer.train_step(samples, max_staleness=self.settings.max_staleness)
         self.publisher.publish(self.trainer.state_dict_for_engine(), self.trainer.version)
         return metrics.as_dict()
 

@@ -37,6 +37,7 @@ from inhabit.placement.fleet import Fleet, Member
 from inhabit.placement.trainer_ray import RayTrainer
 from inhabit.rollouts import TrajectoryLog, reward_composer
 from inhabit.sandbox.base import SandboxProvider
+from inhabit.trainer.config import TrainerRunSettings
 
 log = get_logger(__name__)
 
@@ -127,6 +128,10 @@ class RayPlacement:
             .remote(self.cfg.sandbox.model_dump(), self.token, self.rc.bind_host)
         )
 
+    def trainer_settings(self) -> TrainerRunSettings:
+        """The trainer's slice of the run's settings (its actor sizes torch's threads to its CPUs)."""
+        return TrainerRunSettings(trainer=self.cfg.trainer, max_staleness=self.cfg.max_staleness)
+
     async def start_trainer(self, model_dir: Path, checkpoint: Path | None) -> tuple[RayTrainer, dict]:
         """A trainer actor from `checkpoint` (or the starting model) and a fresh weight-store folder."""
         import ray
@@ -144,7 +149,7 @@ class RayPlacement:
             ray.remote(TrainerActor)
             .options(max_restarts=0, **rc.trainer.options())
             .remote(
-                str(model_dir), self.cfg.trainer.model_dump(), str(checkpoint) if checkpoint else None,
+                str(model_dir), self.trainer_settings().model_dump(), str(checkpoint) if checkpoint else None,
                 self.store_url, self.cfg.engine.dtype, rc.trainer.num_cpus,
             )
         )  # fmt: skip

@@ -69,28 +69,22 @@ class LocalPlacement:
 
     def _trainer(self, model_dir: Path, checkpoint: Path | None) -> tuple[TrainerHandle, dict[str, Any]]:
         from inhabit.placement.trainer_local import InProcessTrainer, ProcessTrainer, pin
+        from inhabit.trainer.config import TrainerRunSettings
 
         cfg, pl = self.cfg, self.cfg.placement
+        settings = TrainerRunSettings(
+            trainer=cfg.trainer,
+            max_staleness=cfg.max_staleness,
+            threads=cfg.trainer.num_threads or cfg.threads,
+        )
         if cfg.trainer.data_parallel > 1:  # this process is rank 0 (placement.trainer does not apply)
             from inhabit.placement.trainer_dist import DistributedTrainer
 
-            threads = cfg.trainer.num_threads or cfg.threads
-            handle = DistributedTrainer(
-                model_dir,
-                cfg.trainer,
-                checkpoint=checkpoint,
-                threads=threads,
-                max_staleness=cfg.max_staleness,
-            )
+            handle = DistributedTrainer(model_dir, settings, checkpoint=checkpoint)
             return handle, handle.trainer.data_state
         if pl.trainer == "process":
-            handle = ProcessTrainer(
-                model_dir,
-                cfg.trainer,
-                checkpoint=checkpoint,
-                cpus=pl.trainer_cpus,
-                threads=pl.trainer_threads,
-            )
+            settings = settings.model_copy(update={"threads": pl.trainer_threads})
+            handle = ProcessTrainer(model_dir, settings, checkpoint=checkpoint, cpus=pl.trainer_cpus)
             # The caller gets its CPU set back when the run ends (a second run in this process, as in
             # bench/pipeline.py, would otherwise find only the rollout cores and pin its trainer there).
             self._cpus_before = pin(pl.rollout_cpus, cfg.threads)
@@ -103,8 +97,7 @@ class LocalPlacement:
         trainer = Trainer.from_pretrained(checkpoint or model_dir, cfg.trainer)
         if checkpoint is not None:
             trainer.load(checkpoint)
-        threads = cfg.trainer.num_threads or cfg.threads
-        return InProcessTrainer(trainer, threads=threads, max_staleness=cfg.max_staleness), trainer.data_state
+        return InProcessTrainer(trainer, settings), trainer.data_state
 
     def metrics(self, parts: RunParts) -> dict[str, Any] | None:
         """Engine replicas and reruns when there are several engines (nothing to say for one)."""

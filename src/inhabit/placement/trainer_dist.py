@@ -30,6 +30,7 @@ from typing import Any
 from inhabit.errors import OrchestratorError
 from inhabit.log import get_logger
 from inhabit.placement.trainer_local import InProcessTrainer
+from inhabit.trainer.config import TrainerRunSettings
 
 log = get_logger(__name__)
 
@@ -133,17 +134,16 @@ class DistributedTrainer(InProcessTrainer):
     def __init__(
         self,
         start: str | Path,
-        config: Any,
+        settings: TrainerRunSettings,
         *,
         checkpoint: str | Path | None = None,
-        threads: int | None = None,
-        max_staleness: int | None = None,
     ) -> None:
         import torch.distributed as dist
         import torch.multiprocessing as mp
 
         from inhabit.trainer import distributed
 
+        config, threads = settings.trainer, settings.threads
         n = config.data_parallel
         self._procs: list[Any] = []
         if dist.is_initialized():
@@ -173,10 +173,10 @@ class DistributedTrainer(InProcessTrainer):
             "checkpoint": str(checkpoint) if checkpoint else None,
         }
         self.dp.broadcast(("init", arg))
-        super().__init__(_build(**arg), threads=threads, max_staleness=max_staleness)
+        super().__init__(_build(**arg), settings)
 
     def _step(self, samples: list[Any]) -> Any:
-        self.dp.broadcast(("step", (list(samples), self.max_staleness)))
+        self.dp.broadcast(("step", (list(samples), self.settings.max_staleness)))
         return super()._step(samples)
 
     def state_dict_for_engine(self) -> dict[str, Any]:

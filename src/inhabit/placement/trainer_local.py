@@ -10,6 +10,9 @@ thread pools, so neither slows the other down by contention, and the async/sync 
 measures scheduling, not core sharing. Samples go to the child over a pipe; each step returns the
 step metrics and the new weights (a CPU state dict), which the pipeline publishes through its
 `WeightSync`.
+
+Both take the run's `TrainerRunSettings` (trainer config, `max_staleness`, threads), so the
+trainer re-checks the staleness bound at the optimizer in either.
 """
 
 from __future__ import annotations
@@ -18,19 +21,22 @@ import asyncio
 import multiprocessing as mp
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inhabit.contracts import TrainerHandle
 from inhabit.errors import OrchestratorError
+from inhabit.trainer.config import TrainerRunSettings
+
+if TYPE_CHECKING:
+    from inhabit.trainer.trainer import Trainer
 
 
 class InProcessTrainer(TrainerHandle):
     """An `inhabit.trainer.Trainer` in this process, stepped in a worker thread (module docstring)."""
 
-    def __init__(self, trainer: Any, threads: int | None = None, max_staleness: int | None = None) -> None:
+    def __init__(self, trainer: Trainer, settings: TrainerRunSettings) -> None:
         self.trainer = trainer
-        self.threads = threads
-        self.max_staleness = max_staleness  # the trainer re-checks the bound at the optimizer
+        self.settings = settings  # its max_staleness: the trainer re-checks the bound at the optimizer
         self.steps = int(trainer.data_state.get("pipeline_steps", trainer.steps))
 
     @property
@@ -44,11 +50,11 @@ class InProcessTrainer(TrainerHandle):
 
     def _step(self, samples: list[Any]) -> Any:
         # torch's (OpenMP) thread count is per OS thread: set it in the worker thread itself.
-        if self.threads:
+        if self.settings.threads:
             import torch
 
-            torch.set_num_threads(self.threads)
-        return self.trainer.train_step(samples, max_staleness=self.max_staleness)
+            torch.set_num_threads(self.settings.threads)
+        return self.trainer.train_step(samples, max_staleness=self.settings.max_staleness)
 
     def state_dict_for_engine(self) -> dict[str, Any]:
         return self.trainer.state_dict_for_engine()
@@ -93,13 +99,13 @@ def _set_all_threads(cpus: set[int]) -> None:
 
 
 def _child(
-    conn: Any, start: str, config: dict, checkpoint: str | None, cpus: list[int] | None, threads: int
+    conn: Any, start: str, settings_data: dict, checkpoint: str | None, cpus: list[int] | None
 ) -> None:
-    pin(cpus, threads)
-    from inhabit.trainer.config import TrainerConfig
+    settings = TrainerRunSettings.model_validate(settings_data)
+    pin(cpus, settings.threads)
     from inhabit.trainer.trainer import Trainer
 
-    trainer = Trainer.from_pretrained(start, TrainerConfig.model_validate(config))
+    trainer = Trainer.from_pretrained(start, settings.trainer)
     if checkpoint:
         trainer.load(checkpoint)
     conn.send(("ready", trainer.version, trainer.data_state))
@@ -107,7 +113,7 @@ def _child(
         cmd, arg = conn.recv()
         try:
             if cmd == "step":
-                m = trainer.train_step(arg)
+                m = trainer.train_step(arg, max_staleness=settings.max_staleness)
                 conn.send(("ok", m.as_dict(), trainer.state_dict_for_engine()))
             elif cmd == "data_state":
                 trainer.data_state = arg
@@ -127,11 +133,10 @@ class ProcessTrainer(TrainerHandle):
     def __init__(
         self,
         start: str | Path,
-        config: Any,
+        settings: TrainerRunSettings,
         *,
         checkpoint: str | Path | None = None,
         cpus: list[int] | None = None,
-        threads: int = 1,
     ) -> None:
         ctx = mp.get_context("spawn")
         self._conn, child = ctx.Pipe()
@@ -140,10 +145,9 @@ class ProcessTrainer(TrainerHandle):
             args=(
                 child,
                 str(start),
-                config.model_dump(),
+                settings.model_dump(),
                 str(checkpoint) if checkpoint else None,
                 cpus,
-                threads,
             ),
             daemon=True,
         )

@@ -9,6 +9,9 @@ In a run TOML it is the `[trainer]` table (with `[trainer.loss]` for the `LossCo
     variant = "sequence"
     eps_low = 3e-4
     eps_high = 4e-4
+
+`TrainerRunSettings` is the trainer's slice of a whole run's settings (the `[trainer]` table plus
+the run's `max_staleness` and the trainer's thread count), what every trainer handle passes on.
 """
 
 from __future__ import annotations
@@ -124,3 +127,23 @@ class TrainerConfig(Config):
         if not all(0.0 <= b < 1.0 for b in self.betas):
             raise ValueError(f"betas must lie in [0, 1); got {self.betas}")
         return self
+
+
+class TrainerRunSettings(Config):
+    """The trainer's slice of a run's settings: what a trainer handle hands to the trainer it runs.
+
+    Every handle (a worker thread, a child process, data-parallel ranks, a Ray actor) takes this one
+    object, so a setting the trainer needs reaches it whatever runs it; it crosses process
+    boundaries as `model_dump()` and comes back with `model_validate`.
+    """
+
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig, description="The `[trainer]` table.")
+    max_staleness: int | None = Field(
+        None,
+        ge=0,
+        description="The run's bound, re-checked per sample at the optimizer (`Trainer.train_step`); "
+        "None: no re-check.",
+    )
+    threads: int | None = Field(
+        None, ge=1, description="torch intra-op threads of the trainer (None: torch's)."
+    )

@@ -14,7 +14,7 @@ import torch
 
 from inhabit.placement.trainer_dist import DistributedTrainer
 from inhabit.trainer.checkpoint import checkpoint_name
-from inhabit.trainer.config import TrainerConfig
+from inhabit.trainer.config import TrainerConfig, TrainerRunSettings
 from inhabit.trainer.distributed import balance
 from inhabit.trainer.trainer import Trainer
 
@@ -45,7 +45,9 @@ def batches(moe: bool, n: int = 3) -> list[list]:
 
 def two_ranks(folder, cfg: TrainerConfig, checkpoint=None) -> DistributedTrainer:
     return DistributedTrainer(
-        folder, cfg.model_copy(update={"data_parallel": 2}), checkpoint=checkpoint, threads=1
+        folder,
+        TrainerRunSettings(trainer=cfg.model_copy(update={"data_parallel": 2}), threads=1),
+        checkpoint=checkpoint,
     )
 
 
