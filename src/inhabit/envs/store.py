@@ -49,7 +49,7 @@ from inhabit.envs.lock import (
 from inhabit.envs.pythons import find_python
 from inhabit.envs.requirements import Requirement
 from inhabit.errors import EnvBuildError, EnvError
-from inhabit.sandbox.hostfs import remove_tree
+from inhabit.filetree import remove_tree
 
 __all__ = ["MARKER", "BuiltEnv", "EnvStore"]
 

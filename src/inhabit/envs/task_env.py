@@ -15,10 +15,10 @@ import asyncio
 import os
 import re
 from pathlib import Path
+from typing import Protocol
 
 from inhabit.envs.lock import env_id, own_python
 from inhabit.envs.store import BuiltEnv, EnvStore
-from inhabit.tasks.task import Task
 
 __all__ = ["LOCK_PATH", "repo_environment", "task_environment", "write_environment"]
 
@@ -40,13 +40,33 @@ def write_environment(task_root: str | Path, lock_text: str, python: str | None 
     return eid
 
 
+class EnvironmentTable(Protocol):
+    """A task's `[environment]` table, as `task_environment` reads it."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def python(self) -> str: ...
+
+
+class TaskWithEnvironment(Protocol):
+    """What `task_environment` reads of a task (`inhabit.tasks.task.Task`, a part above this one)."""
+
+    @property
+    def environment(self) -> EnvironmentTable | None: ...
+
+    @property
+    def environment_lock(self) -> Path | None: ...
+
+
 def wheelhouse_from_env() -> str | None:
     """$INHABIT_WHEELHOUSE: the wheelhouse environments are built from on an offline machine."""
     return os.environ.get("INHABIT_WHEELHOUSE") or None
 
 
 async def task_environment(
-    task: Task,
+    task: TaskWithEnvironment,
     *,
     store: EnvStore | None = None,
     wheelhouse: str | Path | None = None,

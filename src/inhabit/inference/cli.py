@@ -66,6 +66,6 @@ def register(app: typer.Typer) -> None:
         if sessions is not None:
             data["sessions"] = sessions
         cfg = validate_config(ServeConfig, apply_overrides(data, override), source=config or "serve options")
-        from inhabit.inference.server import serve as run  # torch, transformers, uvicorn: only now
+        from inhabit.inference.serve_cli import serve as run  # torch, transformers, uvicorn: only now
 
         run(cfg)

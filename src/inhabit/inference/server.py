@@ -16,6 +16,7 @@ Errors are OpenAI error objects (`{"error": {"message", "type", "param", "code"}
 uploads past `max_upload_bytes`), 429 with `Retry-After` when the engine's queue is full (streaming
 requests too: admission is decided before the first byte), 503 once it is closed. A request whose
 client disconnects is aborted at the engine's next step, streaming or not. See server_limits.py.
+`inhabit serve` itself (binding, loading, sessions, following a weight store) is serve_cli.py.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -64,7 +65,6 @@ from inhabit.inference.server_stream import ChatChunks, CompletionChunks, Stream
 from inhabit.serving import (  # noqa: F401  (BackgroundServer: re-exported)
     BackgroundServer,
     ErrorsAsJSON,
-    bind_socket,
     json_400_protocol,
 )
 
@@ -79,6 +79,26 @@ class ApiError(Exception):
         self.status, self.message, self.type, self.extra = status, message, type_, kw
 
 
+class SessionRecorder(Protocol):
+    """Records served turns as online sessions (`inhabit.online.recorder.ServeRecorder`, a part
+    above this one, passed in by `inhabit serve`)."""
+
+    async def record(
+        self,
+        session_id: str,
+        messages: list[dict[str, Any]],
+        completion: Completion,
+        *,
+        constrained: bool = False,
+    ) -> None: ...
+
+    def install_routes(
+        self, app: FastAPI, *, auth: Callable[[Request], None], api_error: type[Exception]
+    ) -> None:
+        """Add the recorder's own routes (a client's signals on its session) to `app`."""
+        ...
+
+
 def create_app(
     engine: EmbeddedEngine,
     tokenizer: Any,
@@ -88,7 +108,7 @@ def create_app(
     max_upload_bytes: int = 8 * 1024**3,
     max_request_bytes: int = 4 * 1024**2,
     tool_call_parser: str | None = "auto",
-    recorder: Any = None,
+    recorder: SessionRecorder | None = None,
     xml_tools: bool = False,
     reasoning_parser: str | None = None,
 ) -> FastAPI:
@@ -97,8 +117,9 @@ def create_app(
     `tool_call_parser`: one of tool_parsers.PARSERS, "auto" (detected from the chat template), or
     None (requests with tools are refused). `xml_tools`: describe `tools` in inhabit's XML format
     for a template that renders none (else such requests answer 400). `reasoning_parser`: one of
-    reasoning.PARSERS, splitting `<think>` blocks into `reasoning_content`. `recorder` (an `inhabit.online.recorder.ServeRecorder`)
-    records chat completions sent with an X-Inhabit-Session header as online sessions."""
+    reasoning.PARSERS, splitting `<think>` blocks into `reasoning_content`. `recorder` (a
+    `SessionRecorder`) records chat completions sent with an X-Inhabit-Session header as online
+    sessions and adds its routes."""
     from inhabit.inference.tool_parsers import detect_parser, make_parser
 
     if tool_call_parser == "auto":
@@ -329,9 +350,7 @@ def create_app(
         }
 
     if recorder is not None:
-        from inhabit.online.server_routes import install_session_routes
-
-        install_session_routes(app, recorder, auth=auth, api_error=ApiError)
+        recorder.install_routes(app, auth=auth, api_error=ApiError)
 
     @app.post("/v1/load_weights")
     async def load_weights(request: Request, version: int | None = Query(None, ge=0)) -> dict:
@@ -494,98 +513,3 @@ def _handler(respond: Callable[..., JSONResponse], status: int, type_: str):
         return respond(status, str(e), type_)
 
     return handle
-
-
-def serve(config: Any) -> None:
-    """Bind the port, load the model folder, announce, and serve until interrupted (`inhabit serve`).
-
-    Binding comes first so that a taken port is one clear error before minutes of loading. On
-    SIGTERM/SIGINT the engine stops at once: requests in flight answer 503 (`EngineClosed`).
-    """
-    import contextlib
-
-    import uvicorn
-
-    from inhabit.inference.chat_tools import check_servable
-
-    sock = bind_socket(config.host, config.port, "serve")
-    _quiet_progress_bars()
-    engine = EmbeddedEngine.from_path(config.model, config.engine)
-    try:
-        parser = check_servable(engine.tokenizer, config.tool_call_parser)
-    except Exception:
-        engine.begin_close()
-        sock.close()
-        raise
-    name = config.served_model_name or Path(config.model).resolve().name
-
-    recorder = None
-    if config.sessions:
-        from inhabit.online.recorder import ServeRecorder
-
-        recorder = ServeRecorder(
-            config.sessions, model=name, keep_constrained=config.sessions_keep_constrained
-        )
-
-    @contextlib.asynccontextmanager
-    async def lifespan(_app: FastAPI):
-        stop = asyncio.Event()
-        follower = None
-        if config.follow:  # newest version of a weight store, swapped in between decoding steps
-            from inhabit.weights.subscribe import Subscriber, SubscriberConfig
-
-            sub = Subscriber(
-                config.follow, SubscriberConfig(name="serve", poll_interval_s=config.follow_poll_s)
-            )
-            follower = asyncio.create_task(sub.follow(engine, stop=stop))
-        yield
-        stop.set()
-        if follower is not None:
-            await asyncio.gather(follower, return_exceptions=True)
-        await engine.close()
-        if recorder is not None:
-            recorder.close()
-
-    app = create_app(
-        engine,
-        engine.tokenizer,
-        model_name=name,
-        api_key=config.api_key,
-        max_upload_bytes=config.max_upload_bytes,
-        max_request_bytes=config.max_request_bytes,
-        tool_call_parser=parser,
-        recorder=recorder,
-        xml_tools=config.xml_tools,
-        reasoning_parser=None if config.reasoning_parser == "none" else config.reasoning_parser,
-    )
-    app.router.lifespan_context = lifespan
-    host, port = sock.getsockname()[:2]
-    log.info("serving %s as %r on http://%s:%d/v1", config.model, name, host, port)
-
-    class _Server(uvicorn.Server):
-        def handle_exit(self, sig: int, frame: Any) -> None:
-            # Requests in flight end now with 503 (a stream with an error event) instead of a
-            # bare 500 when the graceful timeout cancels them.
-            engine.begin_close()
-            super().handle_exit(sig, frame)
-
-    # Keep-alive as the env server's: clients that pool connections (OpenAI's SDK, httpx) must not
-    # send a request on a connection the server is just closing, which resets it under load.
-    config_ = uvicorn.Config(
-        app,
-        log_level="warning",
-        timeout_graceful_shutdown=10,
-        timeout_keep_alive=30,
-        http=app.state.http_protocol,
-    )
-    _Server(config_).run(sockets=[sock])
-
-
-def _quiet_progress_bars() -> None:
-    """No third-party progress bars (checkpoint shards) in a server's output."""
-    import os
-
-    from transformers.utils import logging as hf_logging
-
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    hf_logging.disable_progress_bar()

@@ -82,5 +82,11 @@ class ServeRecorder:
     async def signal(self, session_id: str, kind: str, value: float, note: str | None) -> None:
         await asyncio.to_thread(self.store.add_signal, session_id, kind, value, note=note, source="client")
 
+    def install_routes(self, app: Any, *, auth: Any, api_error: type[Exception]) -> None:
+        """`POST /v1/sessions/{id}/signals` on the serving app (server_routes.py)."""
+        from inhabit.online.server_routes import install_session_routes
+
+        install_session_routes(app, self, auth=auth, api_error=api_error)
+
     def close(self) -> None:
         self.store.close()

@@ -4,7 +4,8 @@ Both backends keep the workspace as a real directory on the host (the process ba
 the bwrap backend's overlay mount point), so reading, writing, deleting and listing are plain
 file operations under that root after `paths.resolve` has checked the path. Also here: choosing
 the scratch directory (a tmpfs, so discarding a sandbox is cheap), copying/removing trees, and a
-digest of a whole tree by its raw names (`tree_digest`, the grade cache's key).
+digest of a whole tree by its raw names (`tree_digest`, the grade cache's key). `remove_tree`
+lives in `inhabit.filetree` (the environment store, a lower part, uses it too).
 
 Protects against: user paths escaping the root (via `paths`). Does not protect against: races
 with processes running inside the same sandbox at the same moment (see `paths`).
@@ -22,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from inhabit.errors import PathOutsideWorkspace, SandboxError, SandboxLimitExceeded
+from inhabit.filetree import remove_tree
 from inhabit.sandbox import paths
 from inhabit.sandbox.base import FileEntry
 
@@ -72,36 +74,6 @@ def world_traversable(path: Path) -> bool:
         return all(p.stat().st_mode & 0o001 for p in path.parents)
     except OSError:
         return False
-
-
-def remove_tree(path: Path) -> None:
-    """Remove a tree, making read-only directories writable first; never raises for absence."""
-
-    top = os.path.abspath(path)
-
-    def _inside(q: str) -> bool:
-        return os.path.commonpath([top, os.path.abspath(q)]) == top
-
-    def _onerror(func, p, exc_info):  # type: ignore[no-untyped-def]
-        # Sandboxed code may have left read-only dirs; make them writable and retry. Never
-        # chmod through a symlink it planted (that would change a host file's mode as root),
-        # and never outside the tree: when `path` itself cannot go (a mount still on it), its
-        # parent is /dev/shm or /tmp, and a 0700 there locks every other user out of it.
-        try:
-            for q in (os.path.dirname(p), p):
-                if _inside(q) and not os.path.islink(q) and os.path.isdir(q):
-                    os.chmod(q, 0o700)
-            # Retry only the removals: rmtree also reports os.open / os.scandir / os.lstat failures
-            # (an entry that vanished under a concurrent sweep), which take other arguments.
-            if func in (os.rmdir, os.unlink, os.remove):
-                func(p)
-        except OSError:
-            pass
-
-    if path.is_symlink() or path.is_file():
-        path.unlink(missing_ok=True)
-    elif path.exists():
-        shutil.rmtree(path, onerror=_onerror)
 
 
 def read_file(root: Path, user_path: str, max_bytes: int | None = None) -> bytes:

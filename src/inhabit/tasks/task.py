@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import ConfigDict, Field, ValidationError, field_validator
 
 from inhabit.config import Config, read_toml
-from inhabit.envs.lock import ENV_ID_PATTERN
+from inhabit.envs.lock import ENV_ID_PATTERN, env_id
 from inhabit.errors import ConfigError, TaskFormatError
 from inhabit.sandbox.base import SandboxLimits
 
@@ -284,8 +284,6 @@ def load_task(path: str | Path) -> Task:
                 f"{toml_path}: [environment] names the lock file {spec.environment.lock}, which is missing; "
                 "restore it or lock again (inhabit env lock)"
             )
-        from inhabit.envs.lock import env_id  # here: inhabit.envs imports this module
-
         # The store reuses an environment by id alone: a lock edited after its id was written
         # would silently run the old environment.
         if env_id(spec.environment.python, lock.read_bytes()) != spec.environment.id:
