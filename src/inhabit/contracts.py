@@ -15,6 +15,7 @@ The run (orchestrator <-> placement): the orchestrator drives a run through thes
 
     Placement, RunParts   `setup()` starts the parts of one run attempt and hands them over
     TrainerHandle         the trainer, wherever it runs (a thread, a child process, a Ray actor)
+    TrainSample           what a handle's `step` carries (`inhabit.trainer.samples.Sample`)
     WeightSync            how a new policy version travels from the trainer to the engine(s)
     RolloutRunner         runs the G rollouts of a task and returns them as a `Group`
     Engine                what the run asks of its inference engine(s) (the full interface:
@@ -202,6 +203,25 @@ class TrainerLost(OrchestratorError):
     """The trainer died; the run can resume from its newest checkpoint."""
 
 
+class TrainSample(Protocol):
+    """One training sequence as it crosses to a trainer handle (`inhabit.trainer.samples.Sample`,
+    built by the orchestrator; the part that defines it sits above this module). Per token, all
+    aligned with `input_ids`; a handle passes samples on to its trainer untouched."""
+
+    @property
+    def input_ids(self) -> torch.Tensor: ...
+    @property
+    def loss_mask(self) -> torch.Tensor: ...
+    @property
+    def behaviour_logprobs(self) -> torch.Tensor: ...
+    @property
+    def versions(self) -> torch.Tensor: ...
+    @property
+    def routed_experts(self) -> torch.Tensor | None: ...
+    @property
+    def advantage(self) -> float: ...
+
+
 class TrainerHandle(abc.ABC):
     """The pipeline's view of the trainer, wherever it runs.
 
@@ -214,7 +234,7 @@ class TrainerHandle(abc.ABC):
     steps: int
 
     @abc.abstractmethod
-    async def step(self, samples: list[Any]) -> dict[str, Any]:
+    async def step(self, samples: Sequence[TrainSample]) -> dict[str, Any]:
         """One policy update; returns the trainer's step metrics as a dict."""
 
     async def skip(self) -> None:

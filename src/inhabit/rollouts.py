@@ -26,7 +26,7 @@ import contextvars
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
@@ -42,6 +42,9 @@ from inhabit.log import get_logger
 from inhabit.sandbox.base import SandboxProvider
 from inhabit.tasks.task import Task
 from inhabit.types import TRAINABLE_STATUSES, Trajectory
+
+if TYPE_CHECKING:
+    from inhabit.rewards.compose import RewardComposer, RewardConfig
 
 log = get_logger(__name__)
 FAILED_STATUSES = frozenset({"policy_error", "sandbox_error", "grading_error", "error"})
@@ -184,7 +187,7 @@ class EngineRunner:
         rollout: RolloutConfig,
         log_file: TrajectoryLog | None = None,
         seed: int = 0,
-        composer: Any = None,
+        composer: RewardComposer | None = None,
     ) -> None:
         self.engine, self.tokenizer, self.provider = engine, tokenizer, provider
         # The episode: with the run's `[reward]` table (a RewardComposer), graded and composed;
@@ -358,12 +361,11 @@ async def guarded_rollout(
     return traj
 
 
-def reward_composer(run_config: Any) -> Any:
+def reward_composer(reward: RewardConfig | None) -> RewardComposer | None:
     """The RewardComposer of a run's `[reward]` table, or None when the run has none."""
-    reward = getattr(run_config, "reward", None)
     if reward is None:
         return None
-    from inhabit.rewards.compose import RewardComposer
+    from inhabit.rewards.compose import RewardComposer  # judges' HTTP clients: only for a [reward] run
 
     return RewardComposer(reward)
 

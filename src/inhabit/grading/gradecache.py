@@ -32,11 +32,14 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from typing import Any
+from typing import TYPE_CHECKING
 
 from inhabit.log import get_logger
 from inhabit.sandbox.base import Sandbox, SandboxProvider
 from inhabit.tasks.task import Task
+
+if TYPE_CHECKING:
+    from inhabit.grading.grader import GradeResult, GradingConfig
 
 __all__ = ["GradeCache", "workspace_digest"]
 
@@ -66,15 +69,15 @@ class GradeCache:
     """`grade` once per (task, grading settings, final workspace digest). One per group."""
 
     def __init__(self) -> None:
-        self._results: dict[str, asyncio.Future[Any]] = {}
+        self._results: dict[str, asyncio.Future[GradeResult | None]] = {}
         self.hits = 0
         self.misses = 0
         self.uncached = 0
         """Gradings run without the cache: no digest (module docstring)."""
 
     async def grade(
-        self, task: Task, sandbox: Sandbox, provider: SandboxProvider, *, config: Any = None
-    ) -> tuple[Any, bool]:
+        self, task: Task, sandbox: Sandbox, provider: SandboxProvider, *, config: GradingConfig | None = None
+    ) -> tuple[GradeResult, bool]:
         """(GradeResult, whether it came from the cache) for `sandbox`'s final workspace."""
         from inhabit.grading.grader import GradingConfig, grade
 
@@ -94,7 +97,7 @@ class GradeCache:
             # that grading was not kept (it failed, or the files moved under it): look again, and
             # grade here if no one else has begun to
         self.misses += 1
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[GradeResult | None] = asyncio.get_running_loop().create_future()
         self._results[key] = future
         keep = False
         try:

@@ -15,15 +15,20 @@ status and an error: a failed rollout is data, never an exception.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inhabit.contracts import Policy
 from inhabit.harness.config import HarnessConfig
 from inhabit.harness.loop import EpisodeObserver, run_episode
 from inhabit.log import get_logger
-from inhabit.sandbox.base import SandboxProvider
+from inhabit.sandbox.base import Sandbox, SandboxProvider
 from inhabit.tasks.task import Task
 from inhabit.types import Trajectory
+
+if TYPE_CHECKING:
+    from inhabit.grading.gradecache import GradeCache
+    from inhabit.grading.grader import GradeResult, GradingConfig
+    from inhabit.rewards.compose import RewardComposer
 
 log = get_logger(__name__)
 
@@ -34,14 +39,14 @@ async def run_rollout(
     provider: SandboxProvider,
     *,
     config: HarnessConfig | None = None,
-    grading_config: Any = None,
+    grading_config: GradingConfig | None = None,
     observer: EpisodeObserver | None = None,
     grade_episode: bool = True,
-    composer: Any = None,
-    grade_cache: Any = None,
+    composer: RewardComposer | None = None,
+    grade_cache: GradeCache | None = None,
 ) -> Trajectory:
-    """Run `policy` on `task` and grade the result; with `grade_cache` (a
-    `inhabit.grading.gradecache.GradeCache`), a final workspace already graded is not graded again."""
+    """Run `policy` on `task` and grade the result; with `grade_cache` (one per group), a final
+    workspace already graded is not graded again."""
     from inhabit.grading.grader import grade
 
     cfg = config or HarnessConfig()
@@ -107,7 +112,9 @@ async def run_rollout(
     return traj.model_copy(update={"timings": {**traj.timings, "rollout_s": round(time.monotonic() - t0, 6)}})
 
 
-async def _composed(composer: Any, task: Task, sandbox: Any, traj: Trajectory, result: Any) -> dict[str, Any]:
+async def _composed(
+    composer: RewardComposer, task: Task, sandbox: Sandbox, traj: Trajectory, result: GradeResult
+) -> dict[str, Any]:
     """The composed reward and its parts. A fatal hack flag zeroes the whole reward: the other
     parts (lint, diff, judges) must never pay for a run that cheated the tests."""
     from inhabit.rewards.compose import workspace_changes

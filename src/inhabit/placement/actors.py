@@ -7,7 +7,7 @@ the resource requests of `RayConfig` when it creates them, so importing this mod
   `Subscriber`. Weights never travel through Ray's object store: the actor is told "store S,
   version v" and pulls the version (a delta when it holds the previous one) from the store.
   After a restart it first syncs to the store's newest version, so a replaced engine is current.
-- `EnvServerActor`: `inhabit env-server` (the sandbox HTTP API over a local backend) in a thread
+- `EnvServerActor`: `inhabit sandbox env-server` (the sandbox HTTP API over a local backend) in a thread
   of the actor, on a free port of the node; the driver reaches it with `RemoteSandboxProvider`.
 - `TrainerActor`: an `inhabit.trainer.Trainer`, started from a model folder or the newest
   checkpoint with the run's `TrainerRunSettings` (it re-checks `max_staleness` per sample). After every step it publishes the new version to the weight store itself, so the
@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inhabit.log import get_logger
+
+if TYPE_CHECKING:
+    from inhabit.trainer.samples import Sample
 
 log = get_logger(__name__)
 
@@ -93,7 +96,7 @@ class EngineActor:
 
 
 class EnvServerActor:
-    """`inhabit env-server` in a background thread of this actor (see module docstring)."""
+    """`inhabit sandbox env-server` in a background thread of this actor (see module docstring)."""
 
     def __init__(self, sandbox_config: dict[str, Any], token: str, bind_host: str | None) -> None:
         import socket
@@ -170,7 +173,7 @@ class TrainerActor:
             "pid": os.getpid(),
         }
 
-    def step(self, samples: list[Any]) -> dict[str, Any]:
+    def step(self, samples: list[Sample]) -> dict[str, Any]:
         metrics = self.trainer.train_step(samples, max_staleness=self.settings.max_staleness)
         self.publisher.publish(self.trainer.state_dict_for_engine(), self.trainer.version)
         return metrics.as_dict()

@@ -30,7 +30,7 @@ from inhabit.contracts import RunParts, TrainerLost
 from inhabit.errors import ConfigError, OrchestratorError
 from inhabit.log import get_logger
 from inhabit.placement.actors import EngineActor, EnvServerActor, TrainerActor
-from inhabit.placement.config import RayConfig
+from inhabit.placement.config import RayConfig, RunSettings
 from inhabit.placement.dispatch import DispatchRunner
 from inhabit.placement.engines import EnginePool
 from inhabit.placement.fleet import Fleet, Member
@@ -50,10 +50,9 @@ def runtime_env() -> dict[str, Any]:
 
 
 class RayPlacement:
-    """Creates and keeps the actors of one run; hands the run its Ray-backed parts. `cfg` is the
-    `RunConfig`."""
+    """Creates and keeps the actors of one run; hands the run its Ray-backed parts."""
 
-    def __init__(self, cfg: Any) -> None:
+    def __init__(self, cfg: RunSettings) -> None:
         self.cfg = cfg
         self.rc: RayConfig = cfg.placement.ray
         self.max_trainer_restarts = self.rc.max_trainer_restarts
@@ -236,7 +235,7 @@ class RayPlacement:
         runner = DispatchRunner(
             engine, engine.tokenizer, provider, env_servers=env, ray=self.rc, run_attempt=self.incarnation,
             harness=cfg.harness, rollout=cfg.rollout, log_file=log_file, seed=cfg.seed,
-            composer=reward_composer(cfg),
+            composer=reward_composer(cfg.reward),
         )  # fmt: skip
         return RunParts(trainer=trainer, data_state=data_state, engine=engine, runner=runner, sync=sync)
 

@@ -7,16 +7,27 @@ the sandbox machines and `{"trainer": 1}` on the training machine put each part 
 A resource that no node offers leaves its actor pending (Ray's normal behaviour), so the run
 waits for capacity rather than placing a part on the wrong machine.
 
+`RunSettings` is the slice of a whole run's settings that a placement reads (the orchestrator's
+`RunConfig` is one): a Protocol, since the run's config lives in the part above this one.
+
 Nothing here imports Ray: the default install has no Ray, and a local run never needs it.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from pydantic import Field
 
 from inhabit.config import Config
+
+if TYPE_CHECKING:
+    from inhabit.harness.config import HarnessConfig
+    from inhabit.placement.engine_backends import RunEngineConfig
+    from inhabit.rewards.compose import RewardConfig
+    from inhabit.rollouts import RolloutConfig
+    from inhabit.sandbox import SandboxConfig
+    from inhabit.trainer.config import TrainerConfig
 
 
 class ActorResources(Config):
@@ -108,3 +119,42 @@ class PlacementConfig(Config):
     rollout_cpus: list[int] | None = Field(
         None, description="CPU ids this process (engine, harness, sandboxes it starts) is pinned to."
     )
+
+
+class WeightStoreSetting(Protocol):
+    """The run's `[weights]` table as a placement reads it."""
+
+    @property
+    def store(self) -> str | None:
+        """Also publish every version to this weight store (None: in memory only)."""
+        ...
+
+
+@runtime_checkable
+class RunSettings(Protocol):
+    """What `LocalPlacement` and `RayPlacement` read of a run's settings (`RunConfig` is one)."""
+
+    @property
+    def placement(self) -> PlacementConfig: ...
+    @property
+    def engine(self) -> RunEngineConfig: ...
+    @property
+    def sandbox(self) -> SandboxConfig: ...
+    @property
+    def harness(self) -> HarnessConfig: ...
+    @property
+    def rollout(self) -> RolloutConfig: ...
+    @property
+    def trainer(self) -> TrainerConfig: ...
+    @property
+    def reward(self) -> RewardConfig | None: ...
+    @property
+    def weights(self) -> WeightStoreSetting: ...
+    @property
+    def run_dir(self) -> str: ...
+    @property
+    def seed(self) -> int: ...
+    @property
+    def threads(self) -> int | None: ...
+    @property
+    def max_staleness(self) -> int: ...

@@ -23,16 +23,17 @@ from pathlib import Path
 from typing import Any
 
 from inhabit.contracts import RunParts, TrainerHandle
+from inhabit.placement.config import RunSettings
 from inhabit.rollouts import EngineRunner, TrajectoryLog, reward_composer
 from inhabit.sandbox.base import SandboxProvider
 
 
 class LocalPlacement:
-    """The `Placement` of a run on this machine (see module docstring); `cfg` is the `RunConfig`."""
+    """The `Placement` of a run on this machine (see module docstring)."""
 
     max_trainer_restarts = 0
 
-    def __init__(self, cfg: Any) -> None:
+    def __init__(self, cfg: RunSettings) -> None:
         self.cfg = cfg
         self._cpus_before: set[int] | None = None
 
@@ -62,7 +63,7 @@ class LocalPlacement:
         runner = EngineRunner(
             engine, tokenizer, provider,
             harness=cfg.harness, rollout=cfg.rollout, log_file=log_file, seed=cfg.seed,
-            composer=reward_composer(cfg),
+            composer=reward_composer(cfg.reward),
         )  # fmt: skip
         sync = PublishingWeightSync(cfg.weights.store) if cfg.weights.store else InProcessWeightSync()
         return RunParts(trainer=trainer, data_state=data_state, engine=engine, runner=runner, sync=sync)

@@ -24,13 +24,18 @@ import datetime
 import logging
 import os
 import socket
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inhabit.errors import OrchestratorError
 from inhabit.log import get_logger
 from inhabit.placement.trainer_local import InProcessTrainer
 from inhabit.trainer.config import TrainerRunSettings
+
+if TYPE_CHECKING:
+    from inhabit.trainer.metrics import StepMetrics
+    from inhabit.trainer.samples import Sample
 
 log = get_logger(__name__)
 
@@ -175,7 +180,7 @@ class DistributedTrainer(InProcessTrainer):
         self.dp.broadcast(("init", arg))
         super().__init__(_build(**arg), settings)
 
-    def _step(self, samples: list[Any]) -> Any:
+    def _step(self, samples: Sequence[Sample]) -> StepMetrics:
         self.dp.broadcast(("step", (list(samples), self.settings.max_staleness)))
         return super()._step(samples)
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing as mp
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,8 @@ from inhabit.errors import OrchestratorError
 from inhabit.trainer.config import TrainerRunSettings
 
 if TYPE_CHECKING:
+    from inhabit.trainer.metrics import StepMetrics
+    from inhabit.trainer.samples import Sample
     from inhabit.trainer.trainer import Trainer
 
 
@@ -43,12 +46,12 @@ class InProcessTrainer(TrainerHandle):
     def version(self) -> int:  # type: ignore[override]
         return int(self.trainer.version)
 
-    async def step(self, samples: list[Any]) -> dict[str, Any]:
+    async def step(self, samples: Sequence[Sample]) -> dict[str, Any]:  # type: ignore[override]
         metrics = await asyncio.to_thread(self._step, samples)
         self.steps += 1
         return metrics.as_dict()
 
-    def _step(self, samples: list[Any]) -> Any:
+    def _step(self, samples: Sequence[Sample]) -> StepMetrics:
         # torch's (OpenMP) thread count is per OS thread: set it in the worker thread itself.
         if self.settings.threads:
             import torch
@@ -164,7 +167,7 @@ class ProcessTrainer(TrainerHandle):
             raise OrchestratorError(f"trainer process failed on {cmd}: {a}")
         return a, b
 
-    async def step(self, samples: list[Any]) -> dict[str, Any]:
+    async def step(self, samples: Sequence[Sample]) -> dict[str, Any]:  # type: ignore[override]
         metrics, state = await asyncio.to_thread(self._call, "step", list(samples))
         self._state = state
         self.version = int(metrics["version"])

@@ -8,10 +8,14 @@ and resumes from the newest checkpoint with a fresh trainer actor (`RayPlacement
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inhabit.contracts import TrainerHandle, TrainerLost
+
+if TYPE_CHECKING:
+    from inhabit.trainer.samples import Sample
 
 
 class RayTrainer(TrainerHandle):
@@ -32,7 +36,7 @@ class RayTrainer(TrainerHandle):
         except ray.exceptions.RayActorError as e:
             raise TrainerLost(f"the trainer actor died: {type(e).__name__}") from e
 
-    async def step(self, samples: list[Any]) -> dict[str, Any]:
+    async def step(self, samples: Sequence[Sample]) -> dict[str, Any]:  # type: ignore[override]
         import ray
 
         try:

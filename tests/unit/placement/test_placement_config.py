@@ -60,3 +60,13 @@ def test_ray_placement_refuses_remote_sandboxes_without_touching_ray():
     cfg = load_config(RunConfig, QUICKSTART, ["placement=ray", "sandbox.backend=remote"])
     with pytest.raises(ConfigError, match="env servers"):
         RayPlacement(cfg)
+
+
+def test_a_run_config_is_the_settings_a_placement_reads():
+    """`RunSettings` (what LocalPlacement and RayPlacement read) names only what `RunConfig` has."""
+    from inhabit.orchestrator.config import RunConfig
+    from inhabit.placement.config import RunSettings
+
+    cfg = RunConfig.model_validate({"model": {"path": "m"}, "tasks": {"source": "dir", "dir": "t"}})
+    assert isinstance(cfg, RunSettings)
+    assert not isinstance(cfg.placement, RunSettings)  # the check can fail

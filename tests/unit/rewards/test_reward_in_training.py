@@ -74,10 +74,10 @@ def test_the_reward_table_of_a_run_config(tmp_path):
     )
     cfg = load_config(RunConfig, path, [])
     assert cfg.reward is not None and cfg.reward.gate_on_tests and cfg.reward.lint_weight == 0.5
-    composer = reward_composer(cfg)
+    composer = reward_composer(cfg.reward)
     assert [j.config.name for j in composer.judges] == ["style"]
     plain = load_config(RunConfig, path, []).model_copy(update={"reward": None})
-    assert reward_composer(plain) is None
+    assert reward_composer(plain.reward) is None
 
 
 async def test_the_runner_closes_the_judges_clients_when_the_run_ends(tmp_path, sandbox_provider):
@@ -91,7 +91,7 @@ async def test_the_runner_closes_the_judges_clients_when_the_run_ends(tmp_path, 
         + '\n[reward]\n[[reward.judges]]\nname = "style"\nbase_url = "http://127.0.0.1:1/v1"\nmodel = "m"\n'
     )
     cfg = load_config(RunConfig, path, [])
-    composer = reward_composer(cfg)
+    composer = reward_composer(cfg.reward)
     client = composer.judges[0]._client
     # The engine and tokenizer are not touched before an episode runs.
     runner = EngineRunner(
