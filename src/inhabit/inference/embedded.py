@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import inspect
 import logging
 import threading
 import time
@@ -137,6 +138,12 @@ class _Swap:
     future: asyncio.Future
 
 
+def cache_keyword(model: Any) -> str:
+    """The keyword a model's forward takes its KV cache by: `cache` where transformers has renamed
+    it (newer 5.x, which warn on the old name), `past_key_values` in the releases before."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
 class EmbeddedEngine(InferenceEngine):
     """Continuous-batching engine over a transformers causal LM (see module docstring)."""
 
@@ -146,6 +153,7 @@ class EmbeddedEngine(InferenceEngine):
         self.config = config or EngineConfig()
         self.tokenizer = tokenizer
         self.model = model.to(device=self.config.device, dtype=_DTYPES[self.config.dtype]).eval()
+        self._cache_kw = cache_keyword(self.model)
         mc = model.config.get_text_config(decoder=True)
         self.max_model_len = self.config.max_model_len or int(getattr(mc, "max_position_embeddings", 4096))
         head_dim = getattr(mc, "head_dim", None) or mc.hidden_size // mc.num_attention_heads
@@ -451,7 +459,7 @@ class EmbeddedEngine(InferenceEngine):
             input_ids=ids,
             attention_mask=mask,
             position_ids=pos,
-            past_key_values=cache,
+            **{self._cache_kw: cache},
             use_cache=True,
             logits_to_keep=1,
         )
@@ -542,7 +550,7 @@ class EmbeddedEngine(InferenceEngine):
                 input_ids=ids,
                 attention_mask=cache.attention_mask(_DTYPES[self.config.dtype], dev),
                 position_ids=cache.positions[:, None].to(dev),
-                past_key_values=cache,
+                **{self._cache_kw: cache},
                 use_cache=True,
             )
             logits = out.logits[:, -1]

@@ -190,3 +190,35 @@ async def test_cancelled_request_leaves_the_batch(dense_model, tokenizer, prompt
         assert len(o.token_ids) == 3
     finally:
         await engine.close()
+
+
+@pytest.mark.parametrize("lean_decode", [True, False])
+async def test_the_kv_cache_goes_by_the_keyword_transformers_takes(
+    dense_model, tokenizer, prompts, lean_decode
+):
+    """No deprecation warning for `past_key_values` from prefill or decode (newer transformers name
+    the keyword `cache`): the quickstart's output stays clean."""
+    import logging
+    import warnings
+
+    logging.Logger.warning_once.cache_clear()  # transformers warns once per process
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    hf = logging.getLogger("transformers")
+    hf.addHandler(handler)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            engine = EmbeddedEngine(
+                dense_model, tokenizer, EngineConfig(stop_at_eos=False, lean_decode=lean_decode)
+            )
+            try:
+                outs = await engine.generate(_reqs(prompts, max_tokens=4, temperature=0.0))
+            finally:
+                await engine.close()
+    finally:
+        hf.removeHandler(handler)
+    assert all(len(o.token_ids) == 4 for o in outs)
+    said = [r.getMessage() for r in records] + [str(w.message) for w in caught]
+    assert [m for m in said if "past_key_values" in m] == []
