@@ -47,7 +47,7 @@ import httpx
 from pydantic import Field
 
 from inhabit.config import Config
-from inhabit.inference.engine import Completion, GenerationRequest, InferenceEngine
+from inhabit.inference.engine import Completion, GenerationRequest, InferenceEngine, SamplingParams
 from inhabit.inference.errors import RemoteEngineError
 from inhabit.inference.protocol import decode_routes
 
@@ -128,21 +128,12 @@ class RemoteEngine(InferenceEngine):
         body: dict[str, Any] = {
             "model": self._model,
             "prompt": list(req.prompt_token_ids),
-            "max_tokens": sp.max_tokens,
-            "temperature": sp.temperature,
-            "top_p": sp.top_p,
+            **_sampling_fields(sp, max_tokens_key="max_tokens", seed_key="seed"),
             "logprobs": sp.top_logprobs,
             "return_token_ids": True,
             "return_tokens_as_token_ids": bool(sp.top_logprobs),
             "skip_special_tokens": True,
         }
-        if sp.stop:
-            body["stop"] = list(sp.stop)
-        if sp.stop_token_ids:
-            body["stop_token_ids"] = list(sp.stop_token_ids)
-        if sp.seed is not None:
-            body["seed"] = sp.seed
-        body |= _adjustments(sp)
         if sp.guide is not None:  # vLLM's structured outputs (constrained decoding)
             body["structured_outputs"] = sp.guide.wire()
         r = await self._request("POST", "/v1/completions", json=body)
@@ -173,18 +164,7 @@ class RemoteEngine(InferenceEngine):
 
     async def _sglang(self, req: GenerationRequest, version: int) -> Completion:
         sp = req.sampling
-        params: dict[str, Any] = {
-            "temperature": sp.temperature,
-            "top_p": sp.top_p,
-            "max_new_tokens": sp.max_tokens,
-        }
-        if sp.stop:
-            params["stop"] = list(sp.stop)
-        if sp.stop_token_ids:
-            params["stop_token_ids"] = list(sp.stop_token_ids)
-        if sp.seed is not None:
-            params["sampling_seed"] = sp.seed
-        params |= _adjustments(sp)
+        params = _sampling_fields(sp, max_tokens_key="max_new_tokens", seed_key="sampling_seed")
         if sp.guide is not None:
             params |= sp.guide.sglang()
         body = {"input_ids": list(req.prompt_token_ids), "sampling_params": params, "return_logprob": True}
@@ -358,9 +338,17 @@ def _write_folder(weights: Mapping[str, Any], folder: str) -> str:
     return folder
 
 
-def _adjustments(sp: Any) -> dict[str, Any]:
-    """Penalties and logit bias, in the OpenAI names vLLM, SGLang and `inhabit serve` all take."""
-    out: dict[str, Any] = {}
+def _sampling_fields(sp: SamplingParams, *, max_tokens_key: str, seed_key: str) -> dict[str, Any]:
+    """`sp` as request fields. OpenAI's completions body (vLLM, `inhabit serve`) and SGLang's
+    `sampling_params` share every name but two: the token budget and the seed. Penalties and logit
+    bias go only when set."""
+    out: dict[str, Any] = {"temperature": sp.temperature, "top_p": sp.top_p, max_tokens_key: sp.max_tokens}
+    if sp.stop:
+        out["stop"] = list(sp.stop)
+    if sp.stop_token_ids:
+        out["stop_token_ids"] = list(sp.stop_token_ids)
+    if sp.seed is not None:
+        out[seed_key] = sp.seed
     if sp.presence_penalty:
         out["presence_penalty"] = sp.presence_penalty
     if sp.frequency_penalty:

@@ -162,6 +162,7 @@ async def test_sglang_flavor_speaks_generate_and_update_from_disk():
         assert seen["generate"]["input_ids"] == [1, 2, 3] and seen["generate"]["return_logprob"] is True
         sp = seen["generate"]["sampling_params"]
         assert sp["max_new_tokens"] == 2 and sp["temperature"] == 0.5 and sp["stop"] == ["x"]
+        assert sp["sampling_seed"] == 4 and "max_tokens" not in sp and "seed" not in sp  # SGLang's names
         assert c.token_ids == [11, 12] and c.logprobs == [-0.1, -0.2] and c.finish_reason == "length"
         await remote.load_weights("/models/v1", version=1)
         assert seen["update"] == {"model_path": "/models/v1"} and remote.version == 1
