@@ -1,7 +1,7 @@
 """Benchmark: what the environment server costs over a local provider, on loopback.
 
 Baseline (measured in the same run): the same backend used in-process. The server runs as
-`inhabit env-server` in its own process, as deployed. Measured for both:
+`inhabit sandbox env-server` in its own process, as deployed. Measured for both:
 create from a directory (remote: packed and uploaded) and from a snapshot, exec of `true`,
 a 64 KiB file write+read, and a pool burst (acquire, run one command, return) with 32 in flight.
 Prints a table with remote/local ratios and writes bench/results/envserver.json.
@@ -40,7 +40,7 @@ TOKEN = "bench-token-123456"
 
 @contextlib.contextmanager
 def served(backend: str) -> Iterator[str]:
-    """`inhabit env-server` in its own process on 127.0.0.1 (as deployed: no shared GIL)."""
+    """`inhabit sandbox env-server` in its own process on 127.0.0.1 (as deployed: no shared GIL)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]

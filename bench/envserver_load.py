@@ -1,4 +1,4 @@
-"""Load and fault benchmark of `inhabit env-server`: steady, overload, abandoned clients, hostile
+"""Load and fault benchmark of `inhabit sandbox env-server`: steady, overload, abandoned clients, hostile
 inputs, an optional soak, and a shutdown with work in flight, against a server this script starts
 on 127.0.0.1 (its own process, as deployed).
 
@@ -249,7 +249,7 @@ async def main(args: argparse.Namespace) -> None:
     phases.append(p.summary())
     left = new_since(before, leftovers(LONG, proc.pid))
     report(
-        f"inhabit env-server under load and faults (backend {args.backend}, loopback)",
+        f"inhabit sandbox env-server under load and faults (backend {args.backend}, loopback)",
         phases,
         {"ready_s": round(ready_s, 1), "leftovers_after_shutdown": left, "args": vars(args)},
         RESULTS / "envserver_load.json",

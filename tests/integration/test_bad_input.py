@@ -96,12 +96,14 @@ CASES = [
     Case("replay-actions-not-utf8", ("replay", "--task", str(TASKS / "demo-001"), "--actions", "{tmp}/actions.bin",
                                      "--sandbox", "process"), "not UTF-8"),
     Case("model-build-out-is-a-file", ("model", "build", "--out", "{file}"), "is a file"),
-    Case("task-check-file", ("task", "check", "{file}"), "is a file"),
-    Case("task-check-missing", ("task", "check", "{tmp}/no-task"), "does not exist"),
+    Case("task-check-file", ("tasks", "check", "{file}"), "is a file"),
+    Case("task-check-missing", ("tasks", "check", "{tmp}/no-task"), "does not exist"),
+    Case("task-check-older-spelling", ("task", "check", "{tmp}/no-task"), "does not exist"),
     Case("train-config-missing", ("train", "{tmp}/no.toml", "--dry-run"), "no.toml"),
     # servers: the port is bound before anything loads, so a taken one is the first error
     Case("serve-taken-port", ("serve", "--model", "{tmp}", "--port", "{taken}"), "cannot listen on"),
-    Case("env-server-taken-port", ("env-server", "--port", "{taken}", "--backend", "process"), "cannot listen on"),
+    Case("env-server-taken-port", ("sandbox", "env-server", "--port", "{taken}", "--backend", "process"),
+         "cannot listen on"),
     Case("serve-model-missing", ("serve", "--model", "{tmp}/no-model", "--port", "0"), "no-model"),
 ]  # fmt: skip
 

@@ -1,4 +1,4 @@
-"""`inhabit env-server` as a real process on 127.0.0.1, driven end to end by RemoteSandboxProvider.
+"""`inhabit sandbox env-server` as a real process on 127.0.0.1, driven end to end by RemoteSandboxProvider.
 
 Starts the command in a subprocess, waits (bounded) for it to answer, runs a rollout-shaped
 sequence through the client, then stops it with SIGTERM and checks that shutdown closed every
@@ -72,6 +72,7 @@ def server(tmp_path: Path):
             sys.executable,
             "-m",
             "inhabit",
+            "sandbox",
             "env-server",
             "--host",
             "127.0.0.1",
@@ -152,9 +153,10 @@ async def test_end_to_end_through_the_command(server, workspace, tmp_path):
     assert not _alive(pid)
 
 
-def test_refuses_a_public_host_without_a_token():
+@pytest.mark.parametrize("command", [["sandbox", "env-server"], ["env-server"]])  # the older spelling too
+def test_refuses_a_public_host_without_a_token(command):
     r = subprocess.run(
-        [sys.executable, "-m", "inhabit", "env-server", "--host", "0.0.0.0", "--port", str(_free_port())],
+        [sys.executable, "-m", "inhabit", *command, "--host", "0.0.0.0", "--port", str(_free_port())],
         env=_env(),
         capture_output=True,
         text=True,
@@ -166,7 +168,17 @@ def test_refuses_a_public_host_without_a_token():
 
 def test_short_token_is_refused():
     r = subprocess.run(
-        [sys.executable, "-m", "inhabit", "env-server", "--port", str(_free_port()), "--token", "short"],
+        [
+            sys.executable,
+            "-m",
+            "inhabit",
+            "sandbox",
+            "env-server",
+            "--port",
+            str(_free_port()),
+            "--token",
+            "short",
+        ],
         env=_env(),
         capture_output=True,
         text=True,
@@ -182,6 +194,7 @@ def test_missing_root_is_refused(tmp_path):
             sys.executable,
             "-m",
             "inhabit",
+            "sandbox",
             "env-server",
             "--port",
             str(_free_port()),
@@ -222,7 +235,17 @@ def test_a_taken_port_is_one_clear_error_before_anything_starts():
         taken.listen()
         port = taken.getsockname()[1]
         r = subprocess.run(
-            [sys.executable, "-m", "inhabit", "env-server", "--port", str(port), "--backend", "process"],
+            [
+                sys.executable,
+                "-m",
+                "inhabit",
+                "sandbox",
+                "env-server",
+                "--port",
+                str(port),
+                "--backend",
+                "process",
+            ],
             env=_env(INHABIT_ENV_TOKEN=TOKEN),
             capture_output=True,
             text=True,

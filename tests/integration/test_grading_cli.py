@@ -1,4 +1,4 @@
-"""`inhabit task check` as a user runs it: a real subprocess, the default sandbox backend (bwrap
+"""`inhabit tasks check` as a user runs it: a real subprocess, the default sandbox backend (bwrap
 where it works, else process), the shipped example task."""
 
 from __future__ import annotations
@@ -9,13 +9,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_task_check_cli_on_the_example_task():
+@pytest.mark.parametrize("group", ["tasks", "task"])  # `task check`: the older spelling, hidden
+def test_task_check_cli_on_the_example_task(group):
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     proc = subprocess.run(
-        [sys.executable, "-m", "inhabit", "task", "check", "examples/tasks/demo-001", "--json"],
+        [sys.executable, "-m", "inhabit", group, "check", "examples/tasks/demo-001", "--json"],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -1,5 +1,5 @@
 """`inhabit agent` in an opted-in repository records its session in the online store (redacted);
-`inhabit feedback` rates it; `inhabit online outcomes` sees whether the change was kept."""
+`inhabit online feedback` rates it; `inhabit online outcomes` sees whether the change was kept."""
 
 from __future__ import annotations
 
@@ -56,12 +56,12 @@ def test_an_opted_in_session_is_stored_redacted_rated_and_its_outcome_observed(o
     record = store.record(row.id)
     assert record["decision"] == "accepted" and record["changed_files"][0]["path"] == "calc.py"
     assert [c["tool"] for c in record["trajectory"]["tool_calls"]] == ["read_file", "edit_file", "finish"]
-    assert f"inhabit feedback {row.id}" in out.stdout
+    assert f"inhabit online feedback {row.id}" in out.stdout
     assert SECRET.encode() not in b"".join(p.read_bytes() for p in db.parent.iterdir())
 
-    rated = inhabit("feedback", row.id[:8], "good", "--note", "nice", "--store", str(db))
+    rated = inhabit("online", "feedback", row.id[:8], "good", "--note", "nice", "--store", str(db))
     assert rated.returncode == 0, rated.stderr
-    unknown = inhabit("feedback", "nosuchsession", "good", "--store", str(db))
+    unknown = inhabit("feedback", "nosuchsession", "good", "--store", str(db))  # the older spelling
     assert unknown.returncode == 2 and "error: no session 'nosuchsession'" in unknown.stderr
     assert "Traceback" not in unknown.stderr
 

@@ -7,6 +7,6 @@
 - `hacks`: neutralization before the run, the flag names (listed in its docstring), the code scan
 - `infra`: what counts as a test, pytest configuration, a start-up hook, a shadowing module
 - `gradecache`: one grade per distinct final workspace within a group
-- `check`: `check_task` behind `inhabit task check` (is a task valid and gradable?)
+- `check`: `check_task` behind `inhabit tasks check` (is a task valid and gradable?)
 - `diagnose`: why a test suite cannot run at all, said once
 """

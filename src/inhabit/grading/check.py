@@ -1,4 +1,4 @@
-"""`inhabit task check`: is a task directory valid and gradable?
+"""`inhabit tasks check`: is a task directory valid and gradable?
 
 A task is valid when
   * task.toml and the directory follow format 1 (`load_task`), with a [grading] table;
@@ -61,7 +61,7 @@ class Problem:
 
 @dataclass
 class CheckReport:
-    """Everything `inhabit task check` found; `valid` is False when any problem was found."""
+    """Everything `inhabit tasks check` found; `valid` is False when any problem was found."""
 
     path: str
     task_id: str | None = None

@@ -14,7 +14,7 @@ Used by grading (in a fresh copy of the final workspace) and by the harness's `r
      sandbox allows it (`NO_ASLR_PROBE`). The pinned seed and the fixed layout make test ids that
      follow set or dict iteration order (parametrize over a set: `expected4` in one run,
      `expected20` in the next), even over objects hashed by their address such as None on Python
-     3.11, the same in every run: the task builder's, `task check`'s, grading's and the agent's.
+     3.11, the same in every run: the task builder's, `tasks check`'s, grading's and the agent's.
      The plugin reads and deletes the key file at import and writes the report beside itself, so
      neither the key nor the report path is in argv or the environment (pytest-xdist workers
      import the plugin after the key file is gone and only tag test cases);

@@ -188,7 +188,7 @@ async def _agent(
             )
         else:
             console.print(
-                f"online: session {sid} recorded; rate it with `inhabit feedback {sid} good|bad`",
+                f"online: session {sid} recorded; rate it with `inhabit online feedback {sid} good|bad`",
                 highlight=False,
             )
     if traj.status in FAILED_STATUSES:

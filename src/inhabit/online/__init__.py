@@ -7,7 +7,7 @@
     train.py      single-episode policy gradient with a baseline, IS weights, KL anchor
     cycle.py      harvest -> train -> gate -> publish -> watch, resumable after a crash
     recorder.py   `inhabit serve` requests with an X-Inhabit-Session header become sessions
-    cli.py        `inhabit feedback`, `inhabit online init|run|log|outcomes`
+    cli.py        `inhabit online feedback`, `inhabit online init|run|log|outcomes`
 
 See docs/online.md.
 """

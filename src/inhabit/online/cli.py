@@ -1,6 +1,6 @@
-"""`inhabit feedback` and `inhabit online ...`: rate sessions, observe outcomes, run and inspect the loop.
+"""`inhabit online ...`: rate sessions, observe outcomes, run and inspect the loop.
 
-    inhabit feedback 3f2a9c good --note "clean fix"       # a rating for one session
+    inhabit online feedback 3f2a9c good --note "clean fix"   # a rating for one session
     inhabit online sessions                                # sessions, signals, rewards
     inhabit online outcomes --repo . --test-command "pytest -q"   # kept / reverted / tests_passed
     inhabit online init --config online.toml --model MODEL_DIR    # version 0 of the weights
@@ -21,7 +21,9 @@ from typing import Any
 import typer
 
 online_app = typer.Typer(
-    name="online", help="Learn from real sessions: cycles, outcomes, the version log.", no_args_is_help=True
+    name="online",
+    help="Learn from real sessions: ratings, cycles, outcomes, the version log.",
+    no_args_is_help=True,
 )
 
 
@@ -62,7 +64,8 @@ def register(app: typer.Typer) -> None:
     """Add this part's commands to the root app."""
     app.add_typer(online_app, name="online")
 
-    @app.command()
+    @online_app.command("feedback")
+    @app.command("feedback", hidden=True)  # the spelling of earlier releases, kept for scripts
     def feedback(
         session: str = typer.Argument(..., help="Session id (or a unique prefix of 6+ characters)."),
         rating: str = typer.Argument(..., help="good or bad."),

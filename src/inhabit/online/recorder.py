@@ -8,7 +8,7 @@ A constrained turn (a grammar masked the tokens drawn: `response_format`, a forc
 recorded with `"constrained": true` and, unless the recorder keeps them, without its token data,
 so training leaves it out (its tokens were not drawn from the model's distribution).
 Streamed completions are not recorded (their tokens are emitted as they are decoded); a client that
-wants its sessions learned from sends non-streaming requests. Signals come from `inhabit feedback
+wants its sessions learned from sends non-streaming requests. Signals come from `inhabit online feedback
 ID good|bad` or from `POST /v1/sessions/ID/signals` on the same server.
 """
 

@@ -7,7 +7,7 @@ when the task's hidden tests pass (the real grading, `inhabit.grading.grader.gra
 agent's final workspace), and each answer is flipped with probability `noise`. A share of the
 population never answers: their sessions are stored without a signal, like an IDE client that
 never rates, and the online loop leaves them in the pool. A session that changed nothing has no
-prompt in `inhabit agent`; a user who answers rates it with `inhabit feedback ID bad` (good when
+prompt in `inhabit agent`; a user who answers rates it with `inhabit online feedback ID bad` (good when
 the answer is flipped), so every answering user gives one acceptance trial per session.
 
 The session itself is `inhabit agent`'s own sequence (harness/cli.py `_agent`): the endpoint policy

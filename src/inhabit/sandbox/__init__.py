@@ -4,7 +4,7 @@
 - "bwrap" (the default wherever it works): namespaces, copy-on-write workspace, no network,
   resource limits; see `inhabit.sandbox.bwrap` for exactly what it does and does not protect.
 - "process": a plain subprocess in a temporary copy; isolates NOTHING (it says so loudly).
-- "remote": sandboxes on an environment server (`inhabit env-server`), over HTTP.
+- "remote": sandboxes on an environment server (`inhabit sandbox env-server`), over HTTP.
 - "auto": bwrap if it works on this host, else process with a loud warning.
 
 This module imports no backend eagerly, so `import inhabit.sandbox` stays cheap.

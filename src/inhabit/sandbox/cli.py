@@ -16,7 +16,9 @@ import typer
 if TYPE_CHECKING:
     from inhabit.sandbox.base import ExecResult
 
-sandbox_app = typer.Typer(help="Isolated workspaces: check the host, run the demo, run a command.")
+sandbox_app = typer.Typer(
+    help="Isolated workspaces: check the host, run the demo, run a command, serve them (env-server)."
+)
 
 
 @sandbox_app.command()

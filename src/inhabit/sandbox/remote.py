@@ -1,4 +1,4 @@
-"""Sandboxes that live on an environment server (`inhabit env-server`), used through HTTP.
+"""Sandboxes that live on an environment server (`inhabit sandbox env-server`), used through HTTP.
 
 `RemoteSandboxProvider(url, token)` is a `SandboxProvider` like any local backend, so a pool,
 the harness or the grader use remote sandboxes without knowing it:

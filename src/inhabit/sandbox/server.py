@@ -1,6 +1,6 @@
 """The environment server: the `Sandbox` interface served over HTTP (FastAPI + uvicorn).
 
-Rollouts on one machine use sandboxes that live on another: `inhabit env-server` wraps any local
+Rollouts on one machine use sandboxes that live on another: `inhabit sandbox env-server` wraps any local
 `SandboxProvider` (bwrap, process) and `RemoteSandboxProvider` (remote.py) speaks to it. Routes,
 all under `/v1` and all behind `Authorization: Bearer <token>`:
 
@@ -95,7 +95,7 @@ KEEP_ALIVE_S = 30
 
 
 class EnvServerConfig(Config):
-    """Settings of one environment server (flags of `inhabit env-server`)."""
+    """Settings of one environment server (flags of `inhabit sandbox env-server`)."""
 
     host: str = Field("127.0.0.1", description="Interface to bind; non-loopback needs a token.")
     port: int = Field(8765, ge=0, le=65535, description="TCP port (0: any free port).")
@@ -483,7 +483,7 @@ def create_app(
             shutil.rmtree(spool, ignore_errors=True)
             log.info("env-server: all sandboxes closed")
 
-    app = FastAPI(title="inhabit env-server", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app = FastAPI(title="inhabit sandbox env-server", lifespan=lifespan, docs_url=None, redoc_url=None)
     _install_error_handlers(app)
     add_routes(app, lambda: state["registry"], config, lifecycle)
     metrics = EnvMetrics(lambda: state.get("registry"))
@@ -558,7 +558,7 @@ class BackgroundServer:
         provider = RemoteSandboxProvider(srv.url, "secret-token")
 
     Server and client then share one process (and its GIL): fine for tests, but deploy
-    `inhabit env-server` as its own process.
+    `inhabit sandbox env-server` as its own process.
     """
 
     def __init__(

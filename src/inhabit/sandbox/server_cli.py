@@ -1,4 +1,4 @@
-"""The `inhabit env-server` command: serve sandboxes over HTTP (heavy imports stay inside the body).
+"""The `inhabit sandbox env-server` command: serve sandboxes over HTTP (heavy imports stay inside the body).
 
 It refuses to bind a non-loopback host without a token. On loopback without one, it makes a
 random token and prints it once to stderr, so every request is still authenticated. It binds the
@@ -13,9 +13,11 @@ import typer
 
 
 def register(app: typer.Typer) -> None:
-    """Add this part's commands to the root app."""
+    """Add `inhabit sandbox env-server` (and its hidden older spelling `inhabit sandbox env-server`)."""
+    from inhabit.sandbox.cli import sandbox_app
 
-    @app.command("env-server")
+    @sandbox_app.command("env-server")
+    @app.command("env-server", hidden=True)  # the spelling of earlier releases, kept for scripts
     def env_server(
         host: str = typer.Option("127.0.0.1", help="Interface to bind; anything but loopback needs a token."),
         port: int = typer.Option(8765, help="TCP port."),

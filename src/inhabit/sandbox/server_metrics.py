@@ -1,4 +1,4 @@
-"""`GET /metrics` of `inhabit env-server`: Prometheus text format (behind the bearer token, like
+"""`GET /metrics` of `inhabit sandbox env-server`: Prometheus text format (behind the bearer token, like
 every route of this server: give Prometheus the token as `authorization.credentials`).
 
     inhabit_env:sandboxes_live                      gauge, sandboxes open now

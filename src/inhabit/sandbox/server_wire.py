@@ -1,4 +1,4 @@
-"""Wire types of the environment server (`inhabit env-server`), shared by server and client.
+"""Wire types of the environment server (`inhabit sandbox env-server`), shared by server and client.
 
 Every route lives under `/v1` and needs `Authorization: Bearer <token>`. JSON bodies are these
 pydantic models; file contents travel as raw bytes (`application/octet-stream` bodies for

@@ -88,7 +88,7 @@ class BuildConfig(Config):
     timeout_s: float | None = Field(
         None, gt=0, description="Limit of one mutant's run; None: 3x the baseline plus 20 s."
     )
-    check: bool = Field(True, description="Validate every written task with `inhabit task check`.")
+    check: bool = Field(True, description="Validate every written task with `inhabit tasks check`.")
     stability_run: bool = Field(
         True, description="Run the baseline a second time and drop tests whose id or outcome differs."
     )
@@ -262,7 +262,7 @@ def _classify(run: _Run, res: TestRunResult, selected: bool) -> tuple[str, list[
         return "no_report", [], []
     if not selected and not run.passing <= set(res.outcomes):
         # Tests vanished from the report (a module that no longer imports): grading would count
-        # them as missing, not failed, and `task check` would reject the task; skip the work.
+        # them as missing, not failed, and `tasks check` would reject the task; skip the work.
         return "collection_error", [], []
     considered = run.passing if not selected else run.passing & set(res.outcomes)
     failing = sorted(n for n in considered if res.outcomes.get(n) in ("failed", "error"))

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import typer
 
-tasks_app = typer.Typer(help="Build task directories: from a project by mutation, generated families, "
-                        "HumanEval, SWE-bench.",
+tasks_app = typer.Typer(help="Task directories: build them (from a project by mutation, generated families, "
+                        "HumanEval, SWE-bench) and check them.",
                         no_args_is_help=True)  # fmt: skip
 
 _BACKEND_HELP = "Sandbox backend: auto, bwrap or process."
@@ -35,7 +35,7 @@ def build(
     command: str = typer.Option(None, "--command", help="Test command (default: pytest of this Python)."),
     plugins: bool = typer.Option(False, "--plugins", help="Let pytest autoload plugins."),
     seed: int = typer.Option(0, "--seed", help="Seed of the candidate and pass_to_pass samples."),
-    no_check: bool = typer.Option(False, "--no-check", help="Skip `task check` on each written task."),
+    no_check: bool = typer.Option(False, "--no-check", help="Skip `tasks check` on each written task."),
     coverage_above_s: float = typer.Option(
         10.0, "--coverage-above-s", help="Suites slower than this run only the tests covering the mutant."
     ),

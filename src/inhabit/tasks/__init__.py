@@ -4,6 +4,6 @@
 - `build`: write task directories from Python (`write_task`, the calculator task)
 
 Generating tasks (builders, importers, families and their experts) lives in `inhabit.taskgen`;
-running their tests, grading and `check_task` (behind `inhabit task check`: is a task valid
+running their tests, grading and `check_task` (behind `inhabit tasks check`: is a task valid
 and gradable?) in `inhabit.grading`.
 """

@@ -1,5 +1,6 @@
-"""Commands that the tasks part adds to `inhabit`: `inhabit task check DIR [--json]`, and
-`inhabit tasks build|import-humaneval|import-swebench` (task builders).
+"""Commands that the tasks part adds to `inhabit`: `inhabit tasks check DIR [--json]` beside the
+task builders of `inhabit tasks build|generate|import-humaneval|import-swebench` (taskgen/cli.py).
+`inhabit tasks check` is the same command under its older spelling, hidden from --help.
 
 Heavy imports stay inside command bodies so `inhabit --help` stays fast.
 """
@@ -110,5 +111,6 @@ def register(app: typer.Typer) -> None:
     """Add this part's commands to the root app."""
     from inhabit.taskgen.cli import tasks_app
 
-    app.add_typer(task_app, name="task")
+    tasks_app.command("check")(check)
+    app.add_typer(task_app, name="task", hidden=True)  # `tasks check`: the spelling of earlier releases
     app.add_typer(tasks_app, name="tasks")

@@ -3,7 +3,7 @@
     <task>/task.toml        id, instruction, [grading]
     <task>/workspace/       the repository as the agent first sees it
     <task>/hidden/          laid over the final workspace at grading only (never shown to the agent)
-    <task>/reference.patch  optional: a fix (unified diff, -p1) that `inhabit task check` applies
+    <task>/reference.patch  optional: a fix (unified diff, -p1) that `inhabit tasks check` applies
     <task>/environment/     optional: the lock of the task's test environment (`[environment]`)
 
 `load_task` returns a frozen `Task`; every problem raises `TaskFormatError` with a message that

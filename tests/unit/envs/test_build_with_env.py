@@ -1,6 +1,6 @@
 """`inhabit tasks build` on a project whose tests need a third-party package (a wheel made in the
 test, offline): the build locks and builds the environment once, every kept task carries it and
-passes `task check`, and a second build reuses it (install time 0)."""
+passes `tasks check`, and a second build reuses it (install time 0)."""
 
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ async def test_build_locks_once_every_task_carries_the_environment_and_a_rebuild
     assert report.env_id and report.env_id.startswith("sha256:") and not report.env_reused
     assert report.kept >= 2, report.statuses
     for task_id in report.tasks:
-        task = load_task(tmp_path / "out" / task_id)  # each was `task check`ed during the build
+        task = load_task(tmp_path / "out" / task_id)  # each was `tasks check`ed during the build
         assert task.environment is not None and task.environment.id == report.env_id
         assert "tinydep==1.0" in task.environment_lock.read_text()
         assert "/" not in task.grading.command.split(" python ")[0].replace("src:$PYTHONPATH", "")

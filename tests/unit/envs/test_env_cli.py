@@ -58,7 +58,7 @@ def test_task_check_builds_a_missing_environment_from_a_wheelhouse(
     monkeypatch.setenv("INHABIT_CACHE_DIR", str(tmp_path / "empty-cache"))  # another machine's store
     monkeypatch.delenv("INHABIT_WHEELHOUSE")
     result = CliRunner().invoke(
-        app, ["task", "check", str(root), "--json", "--backend", "process", "--wheelhouse", str(wheelhouse)]
+        app, ["tasks", "check", str(root), "--json", "--backend", "process", "--wheelhouse", str(wheelhouse)]
     )
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)

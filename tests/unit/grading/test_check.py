@@ -1,4 +1,4 @@
-"""`inhabit task check`: the shipped example is valid; broken tasks are invalid with a reason."""
+"""`inhabit tasks check`: the shipped example is valid; broken tasks are invalid with a reason."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`GET /metrics` of `inhabit env-server`, scraped with prometheus_client's own parser.
+"""`GET /metrics` of `inhabit sandbox env-server`, scraped with prometheus_client's own parser.
 
 A real server over the process backend on loopback: after two sandboxes (one client lease), one
 exec and a 429 past `max_sandboxes`, the scrape must show exactly those figures.

@@ -1,5 +1,5 @@
 """Generated task families (`inhabit tasks generate`): the multistep family's tasks are valid under
-`task check` in a real sandbox, hide the bug's location, differ between train and held-out, and
+`tasks check` in a real sandbox, hide the bug's location, differ between train and held-out, and
 are the same bytes for the same seed; the quickstart family comes through the same command."""
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ def _problems_file(tmp_path: Path, numbers: list[int] | None = None) -> Path:
 
 
 async def _check_all(roots: list[Path], provider, parallel: int = 4) -> dict[str, list[str]]:
-    """task id -> problems, for every task that `task check` rejects."""
+    """task id -> problems, for every task that `tasks check` rejects."""
     gate = asyncio.Semaphore(parallel)
 
     async def one(root: Path):

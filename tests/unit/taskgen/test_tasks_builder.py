@@ -86,7 +86,7 @@ def write_project(root: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """One full build (with `task check` of every task) shared by the assertions below."""
+    """One full build (with `tasks check` of every task) shared by the assertions below."""
     import asyncio
 
     from inhabit.sandbox import SandboxConfig, create_provider

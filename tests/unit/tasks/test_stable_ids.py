@@ -93,7 +93,7 @@ async def test_builder_builds_from_hash_ordered_ids_and_drops_unstable_ones(tmp_
     assert report.unstable_ids_dropped == 1 and report.flaky_dropped == 0
     assert report.baseline_tests == 21
     assert "collection_error" not in report.statuses, report.statuses
-    assert report.kept >= 1, report.statuses  # every kept task passed `task check`
+    assert report.kept >= 1, report.statuses  # every kept task passed `tasks check`
     for task_id in report.tasks:
         task = load_task(tmp_path / "out" / task_id)
         required = task.grading.required_tests

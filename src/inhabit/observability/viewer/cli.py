@@ -1,7 +1,7 @@
 """The `inhabit view` command: serve the run viewer (heavy imports stay inside the body).
 
 Binds 127.0.0.1 by default. Any other host needs a token (`--token` or INHABIT_VIEW_TOKEN),
-as `inhabit env-server` does, since run folders hold code, prompts and model output.
+as `inhabit sandbox env-server` does, since run folders hold code, prompts and model output.
 """
 
 from __future__ import annotations
