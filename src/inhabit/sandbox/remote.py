@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from pydantic import TypeAdapter
 
 from inhabit.errors import (
     ConfigError,
@@ -59,9 +60,11 @@ from inhabit.errors import (
 from inhabit.log import get_logger
 from inhabit.sandbox import cleanup
 from inhabit.sandbox.base import ExecResult, FileEntry, Sandbox, SandboxInfo, SandboxLimits, SandboxProvider
-from inhabit.sandbox.server_wire import API_PREFIX, CLIENT_HEADER, ExecOut, HealthOut, SandboxOut
+from inhabit.sandbox.server_wire import API_PREFIX, CLIENT_HEADER, HealthOut, SandboxOut
 
 log = get_logger(__name__)
+
+_EXEC_RESULT = TypeAdapter(ExecResult)  # exec answers with an ExecResult (less output_order: server_wire)
 
 SERVER_DIR_PREFIX = "server:"
 TOKEN_ENV = "INHABIT_ENV_TOKEN"
@@ -269,8 +272,7 @@ class RemoteSandbox(Sandbox):
                 json=body,
                 timeout_s=effective + self._exec_margin_s,
             )
-        out = ExecOut.model_validate(resp.json())
-        return ExecResult(**out.model_dump())
+        return _EXEC_RESULT.validate_python(resp.json())
 
     async def read_file(self, path: str) -> bytes:
         async with self._order.op("file"):

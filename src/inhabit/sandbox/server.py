@@ -14,7 +14,7 @@ all under `/v1` and all behind `Authorization: Bearer <token>`:
     POST   /wheelhouses                         raw tar(.gz) of .whl files -> {id, wheels}
     GET    /sandboxes/{id}                      info
     DELETE /sandboxes/{id}                      close (idempotent for the client: 404 if gone)
-    POST   /sandboxes/{id}/exec                 JSON ExecRequest -> ExecOut
+    POST   /sandboxes/{id}/exec                 JSON ExecRequest -> ExecResult (base.py)
     GET    /sandboxes/{id}/files?path=P         raw bytes
     PUT    /sandboxes/{id}/files?path=P         raw body
     DELETE /sandboxes/{id}/files?path=P
@@ -305,43 +305,47 @@ def _error(status: int, code: str, detail: str) -> JSONResponse:
     return JSONResponse({"detail": detail, "code": code}, status_code=status)
 
 
-def _map_error(exc: Exception) -> JSONResponse:
-    """Turn a typed error from the backend or the registry into a status and a code."""
+# A typed error from the backend or the registry -> (status, code); the first class that matches
+# wins, so a subclass comes before its base (SandboxNotFound before SandboxError, PermissionError
+# before any OSError the table may gain).
+_ERROR_STATUS: tuple[tuple[type[BaseException], int, str], ...] = (
+    (ShuttingDown, 503, "shutting_down"),
+    (ClientGone, 499, "client_closed"),
+    (UnknownSnapshot, 404, "snapshot_not_found"),
+    (SandboxNotFound, 404, "sandbox_not_found"),
+    (DirectoryNotFound, 404, "directory_not_found"),
+    (PathOutsideWorkspace, 400, "path_outside_workspace"),
+    (TooManySandboxes, 429, "too_many_sandboxes"),
+    (SandboxLimitExceeded, 413, "payload_too_large"),
+    (BadUpload, 400, "bad_request"),
+    (FileNotFoundError, 404, "file_not_found"),
+    (IsADirectoryError, 400, "is_a_directory"),
+    (NotADirectoryError, 400, "not_a_directory"),
+    (PermissionError, 403, "permission_denied"),
+    (SandboxError, 400, "sandbox_error"),
+    (EnvError, 400, "environment_error"),  # a lock that does not build here (hash, registry, wheelhouse)
+    (ValueError, 400, "bad_request"),
+)
+
+
+def _detail(exc: Exception) -> str:
     msg = str(exc) or type(exc).__name__
-    if isinstance(exc, ShuttingDown):
-        return _error(503, "shutting_down", msg)
-    if isinstance(exc, ClientGone):
-        return _error(499, "client_closed", msg)
-    if isinstance(exc, UnknownSnapshot):
-        return _error(404, "snapshot_not_found", msg)
-    if isinstance(exc, SandboxNotFound):
-        return _error(404, "sandbox_not_found", msg)
-    if isinstance(exc, DirectoryNotFound):
-        return _error(404, "directory_not_found", msg)
-    if isinstance(exc, PathOutsideWorkspace):
-        return _error(400, "path_outside_workspace", msg)
-    if isinstance(exc, TooManySandboxes):
-        return _error(429, "too_many_sandboxes", msg)
-    if isinstance(exc, SandboxLimitExceeded):
-        return _error(413, "payload_too_large", msg)
-    if isinstance(exc, BadUpload):
-        return _error(400, "bad_request", msg)
     if isinstance(exc, FileNotFoundError):
-        return _error(404, "file_not_found", f"no such file in the workspace: {exc.filename or msg}")
-    if isinstance(exc, IsADirectoryError):
-        return _error(400, "is_a_directory", msg)
-    if isinstance(exc, NotADirectoryError):
-        return _error(400, "not_a_directory", msg)
+        return f"no such file in the workspace: {exc.filename or msg}"
     if isinstance(exc, PermissionError):
-        return _error(403, "permission_denied", f"permission denied in the workspace: {exc.strerror or msg}")
-    if isinstance(exc, SandboxError):
-        return _error(400, "sandbox_error", msg)
-    if isinstance(exc, EnvError):  # a lock that does not build here (hash, registry, wheelhouse)
-        return _error(400, "environment_error", msg)
-    if isinstance(exc, ValueError):
-        return _error(400, "bad_request", msg)
+        return f"permission denied in the workspace: {exc.strerror or msg}"
+    return msg
+
+
+def _map_error(exc: Exception) -> JSONResponse:
+    """Turn a typed error from the backend or the registry into a status and a code (_ERROR_STATUS)."""
+    for cls, status, code in _ERROR_STATUS:
+        if isinstance(exc, cls):
+            return _error(status, code, _detail(exc))
     log.exception("env-server: unexpected error", exc_info=exc)
-    return _error(500, "internal", f"internal error ({type(exc).__name__}: {msg}); see the server log")
+    return _error(
+        500, "internal", f"internal error ({type(exc).__name__}: {_detail(exc)}); see the server log"
+    )
 
 
 def _install_error_handlers(app: FastAPI) -> None:

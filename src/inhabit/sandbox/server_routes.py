@@ -20,7 +20,7 @@ from pathlib import Path
 from fastapi import APIRouter, FastAPI, Query, Request, Response
 
 from inhabit.errors import PathOutsideWorkspace, SandboxLimitExceeded, SandboxNotFound
-from inhabit.sandbox.base import SandboxLimits
+from inhabit.sandbox.base import ExecResult, SandboxLimits
 from inhabit.sandbox.server import EnvServerConfig, Lifecycle, check_workspace_path, parse_limits
 from inhabit.sandbox.server_registry import DirectoryNotFound, SandboxRegistry
 from inhabit.sandbox.server_upload import unpack_tarball
@@ -28,10 +28,10 @@ from inhabit.sandbox.server_wheels import store_wheelhouse, wheelhouse_path
 from inhabit.sandbox.server_wire import (
     API_PREFIX,
     CLIENT_HEADER,
+    EXEC_OUT_EXCLUDE,
     CreateRequest,
     EnvironmentIn,
     EnvironmentOut,
-    ExecOut,
     ExecRequest,
     FileEntryOut,
     HealthOut,
@@ -235,8 +235,10 @@ def add_routes(
         await registry_of().close(sandbox_id)
         return Response(status_code=204)
 
-    @r.post("/sandboxes/{sandbox_id}/exec")
-    async def exec_(sandbox_id: str, req: ExecRequest, request: Request) -> ExecOut:
+    @r.post(
+        "/sandboxes/{sandbox_id}/exec", response_model=ExecResult, response_model_exclude=EXEC_OUT_EXCLUDE
+    )
+    async def exec_(sandbox_id: str, req: ExecRequest, request: Request) -> ExecResult:
         check_workspace_path(req.cwd)
         stdin = None
         if req.stdin_b64 is not None:
@@ -252,16 +254,7 @@ def add_routes(
                     req.command, timeout_s=req.timeout_s, env=req.env, cwd=req.cwd, stdin=stdin
                 ),
             )
-        return ExecOut(
-            exit_code=res.exit_code,
-            stdout=res.stdout,
-            stderr=res.stderr,
-            duration_s=res.duration_s,
-            timed_out=res.timed_out,
-            stdout_truncated=res.stdout_truncated,
-            stderr_truncated=res.stderr_truncated,
-            limit_hit=res.limit_hit,
-        )
+        return res
 
     @r.get("/sandboxes/{sandbox_id}/files")
     async def read_file(sandbox_id: str, path: str = Query(...)) -> Response:

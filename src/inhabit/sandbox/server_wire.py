@@ -28,6 +28,7 @@ ERROR_CODES: dict[str, int] = {
     "bad_request": 400,
     "path_outside_workspace": 400,
     "sandbox_error": 400,
+    "environment_error": 400,
     "is_a_directory": 400,
     "not_a_directory": 400,
     "permission_denied": 403,
@@ -122,15 +123,8 @@ class ExecRequest(_Wire):
         return self
 
 
-class ExecOut(_Wire):
-    exit_code: int
-    stdout: str
-    stderr: str
-    duration_s: float
-    timed_out: bool = False
-    stdout_truncated: bool = False
-    stderr_truncated: bool = False
-    limit_hit: str = ""
+# exec answers with `inhabit.sandbox.base.ExecResult` itself, less `output_order` (EXEC_OUT_EXCLUDE).
+EXEC_OUT_EXCLUDE = {"output_order"}
 
 
 class FileEntryOut(_Wire):

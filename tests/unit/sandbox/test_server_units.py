@@ -72,3 +72,20 @@ def test_error_mapping(status, code, expected):
 def test_error_mapping_survives_a_non_json_body():
     err = error_from_response(httpx.Response(502, text="<html>bad gateway</html>"))
     assert isinstance(err, SandboxError) and "bad gateway" in str(err)
+
+
+def test_every_mapped_error_answers_its_documented_status():
+    """The server's error table and the wire's ERROR_CODES (what clients read) agree, and a
+    subclass is never shadowed by its base listed before it."""
+    from inhabit.sandbox.server import _ERROR_STATUS, _map_error
+    from inhabit.sandbox.server_wire import ERROR_CODES
+
+    for i, (cls, status, code) in enumerate(_ERROR_STATUS):
+        assert ERROR_CODES[code] == status, code
+        assert not any(issubclass(cls, earlier) for earlier, _, _ in _ERROR_STATUS[:i]), cls
+    assert _map_error(SandboxNotFound("gone")).status_code == 404
+    assert (
+        _map_error(PermissionError(13, "denied")).body
+        == b'{"detail":"permission denied in the workspace: denied","code":"permission_denied"}'
+    )
+    assert _map_error(RuntimeError("boom")).status_code == 500
