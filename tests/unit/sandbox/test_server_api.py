@@ -316,6 +316,10 @@ async def test_bad_tarballs_are_refused(client, raw, workspace, tmp_path):
     sid = resp.json()["sandbox_id"]
     resp = await raw.post(f"/sandboxes/{sid}/exec", json={"command": "readlink py"}, headers=AUTH)
     assert resp.json()["stdout"] == "/usr/bin/python3\n"
+    assert set(resp.json()) == {  # ExecResult on the wire, less its output_order
+        "exit_code", "stdout", "stderr", "duration_s", "timed_out", "stdout_truncated",
+        "stderr_truncated", "limit_hit",
+    }  # fmt: skip
     await raw.delete(f"/sandboxes/{sid}", headers=AUTH)
     # An absolute member name is tamed, not refused: it lands inside the workspace.
     resp = await raw.post("/sandboxes/upload", content=tar_bytes({"/abs.txt": b"inside"}), headers=AUTH)
