@@ -12,26 +12,18 @@ About 2 x 45 s on a loaded 2-core machine, hence `slow`.
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from inhabit.cli import app
-
-sys.path.insert(0, str(Path(__file__).parent))  # the integration tests are not a package
-from test_pipeline_run import TINY
+from run_fixtures import tiny_run
 
 
 def run(tmp_path, name: str) -> dict:
-    run_dir = tmp_path / name
-    text = TINY.format(mode="sync", steps=2, run_dir=run_dir)
-    text = text.replace("[engine]\n", "[engine]\ndeterministic = true\n")
-    text = text.replace("[trainer]\n", "[trainer]\ndeterministic = true\n")
-    path = tmp_path / f"{name}.toml"
-    path.write_text(text)
-    result = CliRunner().invoke(app, ["train", str(path)])
+    changes = {"mode": "sync", "engine": {"deterministic": True}, "trainer": {"deterministic": True}}
+    path, run_dir = tiny_run(tmp_path, changes, name=name)
+    result = CliRunner().invoke(app, ["train", path])
     assert result.exit_code == 0, result.output
     metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     steps = [m for m in metrics if "version" in m and "eval" not in m]

@@ -23,56 +23,14 @@ from typer.testing import CliRunner
 
 from inhabit.cli import app
 from inhabit.placement.engine_backends import ReplicaSet, RunEngineConfig
+from run_fixtures import TINY_SPEC, merged, tiny_run
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
-TINY = """
-mode = "async"
-max_staleness = 1
-steps = {steps}
-seed = 0
-run_dir = "{run_dir}"
-threads = 1
-[model]
-{model}
-[tasks]
-source = "quickstart"
-count = 6
-held_out = 2
-[harness]
-max_turns = 2
-[engine]
-max_model_len = 512
-seed = 0
-{engine}
-[rollout]
-group_size = 2
-tasks_per_step = 2
-concurrency = 8
-max_tokens = 12
-train_zero_advantage = true
-[trainer]
-lr = 1e-3
-[eval]
-samples = 1
-max_tasks = 1
-before = false
-[metrics]
-tensorboard = false
-progress = "plain"
-{extra}
-"""
-SPEC = (
-    "spec = { hidden_size = 32, num_layers = 1, num_heads = 2, num_kv_heads = 1, intermediate_size = 64, "
-    'max_position_embeddings = 512 }\ntokenizer = "quickstart"'
-)
 
-
-def config(tmp_path, *, steps=2, model=SPEC, engine="", extra="") -> tuple[str, Path]:
-    run_dir = tmp_path / "run"
-    path = tmp_path / "run.toml"
-    path.write_text(TINY.format(steps=steps, run_dir=run_dir, model=model, engine=engine, extra=extra))
-    return str(path), run_dir
+def config(tmp_path, changes: dict | None = None) -> tuple[str, Path]:
+    """The tiny run (tests/run_fixtures.py) without the evaluation before training."""
+    return tiny_run(tmp_path, merged({"eval": {"before": False}}, changes or {}))
 
 
 def records(run_dir: Path) -> list[dict]:
@@ -85,7 +43,9 @@ def test_two_embedded_replicas_share_rollouts_and_the_store_holds_every_version(
     from inhabit.weights.subscribe import Subscriber
 
     store = tmp_path / "store"
-    path, run_dir = config(tmp_path, steps=3, engine="replicas = 2", extra=f'[weights]\nstore = "{store}"')
+    path, run_dir = config(
+        tmp_path, {"steps": 3, "engine": {"replicas": 2}, "weights": {"store": str(store)}}
+    )
     result = CliRunner().invoke(app, ["train", path])
     assert result.exit_code == 0, result.output
     steps = [r for r in records(run_dir) if "version" in r and "eval" not in r]
@@ -119,16 +79,17 @@ def test_remote_backend_trains_against_inhabit_serve(tmp_path):
     from inhabit.orchestrator.quickstart.bootstrap import quickstart_tokenizer
 
     tok = quickstart_tokenizer()
-    spec = TinyModelSpec(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64,
-                         max_position_embeddings=512)  # fmt: skip
+    spec = TinyModelSpec(**TINY_SPEC)
     folder = save_model_folder(build_tiny_model(spec, vocab_size=len(tok), seed=0), tok, tmp_path / "model")
     engine = EmbeddedEngine.from_path(folder, EngineConfig(seed=0))
     try:
         with BackgroundServer(create_app(engine, engine.tokenizer, model_name="tiny", api_key="k")) as srv:
             path, run_dir = config(
                 tmp_path,
-                model=f'path = "{folder}"',
-                engine=f'backend = "remote"\napi_key = "k"\nurls = ["{srv.url}"]',
+                {
+                    "model": {"path": str(folder), "spec": None, "tokenizer": None},
+                    "engine": {"backend": "remote", "api_key": "k", "urls": [srv.url]},
+                },
             )
             result = CliRunner().invoke(app, ["train", path])
             assert result.exit_code == 0, result.output
@@ -176,7 +137,7 @@ def test_a_run_whose_engine_answers_only_errors_stops_with_the_reason(tmp_path):
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    path, run_dir = config(tmp_path, engine=f'backend = "remote"\nurls = ["http://127.0.0.1:{port}"]')
+    path, run_dir = config(tmp_path, {"engine": {"backend": "remote", "urls": [f"http://127.0.0.1:{port}"]}})
     proc = subprocess.run(
         [sys.executable, "-m", "inhabit", "train", path, "rollout.max_failure_streak=4",
          "rollout.timeout_s=60"],

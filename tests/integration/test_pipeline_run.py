@@ -15,49 +15,14 @@ import pytest
 from typer.testing import CliRunner
 
 from inhabit.cli import app
-
-TINY = """
-mode = "{mode}"
-max_staleness = 1
-steps = {steps}
-seed = 0
-run_dir = "{run_dir}"
-threads = 1
-[model]
-spec = {{ hidden_size = 32, num_layers = 1, num_heads = 2, num_kv_heads = 1, intermediate_size = 64, max_position_embeddings = 512 }}
-tokenizer = "quickstart"
-[tasks]
-source = "quickstart"
-count = 6
-held_out = 2
-[harness]
-max_turns = 2
-[engine]
-max_model_len = 512
-seed = 0
-[rollout]
-group_size = 2
-tasks_per_step = 2
-concurrency = 8
-max_tokens = 12
-train_zero_advantage = true
-[trainer]
-lr = 1e-3
-[eval]
-samples = 1
-max_tasks = 1
-[metrics]
-tensorboard = true
-progress = "plain"
-"""
+from run_fixtures import tiny_run
 
 
 def write_config(tmp_path, mode: str, steps: int, waves: bool = False) -> str:
-    run_dir = tmp_path / f"run-{mode}"
-    path = tmp_path / f"{mode}.toml"
-    text = TINY.format(mode=mode, steps=steps, run_dir=run_dir)
-    path.write_text(text.replace("[rollout]\n", "[rollout]\nwaves = true\n") if waves else text)
-    return str(path)
+    changes = {"mode": mode, "steps": steps, "metrics": {"tensorboard": True}}
+    if waves:
+        changes["rollout"] = {"waves": True}
+    return tiny_run(tmp_path, changes, name=f"run-{mode}")[0]
 
 
 def records(run_dir):

