@@ -22,7 +22,10 @@ sees is token for token the one the equivalent chat request gets:
   `response.output_item.added`, `response.content_part.added`, `response.output_text.delta`,
   `response.output_text.done`, `response.content_part.done`, `response.function_call_arguments
   .delta`/`.done`, `response.output_item.done`, then `response.completed` (or
-  `response.incomplete`, or `response.failed` when generation fails).
+  `response.incomplete`, or `response.failed` when generation fails). With a reasoning parser the
+  reasoning comes first as its own `reasoning` item (`response.output_item.added`,
+  `response.content_part.added` of a `reasoning_text` part, `response.reasoning_text.delta`/
+  `.done`, `response.content_part.done`, `response.output_item.done`), then the answer as above.
 
 RL extensions on the response object (and on the final streamed one): `prompt_token_ids`,
 `token_ids`, `token_logprobs` (each generated token's logprob, calls included), `policy_versions`,
@@ -47,6 +50,7 @@ from inhabit.inference.chat_tools import BadChatRequest, ChatPlan, assistant_mes
 from inhabit.inference.embedded import TokenEvent
 from inhabit.inference.engine import Completion, GenerationRequest
 from inhabit.inference.protocol import ChatRequest, Seed, Text, _Lenient, chat_logprobs, encode_routes
+from inhabit.inference.reasoning import ReasoningSplit
 
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
 
@@ -359,13 +363,6 @@ def install(
             prompt = await asyncio.to_thread(encode_plan, tokenizer, plan)
         except BadChatRequest as e:
             raise api_error(400, str(e), param=_input_param(e.param, origins)) from None
-        if req.stream and reasoning_parser is not None:
-            raise api_error(
-                400,
-                "streamed Responses do not separate reasoning yet: send stream=false, or use chat "
-                "completions, which stream `reasoning_content`",
-                param="stream",
-            )
         attach_reasoning(plan, reasoning_parser, tokenizer, prompt)
         max_tokens = budget(len(prompt), req.max_output_tokens, "max_output_tokens")
         sp = replace(chat.sampling(max_tokens), guide=plan.guide)
@@ -400,6 +397,10 @@ async def _events(
     ids: list[int] = []
     pending: list[TokenEvent] = []
     tools = None if plan.parser is None else StreamingToolText(plan.parser, plan.max_calls)
+    # A split of its own (it keeps what it has sent); the answer so far, and its content so far.
+    split = None if plan.reasoning is None else ReasoningSplit(plan.reasoning.fmt, plan.reasoning.opened)
+    raw, content_so_far = "", ""
+    thought: dict[str, Any] | None = None  # the reasoning item being streamed
 
     def event(kind: str, **fields: Any) -> str:
         nonlocal seq
@@ -461,6 +462,56 @@ async def _events(
             out.append(event("response.output_item.done", output_index=output.index(item), item=item))
         return out
 
+    def reasoning_events(delta: str) -> list[str]:
+        nonlocal thought
+        out = []
+        if thought is None:
+            thought = _reasoning_item("")
+            thought |= {"content": [], "status": "in_progress", "_text": ""}
+            output.append(thought)
+            out.append(event("response.output_item.added", output_index=len(output) - 1, item=thought))
+            part = {"type": "reasoning_text", "text": ""}
+            out.append(event("response.content_part.added", **where(thought), content_index=0, part=part))
+        thought["_text"] += delta
+        out.append(event("response.reasoning_text.delta", **where(thought), content_index=0, delta=delta))
+        return out
+
+    def close_reasoning() -> list[str]:
+        nonlocal thought
+        if thought is None:
+            return []
+        part = {"type": "reasoning_text", "text": thought.pop("_text")}
+        thought |= {"status": "completed", "content": [part]}
+        out = [
+            event("response.reasoning_text.done", **where(thought), content_index=0, text=part["text"]),
+            event("response.content_part.done", **where(thought), content_index=0, part=part),
+            event("response.output_item.done", output_index=output.index(thought), item=thought),
+        ]
+        thought = None
+        return out
+
+    def new_answer(delta: str, events: list[TokenEvent], final: bool) -> list[str]:
+        """The reasoning parser's stage: reasoning becomes its own item, the content after it goes
+        on to `new_text` (calls are parsed from the content alone, as in the whole answer)."""
+        nonlocal raw, content_so_far
+        if split is None:
+            return new_text(delta, events, final)
+        raw += delta
+        if final:
+            whole, content = split.split(raw)
+            sent_reasoning = split.sent_reasoning
+            thinking = whole[len(sent_reasoning) :] if whole and whole.startswith(sent_reasoning) else ""
+        else:
+            thinking, content = split.feed(raw)
+        out = reasoning_events(thinking) if thinking else []
+        if content is None:
+            return out
+        out += close_reasoning()
+        piece = ""
+        if content.startswith(content_so_far):
+            piece, content_so_far = content[len(content_so_far) :], content
+        return out + (new_text(piece, events, final) if piece or final else [])
+
     def new_text(delta: str, events: list[TokenEvent], final: bool) -> list[str]:
         nonlocal text_so_far
         if tools is None:
@@ -481,7 +532,7 @@ async def _events(
                 pending.append(ev)
                 text = tokenizer.decode(ids, skip_special_tokens=True)
                 if len(text) > len(sent) and text.startswith(sent) and not text.endswith("\ufffd"):
-                    for e in new_text(text[len(sent) :], pending, False):
+                    for e in new_answer(text[len(sent) :], pending, False):
                         yield e
                     sent, pending = text, []
                 continue
@@ -492,7 +543,7 @@ async def _events(
                 yield event("response.failed", response=body)
                 return
             rest = c.text[len(sent) :] if c.text.startswith(sent) else ""
-            for e in new_text(rest, pending, True) + close_message():
+            for e in new_answer(rest, pending, True) + close_reasoning() + close_message():
                 yield e
             status = _status(c.finish_reason)
             yield event(f"response.{status}", response=shape.body(status, output, c))

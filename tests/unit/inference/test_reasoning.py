@@ -151,3 +151,45 @@ def test_responses_give_a_reasoning_item(server):
     assert [item["type"] for item in out] == ["reasoning", "message", "function_call"]
     assert out[0]["content"][0]["text"] == "I need calc.py first."
     assert out[1]["content"][0]["text"] == "Let me look."
+
+
+def test_streamed_responses_give_the_reasoning_item_first(server):
+    """`responses.create(stream=True)`: a reasoning item streamed as reasoning_text deltas, closed
+    before the message opens; the SDK's `responses.stream` assembles the same output as the whole
+    answer."""
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="k", max_retries=0)
+    kw = dict(model=MODEL, input=ASK[0]["content"], tools=[{"type": "function", **TOOLS[0]["function"]}],
+              temperature=0, max_output_tokens=80)  # fmt: skip
+    whole = client.responses.create(**kw)
+    events = list(client.responses.create(**kw, stream=True))
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    kinds = [e.type for e in events]
+    first_text = kinds.index("response.output_text.delta")
+    assert (
+        kinds.index("response.reasoning_text.delta")
+        < kinds.index("response.reasoning_text.done")
+        < first_text
+    )
+    added = [e.item.type for e in events if e.type == "response.output_item.added"]
+    assert added == ["reasoning", "message", "function_call"]
+    thinking = "".join(e.delta for e in events if e.type == "response.reasoning_text.delta")
+    assert thinking == "I need calc.py first." == whole.output[0].content[0].text
+    (done,) = [e for e in events if e.type == "response.reasoning_text.done"]
+    assert done.text == thinking and done.output_index == 0
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert text == "Let me look."
+    with client.responses.stream(**kw) as stream:
+        final = stream.get_final_response()
+    assert _items(final) == _items(whole) == [
+        ("reasoning", "I need calc.py first."), ("message", "Let me look."),
+        ("function_call", 'read_file {"path": "calc.py"}'),
+    ]  # fmt: skip
+
+
+def _items(response) -> list[tuple[str, str]]:
+    """Each output item's type and what it says."""
+    out = []
+    for o in response.output:
+        said = f"{o.name} {o.arguments}" if o.type == "function_call" else o.content[0].text
+        out.append((o.type, said))
+    return out
