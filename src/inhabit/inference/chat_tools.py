@@ -152,6 +152,8 @@ def _messages(req: ChatRequest) -> list[dict[str, Any]]:
                 f"messages.{i}.content",
             )
         d: dict[str, Any] = {"role": "system" if m.role == "developer" else m.role, "content": m.text()}
+        if m.role == "assistant" and m.reasoning_content:
+            d["reasoning_content"] = m.reasoning_content
         if m.role == "assistant" and m.tool_calls:
             d["tool_calls"] = [_call(i, j, c) for j, c in enumerate(m.tool_calls)]
             call_ids.update(c.id for c in m.tool_calls)

@@ -41,11 +41,18 @@ class Guide:
     strict: bool = True  # json_schema: no properties beyond those the schema names
 
     def wire(self) -> dict[str, Any]:
-        """vLLM's `structured_outputs` for this guide (`inhabit serve`'s completions read it too)."""
+        """vLLM's `structured_outputs` for this guide (`inhabit serve`'s completions read it too):
+        the schema as the client sent it, with the options that make vLLM decode it as the
+        embedded engine does (no free whitespace between JSON tokens; `strict`: no properties
+        beyond those the schema names)."""
         if self.kind == "json_object":
-            return {"json_object": True}
+            return {"json_object": True, "disable_any_whitespace": True}
         if self.kind == "json_schema":
-            return {"json": json.loads(self.spec)}
+            return {
+                "json": json.loads(self.spec),
+                "disable_any_whitespace": True,
+                "disable_additional_properties": self.strict,
+            }
         return {"grammar": self.spec}
 
     def sglang(self) -> dict[str, str]:
@@ -63,7 +70,7 @@ def structured_outputs_guide(spec: Mapping[str, Any] | None) -> Guide | None:
         schema = spec["json"]
         text = schema if isinstance(schema, str) else json.dumps(schema)
         _check_schema(text)
-        return Guide("json_schema", text, strict=False)
+        return Guide("json_schema", text, strict=bool(spec.get("disable_additional_properties")))
     if spec.get("json_object"):
         return Guide("json_object")
     if isinstance(spec.get("grammar"), str):

@@ -78,6 +78,7 @@ class ChatMessage(_Lenient):
     name: str | None = None
     tool_calls: list[ToolCallIn] | None = None
     tool_call_id: str | None = None
+    reasoning_content: Text | None = None  # an assistant turn's reasoning, for templates that render it
 
     def text(self) -> str:
         """The content as one string (text parts joined); chat_tools.py refuses other parts first."""

@@ -7,7 +7,9 @@ sees is token for token the one the equivalent chat request gets:
 - `instructions` becomes a leading system message; `input` is a string (one user message) or a list
   of items: messages (`user`, `system`, `developer`, `assistant`; `content` a string or
   `input_text`/`output_text` parts), `function_call` items (consecutive ones join the assistant
-  turn before them, as parallel calls) and `function_call_output` items (a `tool` message).
+  turn before them, as parallel calls), `function_call_output` items (a `tool` message) and
+  `reasoning` items (an earlier answer's reasoning: the `reasoning_content` of the assistant turn
+  after it, which templates such as Qwen3's render for the turns after the last user message).
 - `tools`: function tools (`{"type": "function", "name", "parameters", ...}`); `tool_choice`
   `auto`, `none`, `required` or `{"type": "function", "name"}` (the last two constrained, as in
   chat); `parallel_tool_calls`; `max_output_tokens`, `temperature`, `top_p`, `top_logprobs`;
@@ -107,6 +109,7 @@ def to_chat(req: ResponsesRequest) -> tuple[ChatRequest, list[str]]:
         origins.append("instructions")
     items = [{"role": "user", "content": req.input}] if isinstance(req.input, str) else req.input
     joinable = False  # may a function_call join the last message (an assistant turn)?
+    thought: str | None = None  # a reasoning item's text, for the assistant turn after it
     for i, item in enumerate(items):
         kind = item.get("type", "message")
         if kind == "message":
@@ -115,7 +118,13 @@ def to_chat(req: ResponsesRequest) -> tuple[ChatRequest, list[str]]:
                 raise BadChatRequest(f"input[{i}] has role {role!r}", f"input.{i}.role")
             messages.append({"role": role, "content": _text(item.get("content"), i)})
             origins.append(f"input.{i}")
+            if role == "assistant" and thought is not None:
+                messages[-1]["reasoning_content"] = thought
+            thought = None
             joinable = role == "assistant"
+        elif kind == "reasoning":  # a thinking model's earlier reasoning: the next assistant turn's
+            thought = _reasoning_text(item, i)
+            joinable = False
         elif kind == "function_call":
             call = {
                 "id": _field(item, "call_id", i),
@@ -125,6 +134,9 @@ def to_chat(req: ResponsesRequest) -> tuple[ChatRequest, list[str]]:
             if not joinable:
                 messages.append({"role": "assistant", "content": None, "tool_calls": []})
                 origins.append(f"input.{i}")
+                if thought is not None:
+                    messages[-1]["reasoning_content"] = thought
+                thought = None
             last = messages[-1]
             if last.get("content") == "":
                 last["content"] = None
@@ -135,11 +147,11 @@ def to_chat(req: ResponsesRequest) -> tuple[ChatRequest, list[str]]:
             text = output if isinstance(output, str) else _text(output, i)
             messages.append({"role": "tool", "tool_call_id": _field(item, "call_id", i), "content": text})
             origins.append(f"input.{i}")
-            joinable = False
+            joinable, thought = False, None
         else:
             raise BadChatRequest(
-                f"input[{i}] is a {kind!r} item; this server reads messages, function_call and "
-                "function_call_output items",
+                f"input[{i}] is a {kind!r} item; this server reads messages, reasoning, function_call "
+                "and function_call_output items",
                 f"input.{i}.type",
             )
     body: dict[str, Any] = {
@@ -182,6 +194,16 @@ def _field(item: dict, key: str, i: int) -> str:
     if not isinstance(value, str):
         raise BadChatRequest(f"input[{i}] ({item.get('type')}) needs a string {key!r}", f"input.{i}.{key}")
     return value
+
+
+def _reasoning_text(item: dict, i: int) -> str:
+    """A reasoning item's text: its `reasoning_text` parts, else its summary's `summary_text`."""
+    parts = item.get("content") or item.get("summary") or []
+    if not isinstance(parts, list) or not all(
+        isinstance(p, dict) and isinstance(p.get("text"), str) for p in parts
+    ):
+        raise BadChatRequest(f"input[{i}] (reasoning) needs a list of text parts", f"input.{i}.content")
+    return "\n".join(p["text"] for p in parts)
 
 
 def _text(content: Any, i: int) -> str:

@@ -193,3 +193,29 @@ def _items(response) -> list[tuple[str, str]]:
         said = f"{o.name} {o.arguments}" if o.type == "function_call" else o.content[0].text
         out.append((o.type, said))
     return out
+
+
+def test_responses_take_their_reasoning_item_back_as_input(server):
+    """An agent loop sends the answer's output items back, reasoning item first: it becomes the
+    `reasoning_content` of that assistant turn (what Qwen3's template renders for the turns after
+    the last user message), as chat's assistant messages carry it."""
+    from inhabit.inference.chat_tools import plan_chat
+    from inhabit.inference.responses import ResponsesRequest, to_chat
+
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="k", max_retries=0)
+    kw = dict(
+        model=MODEL, tools=[{"type": "function", **TOOLS[0]["function"]}], temperature=0, max_output_tokens=8
+    )
+    first = client.responses.create(input=ASK[0]["content"], **kw)
+    call = first.output[-1]
+    follow_up = [
+        {"role": "user", "content": ASK[0]["content"]},
+        *[o.model_dump(exclude_none=True) for o in first.output],
+        {"type": "function_call_output", "call_id": call.call_id, "output": "def add(a, b): return a - b"},
+    ]
+    again = client.responses.create(input=follow_up, **kw)
+    assert again.status in ("completed", "incomplete")
+    request = ResponsesRequest.model_validate({"model": MODEL, "input": follow_up})
+    _user, turn, result = plan_chat(to_chat(request)[0], "hermes").messages
+    assert turn["reasoning_content"] == "I need calc.py first." and turn["content"] == "Let me look."
+    assert [c["function"]["name"] for c in turn["tool_calls"]] == ["read_file"] and result["role"] == "tool"

@@ -139,7 +139,8 @@ def _post(server, body: dict) -> httpx.Response:  # noqa: F811
             "JSON Schema cannot be used: Type should be a string",
         ),
         ({"tool_choice": "sometimes"}, "tool_choice", "tool_choice"),
-        ({"input": [{"type": "reasoning", "summary": []}]}, "input.0.type", "function_call_output"),
+        ({"input": [{"type": "web_search_call", "id": "w"}]}, "input.0.type", "function_call_output"),
+        ({"input": [{"type": "reasoning", "content": "hm"}]}, "input.0.content", "text parts"),
         (
             {"input": [{"type": "function_call_output", "call_id": "nope", "output": "x"}]},
             "input.0",
