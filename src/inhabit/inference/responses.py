@@ -532,7 +532,8 @@ async def _events(
         piece = ""
         if content.startswith(content_so_far):
             piece, content_so_far = content[len(content_so_far) :], content
-        return out + (new_text(piece, events, final) if piece or final else [])
+        # At the end the tool parser flushes what it held; with no content there is no message.
+        return out + (new_text(piece, events, final) if piece or (final and tools is not None) else [])
 
     def new_text(delta: str, events: list[TokenEvent], final: bool) -> list[str]:
         nonlocal text_so_far

@@ -206,7 +206,7 @@ def test_responses_take_their_reasoning_item_back_as_input(server):
     kw = dict(
         model=MODEL, tools=[{"type": "function", **TOOLS[0]["function"]}], temperature=0, max_output_tokens=8
     )
-    first = client.responses.create(input=ASK[0]["content"], **kw)
+    first = client.responses.create(input=ASK[0]["content"], **(kw | {"max_output_tokens": 80}))
     call = first.output[-1]
     follow_up = [
         {"role": "user", "content": ASK[0]["content"]},
@@ -219,3 +219,16 @@ def test_responses_take_their_reasoning_item_back_as_input(server):
     _user, turn, result = plan_chat(to_chat(request)[0], "hermes").messages
     assert turn["reasoning_content"] == "I need calc.py first." and turn["content"] == "Let me look."
     assert [c["function"]["name"] for c in turn["tool_calls"]] == ["read_file"] and result["role"] == "tool"
+
+
+def test_streamed_responses_cut_while_thinking_hold_only_reasoning(server):
+    """`max_output_tokens` runs out inside the reasoning: the whole answer and the stream both
+    hold one reasoning item and no message."""
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="k", max_retries=0)
+    kw = dict(model=MODEL, input=ASK[0]["content"], temperature=0, max_output_tokens=3)
+    whole = client.responses.create(**kw)
+    events = list(client.responses.create(**kw, stream=True))
+    assert whole.status == "incomplete" and [o.type for o in whole.output] == ["reasoning"]
+    assert events[-1].type == "response.incomplete"
+    assert _items(events[-1].response) == _items(whole)
+    assert "response.output_text.delta" not in [e.type for e in events]
