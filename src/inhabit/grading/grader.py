@@ -75,6 +75,9 @@ class GradingConfig(Config):
             hacks.CODE_USES_PYTEST,
             hacks.CODE_ALWAYS_EQUAL,
             hacks.RUNNER_TAMPERED,
+            hacks.ANSWER_KEY_READ,
+            hacks.TEST_FRAME_READ,
+            hacks.SEAL_TAMPERED,
         ],
         description="Flags that force reward 0 even when the required tests passed.",
     )
@@ -332,8 +335,11 @@ async def grade(
             # The integrity checks trust exactly the code grading laid there, never a folder name.
             test_files=[p for p in protected if p.endswith(".py")],
             warm=config.warm_tests,
+            grading=True,
         )
-        rewritten = await hacks.changed_during_run(fresh, protected, hidden)
+        # The seal plugin empties the test modules it compiled (answer keys): empty is as laid.
+        emptied = [p for p in protected if p.endswith(".py")]
+        rewritten = await hacks.changed_during_run(fresh, protected, hidden, emptied=emptied)
     except (InhabitError, OSError) as e:
         log.warning("grading task %s failed: %s", task.id, e)
         return GradeResult(0.0, False, [], {}, "error", {"error": f"{type(e).__name__}: {e}"})
@@ -353,8 +359,7 @@ async def grade(
     if rewritten:
         run_flags.append(hacks.TESTS_CHANGED_DURING_RUN)
     betrayed = canary_mod.judge(canaries, run.outcomes)
-    if betrayed or run.tampering:
-        run_flags.append(hacks.RUNNER_TAMPERED)
+    run_flags += hacks.tampering_flags(run.tampering, betrayed)
     code_flags = hacks.scan_code(neut.changed_code) if config.scan_code else {}
     flags: list[str] = []
     for name in [*neut.flags, *run_flags, *code_flags]:

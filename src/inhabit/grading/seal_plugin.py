@@ -91,8 +91,9 @@ _DIR = os.path.dirname(os.path.abspath(__file__))
 
 
 def _take_cfg():
-    """(key, test files): the HMAC key, and the workspace paths of the task's own test code
-    (None when the caller named none)."""
+    """(key, test files, grading): the HMAC key, the workspace paths of the task's own test code
+    (None when the caller named none), and whether this is grading's run (test sources hidden,
+    the process ended at the seal)."""
     path = os.path.join(_DIR, "cfg.json")
     try:
         with open(path) as f:
@@ -101,12 +102,15 @@ def _take_cfg():
         files = cfg.get("test_files")
         if files is not None and not (isinstance(files, list) and all(isinstance(p, str) for p in files)):
             files = None
-        return bytes.fromhex(cfg["key"]), files
+        return bytes.fromhex(cfg["key"]), files, cfg.get("grading") is True
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return b"", None
+        return b"", None, False
 
 
-_KEY, _TEST_FILES = _take_cfg()
+# The key is no module global: only the sealing hook holds it (a default argument, see
+# `pytest_unconfigure`), and nothing of the process runs after it seals in grading's runs.
+_SEAL_KEY, _TEST_FILES, _GRADING = _take_cfg()
+_KEYED = bool(_SEAL_KEY)
 
 
 def _import_unittest(test_files):
@@ -130,8 +134,114 @@ def _import_unittest(test_files):
 
 
 _import_unittest(_TEST_FILES)
-_XML = os.path.join(_DIR, "report.xml") if _KEY else None
-_SEAL = os.path.join(_DIR, "seal.json") if _KEY else None
+
+
+class _HiddenSourceLoader:
+    """Imports the task's test modules from code compiled before any project code ran: their
+    files on disk are empty by then (see `_hide_test_sources`). Gives no source to anyone
+    (`get_source` is None, so linecache and inspect find none either)."""
+
+    def __init__(self, codes):
+        self.codes = codes  # real path -> code object (pytest's assertion rewriting applied)
+
+    def find_spec(self, name, path=None, target=None):
+        import importlib.machinery
+
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        origin = getattr(spec, "origin", None)
+        if origin and os.path.realpath(origin) in self.codes:
+            spec.loader = self
+            return spec
+        return None
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        code = self.codes.get(os.path.realpath(module.__spec__.origin))
+        exec(code, module.__dict__)
+
+    def get_source(self, name):
+        return None
+
+    def is_package(self, name):
+        spec = sys.modules.get(name).__spec__ if name in sys.modules else None
+        return bool(spec and spec.submodule_search_locations)
+
+
+def _may_hide(argv):
+    """Whether pytest will import the test modules through the import system in this process:
+    not under pytest-xdist (its workers import them from disk, after this plugin emptied the
+    files), nor in pytest's importlib mode before 8.1 (which loads a file by its location)."""
+    words = " ".join(argv)
+    if any(a in ("-n", "--numprocesses", "-d", "--dist", "--tx", "-f", "--looponfail") for a in argv) or any(
+        a.startswith(("-n", "--numprocesses=", "--dist=", "--tx=")) for a in argv
+    ):
+        return False
+    try:
+        major, minor = (int(x) for x in pytest.__version__.split(".")[:2])
+    except ValueError:
+        return False
+    if (major, minor) < (8, 1):
+        texts = [words]
+        for name in ("pytest.ini", "pyproject.toml", "setup.cfg", "tox.ini", ".pytest.ini"):
+            try:
+                with open(name, encoding="utf-8", errors="replace") as f:
+                    texts.append(f.read())
+            except OSError:
+                pass
+        if any("importlib" in t for t in texts):
+            return False
+    return True
+
+
+def _hide_test_sources(test_files, argv):
+    """Answer keys: grading lays the hidden tests (and restored tests, conftests, canaries) into
+    the tree the code under test runs in, so that code could read their expected values. Before
+    any conftest or project module is imported, read and compile every listed test module
+    (pytest's assertion rewriting applied as pytest would), empty its file on disk (the file
+    stays, so collection finds it), and import it from the compiled code. Returns the real paths
+    emptied (none outside grading's runs, see `_may_hide`)."""
+    if not test_files or not _may_hide(argv):
+        return frozenset()
+    import ast
+
+    try:
+        from _pytest.assertion.rewrite import rewrite_asserts
+    except ImportError:
+        rewrite_asserts = None
+    plain = any(a in ("--assert=plain",) for a in argv) or "--assert" in argv
+    codes = {}
+    for rel in test_files:
+        path = os.path.realpath(os.path.normpath(rel))
+        if not path.endswith(".py") or path in codes:
+            continue
+        try:
+            with open(path, "rb") as f:
+                source = f.read()
+            tree = ast.parse(source, filename=path)
+            if rewrite_asserts is not None and not plain:
+                rewrite_asserts(tree, source, path, None)
+            codes[path] = compile(tree, path, "exec", dont_inherit=True)
+        except (OSError, SyntaxError, ValueError):
+            continue  # left as it is: pytest reports what is wrong with it as it always would
+    emptied = set()
+    for path in codes:
+        try:
+            with open(path, "wb"):
+                pass
+            emptied.add(path)
+        except OSError:
+            pass
+    codes = {p: c for p, c in codes.items() if p in emptied}
+    if codes:
+        sys.meta_path.insert(0, _HiddenSourceLoader(codes))
+    return frozenset(codes)
+
+
+_HIDDEN = _hide_test_sources(_TEST_FILES, sys.argv) if _GRADING and _KEYED else frozenset()
+_XML = os.path.join(_DIR, "report.xml") if _KEYED else None
+_SEAL = os.path.join(_DIR, "seal.json") if _KEYED else None
 _OUTCOMES = {}
 # (node id, phase) of the test phases whose call raised, from the exception itself as it left the
 # test (the call phase) and from pytest's record of it when the report is about to be made.
@@ -151,12 +261,15 @@ _FRAME_ATTRS = frozenset({"f_code", "tb_frame", "gi_frame", "cr_frame", "ag_fram
 _WATCH = frozenset(
     {"sys._getframe", "object.__getattr__", "object.__setattr__", "object.__delattr__",
      "sys._current_frames", "gc.get_referrers", "gc.get_referents", "sys.settrace", "compile",
-     "code.__new__"}
+     "code.__new__", "open"}
 )  # fmt: skip
 # Python 3.8 raises code.__new__ for every code object marshal loads (3.9 raises marshal.loads
 # instead), so importing a module from its .pyc looks like code made under its file name.
 _MARSHAL_RAISES_CODE_NEW = sys.version_info < (3, 9)
 _IMPORT_UNMARSHAL = frozenset({"<frozen importlib._bootstrap_external>", "<frozen zipimport>"})
+# Standard-library readers of a file's source for a traceback or `inspect`: a test file read through
+# them is a traceback being formatted (the file is empty in grading's runs anyway).
+_SOURCE_DISPLAY = frozenset({"linecache.py", "tokenize.py"})
 _WRITE_EVENTS = frozenset({"object.__setattr__", "object.__delattr__"})
 _FN_ATTRS = frozenset({"__code__", "__defaults__", "__kwdefaults__"})
 # What pluggy's `register` accepts as a hook implementation (it takes routines only): anything
@@ -269,6 +382,12 @@ class _Guard:
             if _TEST_FILES is None
             else frozenset(os.path.join(self.cwd, os.path.normpath(p)) for p in _TEST_FILES)
         )
+        # Base names and real paths of the listed test files: an `open` of one by workspace code is
+        # an answer key read (see `check_test_read`).
+        self.test_names = None if _TEST_FILES is None else frozenset(os.path.basename(p) for p in _TEST_FILES)
+        self.test_real = (
+            frozenset() if _TEST_FILES is None else frozenset(os.path.realpath(p) for p in self.test_files)
+        )
         self.runner_dirs = set()
         self.runner_files = set()
         self.plugin_modules = set()  # installed plugins (pytest11), watched for code changes only
@@ -301,12 +420,13 @@ class _Guard:
         self.snapshot()
         sys.addaudithook(self.audit)
 
-    def note(self, kind, detail):
+    def note(self, kind, detail, _mirror=[]):  # noqa: B006 (the mirror: see `_check_seal_state`)
         text = f"{kind}: {detail}"[:300]
         key = text.split(" (")[0]  # one entry per finding, not per checkpoint that saw it again
         if key not in self.seen:
             self.seen.add(key)
             self.events.append(text)
+            _mirror.append(text)
 
     # -- where code comes from ----------------------------------------------------------------
     def add_runner_code(self, mod):
@@ -421,6 +541,12 @@ class _Guard:
     def audit(self, event, args):
         if event not in _WATCH:
             return
+        if event == "open" and (
+            self.test_names is None
+            or type(args[0]) is not str
+            or os.path.basename(args[0]) not in self.test_names
+        ):
+            return  # every import opens files: only a listed test file's name goes further
         if event in _WRITE_EVENTS and len(args) > 1 and type(args[1]) is str and args[1] in _FN_ATTRS:
             # Counted even while the plugin is busy (code of the test run could run inside one of
             # its reads): the checks that read every function's code skip the read when no such
@@ -448,11 +574,17 @@ class _Guard:
             runner = hasattr(code, "co_filename") and self.origin(code.co_filename) == "runner"
             if runner and self.culprit() == "workspace":
                 self.note("frame", f"workspace code read {name} of runner code {code.co_name}")
+            elif name == "f_code" and hasattr(code, "co_filename") and self.reads_test_frame(code):
+                self.note("test_frame", f"workspace code read the code of the running test {code.co_name}")
         elif event == "sys._getframe":
             frame = args[0] if args else None
             runner = frame is not None and self.origin(frame.f_code.co_filename) == "runner"
             if runner and self.culprit() == "workspace":
                 self.note("frame", f"workspace code took the runner frame {frame.f_code.co_name}")
+            elif frame is not None and self.reads_test_frame(frame.f_code):
+                self.note("test_frame", f"workspace code took the frame of the test {frame.f_code.co_name}")
+        elif event == "open":
+            self.check_test_read(args[0])
         elif event in ("object.__setattr__", "object.__delattr__"):
             obj, name = args[0], args[1]
             code = _code_of(obj)
@@ -483,6 +615,34 @@ class _Guard:
                 named = self.origin(filename) in ("runner", "stdlib") and not filename.startswith("<")
                 if named and self.culprit() == "workspace":
                     self.note("forged", f"workspace code compiled code named {filename}")
+
+    def direct_caller(self):
+        """The innermost frame outside this plugin: the code that raised the event itself."""
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_code.co_filename == __file__:
+            frame = frame.f_back
+        return frame
+
+    def reads_test_frame(self, code):
+        """Whether workspace code itself (not the standard library formatting a traceback, nor
+        logging or warnings finding their caller) takes a frame running the task's test code: the
+        caller's frame holds the test's code and its expected values."""
+        if self.test_files is None or self.origin(code.co_filename) != "test":
+            return False
+        frame = self.direct_caller()
+        return frame is not None and self.origin(frame.f_code.co_filename) == "workspace"
+
+    def check_test_read(self, path):
+        """Answer keys: workspace code opening one of the task's test files (in grading's runs
+        the file is empty by then; the read is reported all the same). A traceback being
+        formatted (linecache, tokenize) is not a read."""
+        if os.path.realpath(path) not in self.test_real:
+            return
+        frame = self.direct_caller()
+        if frame is None or os.path.basename(frame.f_code.co_filename) in _SOURCE_DISPLAY:
+            return
+        if self.culprit() == "workspace":
+            self.note("answer_key", f"workspace code opened the test file {os.path.relpath(path)}")
 
     def import_unmarshals(self):
         """Whether the import system is loading a module's cached bytecode (its frame called
@@ -923,31 +1083,115 @@ def pytest_collectreport(report):
         _COLLECT_ERRORS.append(report.nodeid)
 
 
+_EXIT_STATUS = [0]
+
+
 @pytest.hookimpl(trylast=True)
-def pytest_unconfigure(config):
-    if not _SEAL or not _KEY:
+def pytest_sessionfinish(session, exitstatus):
+    _EXIT_STATUS[0] = int(exitstatus)
+
+
+def _seal_state():
+    """What the verdict depends on, as this module made it: the guard, its class's functions,
+    the records and the hooks' helpers. Taken once at import, held by the sealing hook."""
+    names = ("_GUARD", "_OUTCOMES", "_RAISED", "_COLLECT_ERRORS", "_note", "_check_raised", "_XML", "_SEAL")
+    return {
+        "guard": _GUARD,
+        "events": _GUARD.events,
+        "class": _Guard,
+        "methods": dict(vars(_Guard)),
+        "globals": {name: globals()[name] for name in names},
+        "mirror": _Guard.note.__defaults__[0],
+    }
+
+
+def _check_seal_state(state):
+    """Seal state within reach: the guard and the records live in this module, which code under
+    test can reach without an audit event (a module or instance attribute write raises none).
+    Before sealing, compare them with what the sealing hook took at import, and record any
+    difference with the guard's own `note` as this module defined it (never a replacement):
+    the guard or a record rebound, a method of the guard replaced on its class or shadowed on its
+    instance, findings removed from its record."""
+    guard, note = state["guard"], state["methods"]["note"]
+    found = []
+    for name, value in state["globals"].items():
+        if globals().get(name) is not value:
+            found.append(f"the module's {name} was replaced")
+    if type(guard) is not state["class"]:
+        found.append("the guard's class was replaced")
+    for name, value in state["methods"].items():
+        if vars(state["class"]).get(name) is not value and not name.startswith("__"):
+            found.append(f"the guard's {name} was replaced on its class")
+    shadowed = sorted(name for name in vars(guard) if name in state["methods"])
+    if shadowed:
+        found.append(f"the guard's {', '.join(shadowed)} was replaced on the guard itself")
+    if vars(guard).get("events", state["events"]) is not state["events"]:
+        found.append("the guard's record was replaced")
+    events, mirror = state["events"], state["mirror"]
+    if events[: len(mirror)] != mirror:
+        found.append("findings were removed from the guard's record")
+        events[:] = list(mirror) + [e for e in events if e not in mirror]
+    for detail in found:
+        note(guard, "seal", detail)
+
+
+def _end_at_the_seal(config, exit_):
+    """Nothing of the process runs after the seal in grading's runs: no atexit handler, no
+    weakref.finalize callback, no thread or later cleanup of code under test that could rewrite
+    the report and re-sign it. The process ends here with pytest's own exit status."""
+    try:
+        capture = config.pluginmanager.getplugin("capturemanager")
+        if capture is not None:
+            capture.stop_global_capturing()
+    except Exception:
+        pass
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    exit_(_EXIT_STATUS[0])
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(
+    config, _key=_SEAL_KEY, _state=_seal_state(), _hmac=hmac.new, _sha=hashlib.sha256, _dumps=json.dumps,
+    _open=os.open, _fdopen=os.fdopen, _exit=os._exit, _read=open, _check=_check_seal_state,
+    _end=_end_at_the_seal, _grading=_GRADING,
+):  # fmt: skip
+    # The key and what this hook relies on are default arguments taken at import (a write to a
+    # function's defaults raises an audit event), so neither a module global rebound nor a
+    # library function replaced later reaches them. pluggy passes hook arguments by name and
+    # leaves defaulted ones alone.
+    if not _SEAL or not _key:
         return
     try:
-        with open(_XML, "rb") as f:
-            digest = hashlib.sha256(f.read()).hexdigest()
+        with _read(_XML, "rb") as f:
+            digest = _sha(f.read()).hexdigest()
     except OSError:
         digest = ""
-    _GUARD.verify(_BEFORE_SEALING)
-    body = json.dumps(
+    guard = _state["guard"]
+    guard.verify(_BEFORE_SEALING)
+    _check(_state)
+    body = _dumps(
         {
             "xml_sha256": digest,
-            "outcomes": _OUTCOMES,
-            "collection_errors": _COLLECT_ERRORS,
-            "tampering": _GUARD.events[:50],
+            "outcomes": _state["globals"]["_OUTCOMES"],
+            "collection_errors": _state["globals"]["_COLLECT_ERRORS"],
+            "tampering": _state["events"][:50],
         },
         sort_keys=True,
     )
-    mac = hmac.new(_KEY, body.encode(), hashlib.sha256).hexdigest()
-    fd = os.open(_SEAL, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(json.dumps({"body": body, "mac": mac}))
+    mac = _hmac(_key, body.encode(), _sha).hexdigest()
+    fd = _open(_SEAL, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with _fdopen(fd, "w") as f:
+        f.write(_dumps({"body": body, "mac": mac}))
+    if _grading:
+        _end(config, _exit)
 
 
-# Everything above is defined: this module joins the runner snapshot.
+# Everything above is defined: this module joins the runner snapshot. The key lives on in the
+# sealing hook alone.
+del _SEAL_KEY
 _GUARD.own = True
 _GUARD.snapshot()

@@ -165,6 +165,7 @@ async def run_tests(
     hash_seed: int = HASH_SEED,
     test_files: Sequence[str] | None = None,
     warm: bool = True,
+    grading: bool = False,
 ) -> TestRunResult:
     """Run `command` (ending in a pytest invocation) in `sandbox` and read its sealed report.
 
@@ -177,7 +178,10 @@ async def run_tests(
     (relative to the workspace root, where the command runs) of the task's own test code, the
     only workspace files the seal plugin's integrity checks trust; None trusts files named like
     pytest's tests (conftest.py, test_*.py, *_test.py). Grading passes the exact files it laid
-    there. `warm=False` never uses a warm worker (see the module docstring). One sandbox exec
+    there. `warm=False` never uses a warm worker (see the module docstring). `grading=True` (with
+    `test_files`): the seal plugin compiles the listed test files before any project code runs and
+    empties them on disk (code under test finds no expected values there), and ends the process
+    right after sealing (nothing of the code under test runs after the last check). One sandbox exec
     for a cold run, three for a warm one.
     Never raises for test failures; raises GradingError only when the sandbox cannot even create
     the private directory.
@@ -214,6 +218,8 @@ exit $rc
     cfg: dict[str, object] = {"key": key.hex()}
     if test_files is not None:
         cfg["test_files"] = sorted(set(test_files))
+    if grading:
+        cfg["grading"] = True
     stdin = json.dumps(cfg).encode()
 
     def argv(script: str) -> list[str]:

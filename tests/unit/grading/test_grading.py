@@ -210,7 +210,8 @@ CHEATS = {
             )
         },
         (),
-        "report_tampered",
+        # Grading's run ends at the seal: the forgery never runs; the scan names the attempt.
+        "code_touches_report",
     ),
     "argv_junit_path_overwrite": (
         {
