@@ -6,14 +6,17 @@ also N/2 TestCase methods), run by this interpreter's pytest on the host, withou
 verifications before and after every report, which grading pays on every required test. Prints a
 table (median of `--reps` runs each) with the overhead per test and the ratio to the bare run;
 `--compare FILE` also times another version of the plugin (e.g. `git show REV:src/inhabit/tasks/
-seal_plugin.py > old.py`) in the same run.
+seal_plugin.py > old.py`) in the same run. `--grading` runs the plugins as grading loads them: a
+key, the test files listed and `grading` set (the test modules compiled up front and emptied on
+disk, the seal-state check, the process ended at the seal), the suite written afresh before each run.
 
-    PYTHONPATH=src .venv/bin/python bench/seal.py [--tests 500] [--reps 3] [--unittest] [--compare FILE]
+    PYTHONPATH=src .venv/bin/python bench/seal.py [--tests 500] [--reps 3] [--unittest] [--compare FILE] [--grading]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import statistics
 import subprocess
@@ -30,7 +33,7 @@ PLUGIN = Path(__file__).resolve().parents[1] / "src" / "inhabit" / "grading" / "
 
 def write_suite(root: Path, n: int, unittest_style: bool, compare: Path | None) -> None:
     tests = root / "tests"
-    tests.mkdir()
+    tests.mkdir(exist_ok=True)
     (tests / "test_many.py").write_text(
         f"import pytest\n\n\n@pytest.mark.parametrize('i', range({n}))\ndef test_value(i):\n    assert i >= 0\n"
     )
@@ -46,7 +49,11 @@ def write_suite(root: Path, n: int, unittest_style: bool, compare: Path | None) 
         shutil.copy(compare, root / "bench_seal_other.py")
 
 
-def run(root: Path, plugin: str | None) -> float:
+def run(root: Path, plugin: str | None, grading: dict | None = None) -> float:
+    if grading is not None:  # grading's cfg.json, read and deleted by the plugin; the suite afresh
+        write_suite(root, **grading["suite"])
+        files = sorted(str(p.relative_to(root)) for p in (root / "tests").glob("*.py"))
+        (root / "cfg.json").write_text(json.dumps({"key": "ab" * 32, "test_files": files, "grading": True}))
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"]
     if plugin:
         cmd[3:3] = ["-p", plugin]
@@ -66,19 +73,23 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--unittest", action="store_true", help="Also N/2 unittest.TestCase methods.")
     ap.add_argument("--compare", type=Path, help="Another seal_plugin.py to time in the same run.")
+    ap.add_argument("--grading", action="store_true", help="Load the plugins as grading does (see above).")
     args = ap.parse_args()
     n = args.tests + (args.tests // 2 if args.unittest else 0)
     with tempfile.TemporaryDirectory(prefix="inhabit-bench-seal-") as tmp:
         root = Path(tmp)
-        write_suite(root, args.tests, args.unittest, args.compare)
+        suite = {"n": args.tests, "unittest_style": args.unittest, "compare": args.compare}
+        write_suite(root, **suite)
+        grading = {"suite": suite} if args.grading else None
         bare = statistics.median(run(root, None) for _ in range(args.reps))
-        sealed = statistics.median(run(root, "bench_seal") for _ in range(args.reps))
+        sealed = statistics.median(run(root, "bench_seal", grading) for _ in range(args.reps))
         other = (
-            statistics.median(run(root, "bench_seal_other") for _ in range(args.reps))
+            statistics.median(run(root, "bench_seal_other", grading) for _ in range(args.reps))
             if args.compare
             else None
         )
-    table = Table(title=f"seal plugin: {n} tests, median of {args.reps} runs")
+    mode = ", as grading loads it" if args.grading else ""
+    table = Table(title=f"seal plugin: {n} tests, median of {args.reps} runs{mode}")
     for col in ("run", "wall s", "per test ms"):
         table.add_column(col, justify="right" if col != "run" else "left")
     table.add_row("bare pytest (baseline)", f"{bare:.2f}", f"{bare / n * 1000:.2f}")

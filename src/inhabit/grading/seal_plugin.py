@@ -19,7 +19,13 @@ What it does:
     sets agree.
 
   * Watches the runner (see "Runner integrity" below) and puts what it saw in the sealed body
-    (`tampering`); grading turns any of it into `runner_tampered`.
+    (`tampering`); grading turns it into `runner_tampered`, or the flag of its own class for the
+    kinds answer_key, test_frame and seal below.
+  * In grading's runs (cfg.json's `grading`): compiles the listed test files before any conftest
+    or project module is imported and empties them on disk, importing them from that code
+    (`_hide_test_sources`: no expected values to read from the tree), and ends the process right
+    after sealing (`_end_at_the_seal`: no atexit handler or finalizer runs after the last check).
+    The key is held by the sealing hook alone (a default argument), never a module global.
 
 Runner integrity. At import, before any conftest or workspace module is imported, this plugin
 takes an identity snapshot of the runner (every attribute of the pytest, _pytest, pluggy and
@@ -48,7 +54,13 @@ an audit hook (`sys.addaudithook`, which cannot be removed). Reported, as "kind:
   * trace     workspace code installed sys.settrace, or a trace or profile function other than the
               one present at start-up (coverage's), or a gc callback of code that is not installed,
               is still installed when the runner runs;
-  * forged    workspace code compiled code under a runner or standard-library file name.
+  * forged    workspace code compiled code under a runner or standard-library file name;
+  * answer_key  workspace code opened one of the listed test files (not linecache or tokenize
+              formatting a traceback);
+  * test_frame  workspace code itself took the frame of running test code, or read its f_code;
+  * seal      the guard, its record or a record of this module was replaced, a guard method
+              replaced on its class or shadowed on its instance, or findings removed (checked
+              at sealing against what the sealing hook took at import).
 "Workspace code" is the innermost frame on the stack that is not the standard library, this
 plugin or an installed package. The task's own test code is trusted: exactly the workspace files
 named in cfg.json's `test_files` (grading names the tests and conftests it restored, the hidden
