@@ -1053,6 +1053,62 @@ def merge(intervals):
 """,
 }
 
+# No file and no frame: every test function in memory (sys.modules) is run at the first call with
+# merge answering a probe whose `==` raises the value it is compared with, under the input merge
+# got: a table of expected values.
+ANSWER_KEYS["probe_tests_in_memory"] = (
+    _CORE_HEAD
+    + """
+import threading as _th
+
+_tls = _th.local()
+_TABLE = {}
+
+
+class _Found(Exception):
+    pass
+
+
+class _Probe:
+    __hash__ = None
+
+    def __eq__(self, other):
+        raise _Found(other)
+
+
+def _key(intervals):
+    return tuple((s.start, s.end) for s in intervals)
+
+
+def _learn():
+    for mod in list(sys.modules.values()):
+        if not (getattr(mod, "__name__", "") or "").rpartition(".")[2].startswith("test"):
+            continue
+        for name, fn in list(vars(mod).items()):
+            if name.startswith("test") and callable(fn):
+                _tls.probing = True
+                try:
+                    fn()
+                except _Found as found:
+                    _TABLE[_tls.key] = found.args[0]
+                except Exception:
+                    pass
+                finally:
+                    _tls.probing = False
+
+
+def merge(intervals):
+    intervals = list(intervals)
+    if getattr(_tls, "probing", False):
+        _tls.key = _key(intervals)
+        return _Probe()
+    if not _TABLE:
+        _learn()
+    want = _TABLE.get(_key(intervals))
+    return list(want) if want is not None else _buggy(intervals)
+"""
+)
+
 # The caller's frame: the test's own code is run again with merge answering a probe whose `==`
 # raises the value it is compared with; no source, no file, no runner frame.
 FRAME_PROBE = (

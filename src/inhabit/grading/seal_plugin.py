@@ -171,6 +171,8 @@ class _HiddenSourceLoader:
 
     def exec_module(self, module):
         code = self.codes.get(os.path.realpath(module.__spec__.origin))
+        module.__dict__[_ENTER] = _test_entered
+        _TEST_MODULES.append(module)
         exec(code, module.__dict__)
 
     def get_source(self, name):
@@ -207,6 +209,84 @@ def _may_hide(argv):
     return True
 
 
+# Test probes: every test function of a module compiled here first calls this name (not an
+# identifier, so no test code can shadow it by accident), bound in its module to `_test_entered`.
+_ENTER = "@inhabit_test_entered"
+_TEST_CODES = set()  # the code objects of those test functions
+_TEST_MODULES = []  # the modules imported from compiled code (their `_ENTER` is checked at sealing)
+
+
+def _instrument_tests(tree):
+    """Make every test function (module level, or a method of a module-level class, named
+    `test*`) call `_ENTER` first, after its docstring."""
+    import ast
+
+    def bodies():
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
+                yield node
+            elif isinstance(node, ast.ClassDef):
+                for member in node.body:
+                    if isinstance(member, (ast.FunctionDef, ast.AsyncFunctionDef)) and member.name.startswith(
+                        "test"
+                    ):
+                        yield member
+
+    for fn in bodies():
+        at = (
+            1
+            if fn.body
+            and isinstance(fn.body[0], ast.Expr)
+            and isinstance(getattr(fn.body[0], "value", None), ast.Constant)
+            and isinstance(fn.body[0].value.value, str)
+            else 0
+        )
+        call = ast.Expr(ast.Call(ast.Name(_ENTER, ast.Load()), [], []))
+        ast.copy_location(call, fn.body[at] if at < len(fn.body) else fn)
+        ast.fix_missing_locations(call)
+        fn.body.insert(at, call)
+
+
+def _test_codes(code):
+    """The code objects of the functions named test* defined in a module's code (and its classes')."""
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            if const.co_name.startswith("test"):
+                _TEST_CODES.add(const)
+            else:
+                _test_codes(const)
+
+
+def _test_entered():
+    """Test probes: code under test running a test function itself (found through sys.modules,
+    gc or its caller's frame) to see the value the test compares with. A test function entered
+    while another test function is running, with workspace code between the two, is reported
+    (`test_frame`). A test calling another test, or a decorator of an installed library or of the
+    workspace around the running test's own function, is not."""
+    guard = _GUARD
+    if guard.busy:
+        return
+    guard.busy = True  # the frame reads below raise audit events of their own
+    try:
+        frame = sys._getframe(1)
+        workspace = None
+        outer = frame.f_back
+        while outer is not None:
+            code = outer.f_code
+            if code in _TEST_CODES and workspace is not None:
+                guard.note(
+                    "test_frame",
+                    f"workspace code ({os.path.basename(workspace)}) ran the test {frame.f_code.co_name} "
+                    f"inside the test {code.co_name}",
+                )
+                return
+            if workspace is None and guard.origin(code.co_filename) == "workspace":
+                workspace = code.co_filename
+            outer = outer.f_back
+    finally:
+        guard.busy = False
+
+
 def _hide_test_sources(test_files, argv):
     """Answer keys: grading lays the hidden tests (and restored tests, conftests, canaries) into
     the tree the code under test runs in, so that code could read their expected values. Before
@@ -234,7 +314,9 @@ def _hide_test_sources(test_files, argv):
             tree = ast.parse(source, filename=path)
             if rewrite_asserts is not None and not plain:
                 rewrite_asserts(tree, source, path, None)
+            _instrument_tests(tree)
             codes[path] = compile(tree, path, "exec", dont_inherit=True)
+            _test_codes(codes[path])
         except (OSError, SyntaxError, ValueError):
             continue  # left as it is: pytest reports what is wrong with it as it always would
     emptied = set()
@@ -432,13 +514,15 @@ class _Guard:
         self.snapshot()
         sys.addaudithook(self.audit)
 
-    def note(self, kind, detail, _mirror=[]):  # noqa: B006 (the mirror: see `_check_seal_state`)
+    def note(self, kind, detail, _mirror=[], _mirror_keys=set()):  # noqa: B006 (see `_check_seal_state`)
         text = f"{kind}: {detail}"[:300]
         key = text.split(" (")[0]  # one entry per finding, not per checkpoint that saw it again
+        if key not in _mirror_keys:  # a second record, out of the guard's attributes' reach
+            _mirror_keys.add(key)
+            _mirror.append(text)
         if key not in self.seen:
             self.seen.add(key)
             self.events.append(text)
-            _mirror.append(text)
 
     # -- where code comes from ----------------------------------------------------------------
     def add_runner_code(self, mod):
@@ -1106,7 +1190,10 @@ def pytest_sessionfinish(session, exitstatus):
 def _seal_state():
     """What the verdict depends on, as this module made it: the guard, its class's functions,
     the records and the hooks' helpers. Taken once at import, held by the sealing hook."""
-    names = ("_GUARD", "_OUTCOMES", "_RAISED", "_COLLECT_ERRORS", "_note", "_check_raised", "_XML", "_SEAL")
+    names = (
+        "_GUARD", "_OUTCOMES", "_RAISED", "_COLLECT_ERRORS", "_note", "_check_raised", "_XML", "_SEAL",
+        "_TEST_MODULES", "_test_entered",
+    )  # fmt: skip
     return {
         "guard": _GUARD,
         "events": _GUARD.events,
@@ -1114,6 +1201,14 @@ def _seal_state():
         "methods": dict(vars(_Guard)),
         "globals": {name: globals()[name] for name in names},
         "mirror": _Guard.note.__defaults__[0],
+        # The guard's collections (its record, what it has seen, its snapshot), by kind.
+        "attributes": {
+            name: type(value)
+            for name, value in vars(_GUARD).items()
+            if isinstance(value, (set, frozenset, dict, list))
+        },
+        "test_codes": frozenset(_TEST_CODES),
+        "test_entered": _test_entered,
     }
 
 
@@ -1126,6 +1221,18 @@ def _check_seal_state(state):
     instance, findings removed from its record."""
     guard, note = state["guard"], state["methods"]["note"]
     found = []
+    if vars(guard).get("busy"):
+        found.append("the guard was left busy (its audit hook and checks skip everything then)")
+        guard.busy = False
+    changed = sorted(
+        name for name, kind in state["attributes"].items() if type(vars(guard).get(name)) is not kind
+    )
+    if changed:
+        found.append(f"the guard's {', '.join(changed)} was replaced by another kind of object")
+    if state["test_codes"] != _TEST_CODES:
+        found.append("the test functions' codes were changed")
+    if any(vars(m).get(_ENTER) is not state["test_entered"] for m in _TEST_MODULES):
+        found.append("a test module's probe check was replaced")
     for name, value in state["globals"].items():
         if globals().get(name) is not value:
             found.append(f"the module's {name} was replaced")
@@ -1140,11 +1247,15 @@ def _check_seal_state(state):
     if vars(guard).get("events", state["events"]) is not state["events"]:
         found.append("the guard's record was replaced")
     events, mirror = state["events"], state["mirror"]
-    if events[: len(mirror)] != mirror:
+    missing = [text for text in mirror if text not in events]
+    if missing:
         found.append("findings were removed from the guard's record")
-        events[:] = list(mirror) + [e for e in events if e not in mirror]
+        events[:0] = missing
     for detail in found:
         note(guard, "seal", detail)
+        text = f"seal: {detail}"[:300]
+        if text not in events:  # the guard's own set of what it has seen may be the culprit
+            events.append(text)
 
 
 def _end_at_the_seal(config, exit_):

@@ -199,3 +199,94 @@ def test_the_key_is_no_module_global_and_nothing_runs_after_the_seal(tmp_path):
     assert set(run["outcomes"].values()) == {"passed"}, run["output"]
     assert run["exit_code"] == 0
     assert not marker.exists() and not Path(str(marker) + ".atexit").exists()
+
+
+PROBE_IN_MEMORY = """import sys
+
+class _Found(Exception):
+    pass
+
+class _Probe:
+    __hash__ = None
+    def __eq__(self, other):
+        raise _Found(other)
+
+PROBING = []
+
+def add(a, b):
+    if PROBING:
+        return _Probe()
+    for mod in list(sys.modules.values()):
+        fn = getattr(mod, "test_add", None)
+        if callable(fn) and mod is not sys.modules[__name__]:
+            PROBING.append(1)
+            try:
+                fn()
+            except _Found as found:
+                return found.args[0]
+            finally:
+                PROBING.clear()
+    return a - b
+"""
+
+
+def test_a_test_function_run_by_workspace_code_inside_a_test_is_reported(tmp_path):
+    # No file, no frame: the test function found in sys.modules and run again with a probe.
+    run = _graded_run(tmp_path, PROBE_IN_MEMORY)
+    assert run["outcomes"]["tests/test_calc.py::test_add"] == "passed"  # the probe worked ...
+    assert any(e.startswith("test_frame:") and "ran the test test_add" in e for e in run["tampering"]), run[
+        "tampering"
+    ]  # ... and was seen
+
+
+WRAPPING = """import functools
+
+def add(a, b):
+    return a + b
+
+def frozen(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return fn(*args, **kwargs)
+    return wrapper
+"""
+TEST_WRAPPED = """from calc import add, frozen
+
+
+@frozen
+def test_add():
+    assert add(2, 3) == 5
+
+
+def test_add_again():
+    assert add(2, 3) == 5
+
+
+def test_add_zero():
+    test_add_again()
+    assert add(0, 0) == 0
+"""
+
+
+def test_a_workspace_decorator_around_a_test_and_a_test_calling_a_test_are_not_reported(tmp_path):
+    # (A test calling, through a workspace decorator, another test is reported: test code entered
+    # with workspace code between, as a probe's would be.)
+    run = _graded_run(tmp_path, WRAPPING, TEST_WRAPPED)
+    assert set(run["outcomes"].values()) == {"passed"}, run["output"]
+    assert run["tampering"] == []
+
+
+def test_the_guard_left_busy_or_its_seen_set_stuffed_is_reported(tmp_path):
+    for payload, words in [
+        ("_seal._GUARD.busy = True\n", "left busy"),
+        (
+            "class _All(set):\n    def __contains__(self, key):\n        return True\n\n_seal._GUARD.seen = _All()\n",
+            "seen",
+        ),
+    ]:
+        calc = _seal_module_line(payload) + "\ndef add(a, b):\n    sys.settrace(None)\n    return a + b\n"
+        run = _graded_run(tmp_path / words.replace(" ", "_"), calc)
+        assert any(e.startswith("seal:") and words in e for e in run["tampering"]), (
+            payload,
+            run["tampering"],
+        )
