@@ -82,6 +82,12 @@ class GradingConfig(Config):
         description="Flags that force reward 0 even when the required tests passed.",
     )
     scan_code: bool = Field(True, description="Scan the agent's changed non-test code for hack patterns.")
+    hide_test_sources: bool = Field(
+        True,
+        description="Compile the test modules before project code runs and empty their files for the "
+        "run (answer keys). Off for a project whose own code or tests read test sources (a library "
+        "that reads its caller's source, like icecream's `ic`).",
+    )
     canaries: bool = Field(
         True, description="Plant known-answer canary tests in every required test module (runner_tampered)."
     )
@@ -336,6 +342,7 @@ async def grade(
             test_files=[p for p in protected if p.endswith(".py")],
             warm=config.warm_tests,
             grading=True,
+            hide_test_sources=config.hide_test_sources,
         )
         # The seal plugin empties the test modules it compiled (answer keys): empty is as laid.
         emptied = [p for p in protected if p.endswith(".py")]

@@ -103,9 +103,9 @@ _DIR = os.path.dirname(os.path.abspath(__file__))
 
 
 def _take_cfg():
-    """(key, test files, grading): the HMAC key, the workspace paths of the task's own test code
-    (None when the caller named none), and whether this is grading's run (test sources hidden,
-    the process ended at the seal)."""
+    """(key, test files, grading, hide): the HMAC key, the workspace paths of the task's own test
+    code (None when the caller named none), whether this is grading's run (the process ended at
+    the seal) and whether its test sources are hidden (grading's default)."""
     path = os.path.join(_DIR, "cfg.json")
     try:
         with open(path) as f:
@@ -114,14 +114,15 @@ def _take_cfg():
         files = cfg.get("test_files")
         if files is not None and not (isinstance(files, list) and all(isinstance(p, str) for p in files)):
             files = None
-        return bytes.fromhex(cfg["key"]), files, cfg.get("grading") is True
+        grading = cfg.get("grading") is True
+        return bytes.fromhex(cfg["key"]), files, grading, grading and cfg.get("hide", True) is not False
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return b"", None, False
+        return b"", None, False, False
 
 
 # The key is no module global: only the sealing hook holds it (a default argument, see
 # `pytest_unconfigure`), and nothing of the process runs after it seals in grading's runs.
-_SEAL_KEY, _TEST_FILES, _GRADING = _take_cfg()
+_SEAL_KEY, _TEST_FILES, _GRADING, _HIDE = _take_cfg()
 _KEYED = bool(_SEAL_KEY)
 
 
@@ -333,7 +334,7 @@ def _hide_test_sources(test_files, argv):
     return frozenset(codes)
 
 
-_HIDDEN = _hide_test_sources(_TEST_FILES, sys.argv) if _GRADING and _KEYED else frozenset()
+_HIDDEN = _hide_test_sources(_TEST_FILES, sys.argv) if _HIDE and _KEYED else frozenset()
 _XML = os.path.join(_DIR, "report.xml") if _KEYED else None
 _SEAL = os.path.join(_DIR, "seal.json") if _KEYED else None
 _OUTCOMES = {}

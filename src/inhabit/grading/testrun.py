@@ -166,6 +166,7 @@ async def run_tests(
     test_files: Sequence[str] | None = None,
     warm: bool = True,
     grading: bool = False,
+    hide_test_sources: bool = True,
 ) -> TestRunResult:
     """Run `command` (ending in a pytest invocation) in `sandbox` and read its sealed report.
 
@@ -180,8 +181,9 @@ async def run_tests(
     pytest's tests (conftest.py, test_*.py, *_test.py). Grading passes the exact files it laid
     there. `warm=False` never uses a warm worker (see the module docstring). `grading=True` (with
     `test_files`): the seal plugin compiles the listed test files before any project code runs and
-    empties them on disk (code under test finds no expected values there), and ends the process
-    right after sealing (nothing of the code under test runs after the last check). One sandbox exec
+    empties them on disk (code under test finds no expected values there; `hide_test_sources=False`
+    keeps them), and ends the process right after sealing (nothing of the code under test runs
+    after the last check). One sandbox exec
     for a cold run, three for a warm one.
     Never raises for test failures; raises GradingError only when the sandbox cannot even create
     the private directory.
@@ -220,6 +222,7 @@ exit $rc
         cfg["test_files"] = sorted(set(test_files))
     if grading:
         cfg["grading"] = True
+        cfg["hide"] = bool(hide_test_sources)
     stdin = json.dumps(cfg).encode()
 
     def argv(script: str) -> list[str]:
