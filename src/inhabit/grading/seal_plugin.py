@@ -303,7 +303,9 @@ def _hide_test_sources(test_files, argv):
         from _pytest.assertion.rewrite import rewrite_asserts
     except ImportError:
         rewrite_asserts = None
-    plain = any(a in ("--assert=plain",) for a in argv) or "--assert" in argv
+    plain = "--assert=plain" in argv or any(
+        a == "--assert" and argv[i + 1 : i + 2] == ["plain"] for i, a in enumerate(argv)
+    )
     codes = {}
     for rel in test_files:
         path = os.path.realpath(os.path.normpath(rel))
