@@ -353,8 +353,7 @@ async def grade(
     if rewritten:
         run_flags.append(hacks.TESTS_CHANGED_DURING_RUN)
     betrayed = canary_mod.judge(canaries, run.outcomes)
-    if betrayed or run.tampering:
-        run_flags.append(hacks.RUNNER_TAMPERED)
+    run_flags += hacks.tampering_flags(run.tampering, betrayed)
     code_flags = hacks.scan_code(neut.changed_code) if config.scan_code else {}
     flags: list[str] = []
     for name in [*neut.flags, *run_flags, *code_flags]:
