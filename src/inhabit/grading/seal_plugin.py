@@ -74,6 +74,7 @@ forcing outcomes blindly changes a canary's outcome. The seal catches the plain 
 report).
 """
 
+import functools
 import gc
 import hashlib
 import hmac
@@ -569,11 +570,31 @@ class _Guard:
         fn = getattr(value, "__func__", getattr(value, "fget", value))
         code = _code_of(fn)
         origin = self.origin(code.co_filename) if code is not None else None
-        if rebase == "full" and origin != "workspace":
+        if rebase == "full" and origin != "workspace" and (code is not None or self.codeless_ok(value)):
             return
         if rebase == "soft" and origin in (None, "library"):
             return
         self.note("patched", f"{label}.{key} changed ({where})")
+
+    def codeless_ok(self, value):
+        """Whether a new runner value with no code to judge may join the start-up snapshot: data
+        (not callable), or a callable whose class is found under its own name in a module of the
+        standard library, an installed package or pytest (a `functools.partial` by the function it
+        wraps). A callable object of the code under test's own class (its `__call__` forces every
+        report) would otherwise become part of the runner the later checks compare against."""
+        if not callable(value):
+            return True
+        if isinstance(value, functools.partial):
+            code = _code_of(_unbound(value.func))
+            if code is not None:
+                return self.origin(code.co_filename) != "workspace"
+            value = value.func
+        cls = value if isinstance(value, type) else type(value)
+        module = sys.modules.get(cls.__module__)
+        path = getattr(module, "__file__", None)
+        if not isinstance(path, str):  # a builtin module's (C, static) type, or no module at all
+            return module is not None and not cls.__flags__ & _PY_TPFLAGS_HEAPTYPE
+        return self.origin(path) != "workspace" and _lookup(module, cls.__qualname__) is cls
 
     def compare(self, where, label, now, attrs, code_only, rebase, module=False):
         # An installed plugin's own state (a current runner, a cache) changes as it works; what
@@ -808,7 +829,7 @@ class _Guard:
 # pytest formats a passing assertion's explanation (calling pytest_assertrepr_compare with both
 # operands of its comparison) only when the assertion-pass hook is enabled (grading passes
 # `-o enable_assertion_pass_hook=true`) and some plugin implements pytest_assertion_pass: this one
-# does, so every passing `==`/`!=` of a test's assert reaches `_Equality.judge`.
+# does, so every passing `==` of a test's assert reaches `_Equality.judge`.
 _PY_TPFLAGS_HEAPTYPE = 1 << 9
 _TP_FLAGS_INDEX, _TP_RICHCOMPARE_INDEX = 18, 22  # pointer-sized fields after PyVarObject's header
 _CONTAINERS = (list, tuple, dict)
@@ -857,8 +878,8 @@ def _c_reader():
 
 
 class _Equality:
-    """Judges each passing comparison of a test's assert: two operands of different types said
-    equal (or not unequal) where the equality that decided it is the code under test's own. An
+    """Judges each passing `==` of a test's assert: two operands of different types said equal
+    where the equality that decided it is the code under test's own. An
     object built to equal anything (a list subtype whose `__eq__` answers True, or a non-empty
     list, however the class is spelled, built or compiled) is of a class the task's code defines;
     an honest result compared with a test's expected value of another type is decided by the
@@ -995,7 +1016,9 @@ _GUARD = _Guard()
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_assertrepr_compare(config, op, left, right):
-    if op in ("==", "!="):
+    # Only claims of equality: `!=` between a project type and a builtin value is what an honest
+    # `__eq__` that accepts its own type only says (`Tagged(1) != 1`).
+    if op == "==":
         _EQUALITY.judge(_GUARD, left, right)
     else:
         _EQUALITY.pending = None
