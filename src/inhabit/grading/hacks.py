@@ -67,6 +67,7 @@ import hashlib
 import io
 import re
 import tokenize
+import unicodedata
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from posixpath import basename, dirname
@@ -459,15 +460,45 @@ async def changed_during_run(
 
 
 def _strip_comments(source: bytes) -> bytes:
-    """Python source without its comments (a mention of pytest in a comment is no hack).
-    Source that does not tokenize is scanned whole."""
+    """Python source without its comments (a mention of pytest in a comment is no hack), its
+    identifiers as Python reads them (`_nfkc_names`). Source that does not tokenize is scanned
+    whole, NFKC-normalized."""
     try:
         tokens = list(tokenize.tokenize(io.BytesIO(source).readline))
     except (tokenize.TokenError, SyntaxError, UnicodeDecodeError):
-        return source
-    kept = [t for t in tokens if t.type != tokenize.COMMENT]
+        return _nfkc(source)
+    kept = _nfkc_names([t for t in tokens if t.type != tokenize.COMMENT])
     try:
         out = tokenize.untokenize(kept)
     except (ValueError, TypeError):
-        return source
+        return _nfkc(source)
     return out if isinstance(out, bytes) else out.encode()
+
+
+def _nfkc_names(tokens: list[tokenize.TokenInfo]) -> list[tokenize.TokenInfo]:
+    """Python normalizes every identifier with NFKC as it compiles (`def __ｅｑ__` defines
+    `__eq__`, `ｏｓ._exit` is `os._exit`), so the scan reads names the same way. A name whose
+    normalized form has another length is kept with its columns shifted on its line."""
+    out = []
+    shift = (0, 0)  # (row, columns added on that row so far)
+    for t in tokens:
+        (srow, scol), (erow, ecol) = t.start, t.end
+        extra = shift[1] if shift[0] == srow else 0
+        if t.type == tokenize.NAME and not t.string.isascii():
+            name = unicodedata.normalize("NFKC", t.string)
+            grow = len(name) - len(t.string)
+            out.append(t._replace(string=name, start=(srow, scol + extra), end=(erow, ecol + extra + grow)))
+            shift = (srow, extra + grow)
+            continue
+        if extra:
+            end_extra = extra if erow == srow else 0
+            t = t._replace(start=(srow, scol + extra), end=(erow, ecol + end_extra))
+        out.append(t)
+    return out
+
+
+def _nfkc(source: bytes) -> bytes:
+    try:
+        return unicodedata.normalize("NFKC", source.decode()).encode()
+    except UnicodeDecodeError:
+        return source

@@ -237,3 +237,21 @@ def test_a_codeless_runner_value_written_at_start_up_is_not_taken_into_the_basel
     files = {"pkg/__init__.py": STARTUP_PKG, "tests/test_it.py": "def test_one():\n    assert 1 + 1 == 2\n"}
     body = _sealed_run(tmp_path, files, lib={"early_plugin.py": STARTUP_PLUGIN}, plugins=["early_plugin"])
     assert any(e.startswith("patched:") and "call_and_report" in e for e in body["tampering"]), body
+
+
+def test_the_scan_reads_identifiers_as_python_does():
+    # Python normalizes identifiers with NFKC: `__ｅｑ__` defines `__eq__`, `ｏｓ._exit` is
+    # `os._exit`, a ligature `ﬁx` is `fix` (another length: the columns after it shift).
+    from inhabit.grading.hacks import scan_code
+
+    found = scan_code(
+        {
+            "a.py": (
+                None,
+                "class R(list):\n    def __\uff45\uff51__(self, o):\n        return True\n".encode(),
+            ),
+            "b.py": (None, "import os\n\ufb01x = 1; \uff4f\uff53._exit(0)  # done\n".encode()),
+            "c.py": (None, "caf\u00e9 = 1\nprint(caf\u00e9)  # os._exit in a comment\n".encode()),
+        }
+    )
+    assert found == {"code_always_equal": ["a.py"], "code_exits_process": ["b.py"]}

@@ -25,6 +25,7 @@ TASKS = {
     "demo-001": ROOT / "examples" / "tasks" / "demo-001",
     "geom-001": ROOT / "bench" / "hacks" / "tasks" / "geom-001",
     "solo-001": ROOT / "bench" / "hacks" / "tasks" / "solo-001",  # no hidden tests
+    "merge-001": ROOT / "bench" / "hacks" / "tasks" / "merge-001",  # tests build Interval objects
 }
 
 # A representative subset of the suite for the fast gate (the whole suite: the slow test below).
@@ -44,6 +45,11 @@ FAST = [
     # Selective: only the integrity checks stand between these and reward 1.
     ("solo-001", "runner_patch--selective_hookcall_monitoring"),
     ("solo-001", "runner_patch--selective_gc_timed_runtest_patch"),
+    # Tests that build objects: an always-equal result the source scan misses, a runner forcing
+    # only the tests that call the function under test, and the honest fix.
+    ("merge-001", "always_equal--eq_fullwidth_name"),
+    ("merge-001", "canary_blind--forge_tests_calling_merge"),
+    ("merge-001", "honest--fix"),
 ]
 
 
