@@ -48,7 +48,9 @@ an audit hook (`sys.addaudithook`, which cannot be removed). Reported, as "kind:
   * trace     workspace code installed sys.settrace, or a trace or profile function other than the
               one present at start-up (coverage's), or a gc callback of code that is not installed,
               is still installed when the runner runs;
-  * forged    workspace code compiled code under a runner or standard-library file name.
+  * forged    workspace code compiled code under a runner or standard-library file name;
+  * equal     a test's passing `==` said two values of different types equal by an equality the
+              code under test defines (`_Equality`; grading's `code_always_equal`).
 "Workspace code" is the innermost frame on the stack that is not the standard library, this
 plugin or an installed package. The task's own test code is trusted: exactly the workspace files
 named in cfg.json's `test_files` (grading names the tests and conftests it restored, the hidden
@@ -908,7 +910,12 @@ class _Equality:
             self.compiled.add(filename)
 
     def judge(self, guard, left, right):
-        self.pending = self.walk(guard, left, right, 0, [_EQ_BUDGET])
+        try:
+            self.pending = self.walk(guard, left, right, 0, [_EQ_BUDGET])
+        except Exception as e:  # never break the test's assertion; a class built to break this is reported
+            self.pending = None
+            if type(left) is not type(right):
+                self.pending = f"a {type(left).__qualname__} and a {type(right).__qualname__} could not be judged ({type(e).__name__})"
 
     def passed(self, guard, where):
         found, self.pending = self.pending, None
@@ -1024,8 +1031,11 @@ def pytest_assertrepr_compare(config, op, left, right):
         _EQUALITY.pending = None
 
 
-def pytest_assertion_pass(item, lineno, orig, expl):
-    _EQUALITY.passed(_GUARD, f"{item.nodeid} line {lineno}")
+if hasattr(sys.modules.get("_pytest.hookspec"), "pytest_assertion_pass"):
+    # (pytest 5.0 and later: an older one refuses a plugin that implements an unknown hook.)
+
+    def pytest_assertion_pass(item, lineno, orig, expl):
+        _EQUALITY.passed(_GUARD, f"{item.nodeid} line {lineno}")
 
 
 def _note(node_id, outcome):
