@@ -330,9 +330,9 @@ def _pure(node: ast.expr, names: set[str], local: set[str]) -> bool:
     return True
 
 
-def _calls_project(node: ast.expr, names: set[str], results: set[str]) -> str | None:
+def _calls_project(node: ast.expr, names: set[str], results: dict[str, str]) -> str | None:
     """The project function `node` calls (not a class: `Interval(1, 5)` only builds a value), or
-    the local holding such a call's result that it reads; None when it does neither."""
+    that a local it reads holds the result of (`results`: local -> function); None for neither."""
     for sub in ast.walk(node):
         if isinstance(sub, ast.Call) and _root_name(sub.func) in names:
             func = sub.func
@@ -340,8 +340,19 @@ def _calls_project(node: ast.expr, names: set[str], results: set[str]) -> str | 
             if called and not called[:1].isupper():
                 return called
         if isinstance(sub, ast.Name) and sub.id in results:
-            return sub.id
+            return results[sub.id]
     return None
+
+
+def _function_calls(node: ast.expr, names: set[str]) -> int:
+    """How many calls of project functions (not classes) `node` makes."""
+    count = 0
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Call) and _root_name(sub.func) in names:
+            func = sub.func
+            called = func.attr if isinstance(func, ast.Attribute) else _root_name(func)
+            count += bool(called) and not called[:1].isupper()
+    return count
 
 
 def _perturbable(node: ast.expr) -> list[ast.expr]:
@@ -380,29 +391,38 @@ def _built_calls(tree: ast.Module, names: set[str], rng: random.Random, skip: se
         params = {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}
         if fn.args.vararg or fn.args.kwarg or params & names:
             continue
-        local, results = set(params), set()
+        local, results = set(params), {}
         body = _statements(fn)
-        for node in body:
+        for at, node in enumerate(body):
             if (
                 isinstance(node, ast.Assign)
                 and len(node.targets) == 1
                 and isinstance(node.targets[0], ast.Name)
             ):
-                if not _pure(node.value, names, local):
-                    break
                 target = node.targets[0].id
-                if target in names:
+                if not _pure(node.value, names, local) or target in names:
                     break
-                if _calls_project(node.value, names, results) is not None:
-                    results.add(target)
+                if (called := _calls_project(node.value, names, results)) is not None:
+                    results[target] = called
                 local.add(target)
                 continue
             sides = _assert_eq_sides(node)
-            if sides is None or not all(_pure(x, names, local) for x in sides):
+            # Set-up builds values (constructors, displays); the function under test is called
+            # once, in the assert or in the assignment right before it: a copy that calls a
+            # project function more often could change what the real test sees (a registry).
+            calls_made = sum(_function_calls(n.value, names) for n in body[:at] if isinstance(n, ast.Assign))
+            last = body[at - 1] if at else None
+            late = _function_calls(last.value, names) if isinstance(last, ast.Assign) else 0
+            if (
+                sides is None
+                or not all(_pure(x, names, local) for x in sides)
+                or calls_made != late
+                or calls_made + sum(_function_calls(x, names) for x in sides) != 1
+            ):
                 break
             for got, expected in (sides, sides[::-1]):
                 called = _calls_project(got, names, results)
-                if called is None or _calls_project(expected, names, set()) is not None:
+                if called is None or _calls_project(expected, names, {}) is not None:
                     continue
                 if any(isinstance(x, ast.Name) and x.id in local for x in ast.walk(expected)):
                     continue  # the expected value reads the set-up: not built from literals alone
@@ -410,15 +430,17 @@ def _built_calls(tree: ast.Module, names: set[str], rng: random.Random, skip: se
                 if not spots:
                     continue
                 spot = rng.choice(spots)
-                value = ast.literal_eval(spot)
                 found.append(
                     _Call(
-                        fn.name, called.split(".")[-1], value, fn.name, None, True,
-                        (fn.lineno, fn.end_lineno or fn.lineno),
-                        (spot.lineno, spot.col_offset, spot.end_col_offset or 0),
+                        text=fn.name,
+                        name=called.split(".")[-1],
+                        value=ast.literal_eval(spot),
+                        test=fn.name,
+                        span=(fn.lineno, fn.end_lineno or fn.lineno),
+                        literal_at=(spot.lineno, spot.col_offset, spot.end_col_offset or 0),
                         built=True,
                     )
-                )  # fmt: skip
+                )
                 break
             break
     return found
