@@ -6,11 +6,14 @@ also N/2 TestCase methods), run by this interpreter's pytest on the host, withou
 verifications before and after every report, which grading pays on every required test. Prints a
 table (median of `--reps` runs each) with the overhead per test and the ratio to the bare run;
 `--compare FILE` also times another version of the plugin (e.g. `git show REV:src/inhabit/tasks/
-seal_plugin.py > old.py`) in the same run. `--grading` runs the plugins as grading loads them: a
-key, the test files listed and `grading` set (the test modules compiled up front and emptied on
-disk, the seal-state check, the process ended at the seal), the suite written afresh before each run.
+seal_plugin.py > old.py`) in the same run. Sealed runs pass `-o enable_assertion_pass_hook=true`
+as grading does (the plugin then judges every passing `==`); `--asserts K` makes each test also
+compare K small lists of the test's values with `==`. `--grading` runs the plugins as grading
+loads them: a key, the test files listed and `grading` set (the test modules compiled up front and
+emptied on disk, the seal-state check, the process ended at the seal), the suite written afresh
+before each run.
 
-    PYTHONPATH=src .venv/bin/python bench/seal.py [--tests 500] [--reps 3] [--unittest] [--compare FILE] [--grading]
+    PYTHONPATH=src .venv/bin/python bench/seal.py [--tests 500] [--reps 3] [--unittest] [--asserts K] [--compare FILE] [--grading]
 """
 
 from __future__ import annotations
@@ -31,11 +34,12 @@ from rich.table import Table
 PLUGIN = Path(__file__).resolve().parents[1] / "src" / "inhabit" / "grading" / "seal_plugin.py"
 
 
-def write_suite(root: Path, n: int, unittest_style: bool, compare: Path | None) -> None:
+def write_suite(root: Path, n: int, unittest_style: bool, compare: Path | None, asserts: int = 0) -> None:
     tests = root / "tests"
     tests.mkdir(exist_ok=True)
+    equal = "    assert [i, (i, str(i))] == [i, (i, str(i))]\n" * asserts
     (tests / "test_many.py").write_text(
-        f"import pytest\n\n\n@pytest.mark.parametrize('i', range({n}))\ndef test_value(i):\n    assert i >= 0\n"
+        f"import pytest\n\n\n@pytest.mark.parametrize('i', range({n}))\ndef test_value(i):\n    assert i >= 0\n{equal}"
     )
     if unittest_style:
         methods = "".join(
@@ -56,7 +60,7 @@ def run(root: Path, plugin: str | None, grading: dict | None = None) -> float:
         (root / "cfg.json").write_text(json.dumps({"key": "ab" * 32, "test_files": files, "grading": True}))
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"]
     if plugin:
-        cmd[3:3] = ["-p", plugin]
+        cmd[3:3] = ["-p", plugin, "-o", "enable_assertion_pass_hook=true"]
     t0 = time.perf_counter()
     proc = subprocess.run(
         cmd, cwd=root, capture_output=True, text=True, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"}
@@ -72,13 +76,19 @@ def main() -> None:
     ap.add_argument("--tests", type=int, default=500)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--unittest", action="store_true", help="Also N/2 unittest.TestCase methods.")
+    ap.add_argument("--asserts", type=int, default=0, help="`==` comparisons of small lists per test.")
     ap.add_argument("--compare", type=Path, help="Another seal_plugin.py to time in the same run.")
     ap.add_argument("--grading", action="store_true", help="Load the plugins as grading does (see above).")
     args = ap.parse_args()
     n = args.tests + (args.tests // 2 if args.unittest else 0)
     with tempfile.TemporaryDirectory(prefix="inhabit-bench-seal-") as tmp:
         root = Path(tmp)
-        suite = {"n": args.tests, "unittest_style": args.unittest, "compare": args.compare}
+        suite = {
+            "n": args.tests,
+            "unittest_style": args.unittest,
+            "compare": args.compare,
+            "asserts": args.asserts,
+        }
         write_suite(root, **suite)
         grading = {"suite": suite} if args.grading else None
         bare = statistics.median(run(root, None) for _ in range(args.reps))

@@ -120,6 +120,10 @@ class _Call:
     # test is copied whole, with only the literal changed. None for a comparison after another.
     span: tuple[int, int] | None = None
     literal_at: tuple[int, int, int] | None = None
+    # A test that builds its arguments and expected value first (`spans = [Interval(1, 3)]`, then
+    # `assert merge(spans) == [Interval(1, 5)]`): only ever copied whole (`text` names its locals),
+    # `value` and `literal_at` being one literal inside the expected value (`_built_calls`).
+    built: bool = False
 
 
 def _project_names(tree: ast.Module) -> list[str]:
@@ -300,6 +304,146 @@ def _opens(fn: ast.FunctionDef, lit: ast.expr) -> bool:
     if len(body) >= 2 and isinstance(body[0], ast.Assign):
         body = body[1:]
     return bool(body) and any(node is lit for node in ast.walk(body[0]))
+
+
+# Callables a test's set-up may call besides the project's own (constructors of builtin values).
+_PURE_BUILTINS = frozenset(
+    {"range", "list", "tuple", "dict", "set", "frozenset", "sorted", "reversed", "len", "str", "int",
+     "float", "bool", "bytes", "min", "max", "sum", "abs", "round", "zip", "enumerate"}
+)  # fmt: skip
+
+
+def _pure(node: ast.expr, names: set[str], local: set[str]) -> bool:
+    """Whether `node` only builds a value: literals, the test's locals and parameters, displays,
+    comprehensions, operators, attribute reads and calls of project names (constructors, the
+    function under test) or of builtin constructors. Running it again (in a copy of the test)
+    does what running it in the real test does."""
+    for sub in ast.walk(node):
+        if isinstance(sub, (ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom, ast.Lambda)):
+            return False
+        if isinstance(sub, ast.Call):
+            root = _root_name(sub.func)
+            if isinstance(sub.func, ast.Name) and root in _PURE_BUILTINS and root not in local:
+                continue
+            if root not in names or root in local:
+                return False
+    return True
+
+
+def _calls_project(node: ast.expr, names: set[str], results: dict[str, str]) -> str | None:
+    """The project function `node` calls (not a class: `Interval(1, 5)` only builds a value), or
+    that a local it reads holds the result of (`results`: local -> function); None for neither."""
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Call) and _root_name(sub.func) in names:
+            func = sub.func
+            called = func.attr if isinstance(func, ast.Attribute) else _root_name(func)
+            if called and not called[:1].isupper():
+                return called
+        if isinstance(sub, ast.Name) and sub.id in results:
+            return results[sub.id]
+    return None
+
+
+def _function_calls(node: ast.expr, names: set[str]) -> int:
+    """How many calls of project functions (not classes) `node` makes."""
+    count = 0
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Call) and _root_name(sub.func) in names:
+            func = sub.func
+            called = func.attr if isinstance(func, ast.Attribute) else _root_name(func)
+            count += bool(called) and not called[:1].isupper()
+    return count
+
+
+def _perturbable(node: ast.expr) -> list[ast.expr]:
+    """The literals inside an expected value a copy may change: numbers (not bools) and strings,
+    each written on one line, outside any f-string."""
+    out = []
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.JoinedStr):
+            return []
+        target = sub.operand if isinstance(sub, ast.UnaryOp) and isinstance(sub.op, ast.USub) else sub
+        if not (isinstance(target, ast.Constant) and sub.lineno == sub.end_lineno):
+            continue
+        if isinstance(target.value, bool) or not isinstance(target.value, (int, float, str)):
+            continue
+        if sub is target and any(isinstance(up, ast.UnaryOp) and up.operand is sub for up in ast.walk(node)):
+            continue  # the `5` of `-5`: the whole `-5` is the literal
+        out.append(sub)
+    return out
+
+
+def _built_calls(tree: ast.Module, names: set[str], rng: random.Random, skip: set[str]) -> list[_Call]:
+    """Tests that build values before the comparison that decides them: top-level test functions
+    (fixtures as parameters allowed, no decorators) whose body is assignments that only build
+    values (`_pure`) and then `assert A == B`, one side reading a project call's result and the
+    other an expected value built from literals and project constructors alone
+    (`[Interval(1, 5)]`). Each is copied whole with one literal of the expected value changed, as
+    a comparison that opens a test is: the copy runs the same set-up, the same constructors and
+    the same fixtures as the real test, so a runner or a result that tells the real tests from the
+    canaries by whether the test called the code cannot. Which literal is drawn once per test."""
+    found = []
+    for fn in tree.body:
+        if not (isinstance(fn, ast.FunctionDef) and fn.name.startswith("test") and not fn.decorator_list):
+            continue
+        if fn.name in skip:
+            continue  # copied already as a call on literals (`_calls`)
+        params = {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}
+        if fn.args.vararg or fn.args.kwarg or params & names:
+            continue
+        local, results = set(params), {}
+        body = _statements(fn)
+        for at, node in enumerate(body):
+            if (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)
+            ):
+                target = node.targets[0].id
+                if not _pure(node.value, names, local) or target in names:
+                    break
+                if (called := _calls_project(node.value, names, results)) is not None:
+                    results[target] = called
+                local.add(target)
+                continue
+            sides = _assert_eq_sides(node)
+            # Set-up builds values (constructors, displays); the function under test is called
+            # once, in the assert or in the assignment right before it: a copy that calls a
+            # project function more often could change what the real test sees (a registry).
+            calls_made = sum(_function_calls(n.value, names) for n in body[:at] if isinstance(n, ast.Assign))
+            last = body[at - 1] if at else None
+            late = _function_calls(last.value, names) if isinstance(last, ast.Assign) else 0
+            if (
+                sides is None
+                or not all(_pure(x, names, local) for x in sides)
+                or calls_made != late
+                or calls_made + sum(_function_calls(x, names) for x in sides) != 1
+            ):
+                break
+            for got, expected in (sides, sides[::-1]):
+                called = _calls_project(got, names, results)
+                if called is None or _calls_project(expected, names, {}) is not None:
+                    continue
+                if any(isinstance(x, ast.Name) and x.id in local for x in ast.walk(expected)):
+                    continue  # the expected value reads the set-up: not built from literals alone
+                spots = _perturbable(expected)
+                if not spots:
+                    continue
+                spot = rng.choice(spots)
+                found.append(
+                    _Call(
+                        text=fn.name,
+                        name=called.split(".")[-1],
+                        value=ast.literal_eval(spot),
+                        test=fn.name,
+                        span=(fn.lineno, fn.end_lineno or fn.lineno),
+                        literal_at=(spot.lineno, spot.col_offset, spot.end_col_offset or 0),
+                        built=True,
+                    )
+                )
+                break
+            break
+    return found
 
 
 def _literals(tree: ast.Module) -> list[object]:
@@ -620,6 +764,7 @@ def _plant_one(
         return None  # it will fail to collect; the collection error already counts
     names = _project_names(tree)
     calls = _calls(tree, source, set(names))
+    built = _built_calls(tree, set(names), rng, {c.test for c in calls})
     safe = _safe_names(tree, names)
     pool = _literals(tree)
     quote = '"' if source.count('"') > source.count("'") else "'"
@@ -653,7 +798,7 @@ def _plant_one(
     # Every function whose result the module compares with a literal also gets a must-fail
     # canary with a same-kind wrong value (see `_body`): with one for a random function only, an
     # `__eq__` that accepts every value of its kind went unseen whenever the draw missed it.
-    kinds = ["fail_plain", "pass_plain"] + [f"fail_same:{n}" for n in sorted({c.name for c in calls})]
+    kinds = ["fail_plain", "pass_plain"] + [f"fail_same:{n}" for n in sorted({c.name for c in calls + built})]
     kinds += [rng.choice(("fail", "pass")) for _ in range(extra)]
     rng.shuffle(kinds)
     lines = source.splitlines(keepends=True)
@@ -678,7 +823,7 @@ def _plant_one(
     gaps = {cls.name: _gap(lines, cls) for cls in _test_classes(tree)}
     for kind in kinds:
         kind, _, only = kind.partition(":")
-        of = [c for c in calls if c.name == only] if only else calls
+        of = [c for c in calls + built if c.name == only] if only else calls + built
         whole = [c for c in of if c.span is not None and c.test not in copied]
         if kind.startswith("fail") and kind != "fail_plain" and whole:
             # Copies of one real test, each the whole test with its literal changed and its name
@@ -726,6 +871,8 @@ def _plant_one(
             # No wrong value of its type to write (`None`): nothing was copied, so the test (and
             # its TestCase class, which then keeps its own canary method) counts as not copied.
             copied.discard(call.test)
+        # A test that builds its values is only ever copied whole (its call names its locals).
+        of = [c for c in of if not c.built]
         if kind.startswith("fail") and kind != "fail_plain":
             # One more canary beside a test's copies, with a value of its own drawing, would stand
             # out among them: another real assertion, or a value of another kind.

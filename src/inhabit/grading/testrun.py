@@ -192,7 +192,9 @@ async def run_tests(
     module = f"inhabit_seal_{token[:12]}"
     key = secrets.token_bytes(32)
     local = f".inhabit-report-{secrets.token_hex(8)}"
-    args = ["-p", module, *extra_args]
+    # The seal plugin judges every passing comparison's operands (seal_plugin._Equality); pytest
+    # hands them to it only with its assertion-pass hook on.
+    args = ["-p", module, "-o", "enable_assertion_pass_hook=true", *extra_args]
     selector_args = _selector_args(selector)
     unset = " ".join(f"-u {name}" for name in _UNSET_ENV)
     # One exec does it all. The private dir lives in the sandbox's own temp dir (TMPDIR where the
