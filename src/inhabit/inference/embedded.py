@@ -202,7 +202,9 @@ class EmbeddedEngine(InferenceEngine):
         self._prefix = PrefixCache() if self.config.prefix_cache and not self.is_moe else None
         self.prompt_tokens = 0  # prompt tokens of admitted requests
         self.cached_prompt_tokens = 0  # ... of which were served from the prefix cache
+        self.prefilled_tokens = 0  # prompt positions computed by prefill forwards (padding not counted)
         self.preemptions = 0
+        self.peak_kv_bytes = 0  # most bytes the slot buffers and the prefix cache held together
         self._admissions = 0
         self._lock = threading.Condition()
         self._waiting: collections.deque[_Seq] = collections.deque()
@@ -325,7 +327,9 @@ class EmbeddedEngine(InferenceEngine):
             "prefix_cache_entries": len(self._prefix) if self._prefix is not None else 0,
             "prompt_tokens": self.prompt_tokens,
             "cached_prompt_tokens": self.cached_prompt_tokens,
+            "prefilled_tokens": self.prefilled_tokens,
             "preemptions": self.preemptions,
+            "peak_kv_bytes": self.peak_kv_bytes,
         }
 
     def prefix_hit_share(self) -> float:
@@ -480,6 +484,11 @@ class EmbeddedEngine(InferenceEngine):
         self._kv.ensure(rows, length)
         if self._prefix is not None and self._prefix.nbytes + self._kv.nbytes > self.kv_budget:
             self._kv.resize(rows, self._kv.rounded(length))  # drop the slack `ensure` keeps
+        self._note_kv_bytes()
+
+    def _note_kv_bytes(self) -> None:
+        held = self._kv.nbytes + (self._prefix.nbytes if self._prefix is not None else 0)
+        self.peak_kv_bytes = max(self.peak_kv_bytes, held)
 
     def _fit_decode(self) -> None:
         """Room for the next decode step: running rows grow by a token each, and past the budget the
@@ -538,6 +547,7 @@ class EmbeddedEngine(InferenceEngine):
             logits_to_keep=1,
         )
         self._kv.lengths[slot] = len(seq)
+        self.prefilled_tokens += len(seq) - start
         routes = self._take_routes()  # (L, 1, T, k) or None
         return out.logits[0, -1], None if routes is None else routes[:, 0]
 
@@ -551,6 +561,7 @@ class EmbeddedEngine(InferenceEngine):
         pos = (torch.arange(total)[None, :] - torch.tensor(pads)[:, None]).clamp(min=0).to(dev)
         mask = prefill_mask(pads, total, _DTYPES[self.config.dtype], dev)
         cache = DynamicCache(config=self.model.config)
+        self.prefilled_tokens += sum(len(s) for s in seqs)
         out = self.model(
             input_ids=ids,
             attention_mask=mask,
@@ -585,6 +596,7 @@ class EmbeddedEngine(InferenceEngine):
         logits: dict[int, torch.Tensor] = {}
         routes: dict[int, list[torch.Tensor]] = {j: [] for j in range(len(sequences))}
         budget = self.config.prefill_token_budget
+        self.prefilled_tokens += len(rows)
         for start in range(0, len(rows), budget):
             chunk = rows[start : start + budget]
             ids = torch.tensor([sequences[j][p] for j, p in chunk])
@@ -806,6 +818,7 @@ class EmbeddedEngine(InferenceEngine):
         keys, values = self._kv.read_row(row, length)
         # The row holds positions of the prompt and of every sampled token but the last.
         self._prefix.insert(PrefixEntry((s.req.prompt_token_ids + s.tokens)[:length], keys, values))
+        self._note_kv_bytes()
 
     def _resolve(self, s: _Seq, reason: str, error: str | None = None) -> None:
         text, cut = "", False
