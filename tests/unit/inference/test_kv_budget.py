@@ -200,7 +200,7 @@ def test_prefix_cache_finds_the_longest_common_prefix_and_evicts_oldest():
     assert cache.lookup(list(range(10)))[1] == 9  # the prompt's last token is always computed
     assert cache.lookup([0, 1, 9, 9]) is None  # 2 common tokens: under min_reuse
     cache.insert(entry(range(12)))  # extends the first entry, which goes
-    assert len(cache) == 2 and cache.lookup(list(range(12)) + [7])[1] == 12
+    assert len(cache) == 2 and cache.lookup([*range(12), 7])[1] == 12
     cache.insert(entry([7, 7, 7, 7]))  # over max_entries: the least recently used ([1..5]) goes
     assert cache.lookup([1, 2, 3, 4, 5, 6]) is None
     assert cache.nbytes == sum(e.nbytes for e in cache._entries.values())
