@@ -306,6 +306,17 @@ class EmbeddedEngine(InferenceEngine):
     async def close(self) -> None:
         self.begin_close()
         await asyncio.to_thread(self._thread.join, 30)
+        if self.prompt_tokens:
+            log.info(
+                "KV cache: peak %.2f GB of engine.kv_cache_gb=%g; prefix cache served %d of %d prompt "
+                "tokens (%.0f%%); %d preemptions",
+                self.peak_kv_bytes / 1e9,
+                self.config.kv_cache_gb,
+                self.cached_prompt_tokens,
+                self.prompt_tokens,
+                100 * self.prefix_hit_share(),
+                self.preemptions,
+            )
 
     def decode_counts(self) -> tuple[int, int]:
         return self.steps, self.decoded_rows
