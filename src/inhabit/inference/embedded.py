@@ -330,7 +330,7 @@ class EmbeddedEngine(InferenceEngine):
             "steps": self.steps,
             "decoded_rows": self.decoded_rows,
             "last_swap_seconds": self.last_swap_seconds,
-            "kv_tokens": sum(self._kv.lengths),
+            "kv_tokens": sum(self._kv.lengths[: len(self._running)]),
             "kv_capacity_tokens": self.kv_budget // self._kv.token_bytes,
             "kv_bytes": self._kv.nbytes,
             "kv_budget_bytes": self.kv_budget,
@@ -492,7 +492,8 @@ class EmbeddedEngine(InferenceEngine):
         while self._prefix is not None and self._prefix.nbytes + need > self.kv_budget:
             if not self._prefix.evict_one(keep):
                 break
-        self._kv.ensure(rows, length)
+        held = self._prefix.nbytes if self._prefix is not None else 0
+        self._kv.ensure(rows, length, max_bytes=self.kv_budget - held)
         if self._prefix is not None and self._prefix.nbytes + self._kv.nbytes > self.kv_budget:
             self._kv.resize(rows, self._kv.rounded(length))  # drop the slack `ensure` keeps
         self._note_kv_bytes()

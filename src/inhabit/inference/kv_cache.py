@@ -8,7 +8,8 @@ longest length), not the engine's batch limit x the context. Running requests al
 step reads the buffers as a plain slice, without gathering (paging would gather every key of
 every row on every step, which on CPU costs about as much as the attention itself). The buffers
 are reallocated layer by layer when the batch outgrows them (a copy of one layer at a time,
-never of the whole cache) and shrunk when they hold more than twice what the rows need.
+never of the whole cache), with rows to spare when they fit, and shrunk when they hold more than
+twice what the rows need.
 
 Rows have different lengths; a decode step writes each row's new key/value at that row's own
 position and passes the model an explicit 4D additive mask that hides each row's unused tail,
@@ -102,13 +103,22 @@ class SlotKVCache:
                 del buf
         self.rows, self.capacity = rows, capacity
 
-    def ensure(self, rows: int, length: int) -> None:
-        """Make room for `rows` rows of `length` positions. Growth reallocates to exactly that (page-
-        rounded; it copies anyway, so it also drops any slack); buffers more than twice what is
-        needed shrink."""
+    def ensure(self, rows: int, length: int, max_bytes: int | None = None) -> None:
+        """Make room for `rows` rows of `length` positions. Growth reallocates to that (page-rounded),
+        with half as many rows again to spare when that fits in `max_bytes` (requests joining one
+        by one would otherwise copy the whole cache each time); buffers more than twice what is
+        needed shrink to it."""
         assert length <= self.max_len, "caller checks the context limit"
         capacity = self.rounded(length)
-        if rows > self.rows or capacity > self.capacity or self.nbytes > 2 * self.bytes_for(rows, length):
+        if rows > self.rows or capacity > self.capacity:
+            if rows > self.rows:
+                spare = min(max(rows, -(-3 * self.rows // 2)), self.max_slots)
+            else:  # only longer: keep the rows there unless more than half of them are idle
+                spare = self.rows if self.rows <= 2 * rows else rows
+            if max_bytes is not None and self.bytes_for(spare, length) > max_bytes:
+                spare = rows
+            self.resize(spare, capacity)
+        elif self.nbytes > 2 * self.bytes_for(rows, length):
             self.resize(rows, capacity)
 
     def reserve(self, length: int, rows: int | None = None) -> None:

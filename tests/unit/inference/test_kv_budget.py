@@ -221,3 +221,15 @@ def test_slot_buffers_shrink_when_rows_leave():
     kv.ensure(2, 20)
     assert (kv.rows, kv.capacity) == (2, 32)
     assert kv.nbytes == 2 * 32 * kv.token_bytes == sum(t.numel() * 4 for t in (*kv.keys, *kv.values))
+
+
+def test_slot_rows_grow_with_room_to_spare_only_within_the_bytes_allowed():
+    kv = SlotKVCache(num_layers=1, num_kv_heads=1, head_dim=4, max_slots=16, max_len=4096, page_tokens=16)
+    kv.ensure(4, 16)
+    row = 16 * kv.token_bytes  # one row of one page
+    kv.ensure(5, 16, max_bytes=100 * row)  # one request joins: six rows, the next one copies nothing
+    assert kv.rows == 6
+    kv.ensure(6, 16, max_bytes=100 * row)
+    assert kv.rows == 6
+    kv.ensure(7, 16, max_bytes=7 * row)  # nine would not fit: exactly seven
+    assert kv.rows == 7 and kv.nbytes == 7 * row
