@@ -324,10 +324,11 @@ class PrefixCache:
         """Add `entry`; entries it extends are dropped (the longer one serves their prompts too)."""
         n = len(entry.tokens)
         for key, old in list(self._entries.items()):
-            if len(old.tokens) >= n and old.tokens[:n] == entry.tokens:
+            common = _common_prefix(old.tokens, entry.tokens, n)
+            if common == n:
                 self._entries.move_to_end(key)  # already covered
                 return
-            if len(old.tokens) < n and entry.tokens[: len(old.tokens)] == old.tokens:
+            if common == len(old.tokens):
                 self._drop(key)
         self._entries[tuple(entry.tokens)] = entry
         self.nbytes += entry.nbytes
@@ -351,17 +352,23 @@ class PrefixCache:
 
 
 def _common_prefix(a: list[int], b: list[int], limit: int) -> int:
-    """Length of the longest common prefix of `a` and `b`, at most `limit` (list slices compare in C)."""
+    """Length of the longest common prefix of `a` and `b`, at most `limit`. Compares slices (in C) of
+    doubling size, then bisects the first that differs: the cost follows the common part, not the
+    lists' length, so entries that share only a system prompt are cheap to rule out."""
     hi = min(len(a), len(b), limit)
-    if a[:hi] == b[:hi]:
-        return hi
-    lo = 0  # a[:lo] == b[:lo] holds, a[:hi] == b[:hi] does not
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if a[:mid] == b[:mid]:
-            lo = mid
-        else:
-            hi = mid
+    lo, step = 0, 64  # a[:lo] == b[:lo] holds
+    while lo < hi:
+        end = min(lo + step, hi)
+        if a[lo:end] == b[lo:end]:
+            lo, step = end, step * 2
+            continue
+        while end - lo > 1:  # a[:end] != b[:end]
+            mid = (lo + end) // 2
+            if a[lo:mid] == b[lo:mid]:
+                lo = mid
+            else:
+                end = mid
+        return lo
     return lo
 
 
