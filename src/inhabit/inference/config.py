@@ -25,6 +25,23 @@ class EngineConfig(Config):
     prefill_token_budget: int = Field(
         4096, ge=16, description="Most prompt tokens (padded) prefilled in one forward; bigger batches split."
     )
+    kv_cache_gb: float = Field(
+        4.0,
+        gt=0,
+        description=(
+            "Most GiB the KV cache may hold (running requests' keys and values plus reused "
+            "prefixes), like vLLM's VLLM_CPU_KVCACHE_SPACE. Requests that do not fit wait; one whose "
+            "prompt alone does not fit is refused."
+        ),
+    )
+    prefix_cache: bool = Field(
+        True,
+        description=(
+            "Keep finished requests' KV (within kv_cache_gb, least recently used first out) and "
+            "prefill only the part of a new prompt after the longest cached prefix (an episode's "
+            "next turn). Off for MoE models that record routes."
+        ),
+    )
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "float32", description="Weights and KV cache dtype (fp32 is fastest on CPUs without AVX512-BF16)."
     )

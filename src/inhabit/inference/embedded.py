@@ -53,7 +53,7 @@ from inhabit.inference.config import EngineConfig
 from inhabit.inference.constrained import GrammarCompiler, TokenMask
 from inhabit.inference.engine import Completion, GenerationRequest, InferenceEngine
 from inhabit.inference.errors import EngineClosed, EngineOverloaded, InvalidRequest
-from inhabit.inference.kv_cache import SlotKVCache, prefill_mask
+from inhabit.inference.kv_cache import ExtendCache, PrefixCache, PrefixEntry, SlotKVCache, prefill_mask
 from inhabit.inference.prefill_plan import plan_prefill
 from inhabit.inference.sampling import RowSampling, make_generator, sample_tokens
 from inhabit.inference.stops import StopChecker, completion_text
@@ -99,6 +99,8 @@ class _Seq:
     submitted: float = field(default_factory=time.monotonic)  # for the finish hooks' latencies
     first_token_at: float | None = None
     finish: str | None = None
+    order: int = -1  # admission order (first admission): the newest is preempted first
+    kv_stale: bool = False  # its KV holds keys of weights swapped out since ("keep" mode)
 
 
 class StreamHandle:
@@ -166,6 +168,9 @@ class EmbeddedEngine(InferenceEngine):
             dtype=_DTYPES[self.config.dtype],
             device=self.config.device,
         )
+        # The KV budget also caps one row: a request never holds more positions than fit in it.
+        self.kv_budget = int(self.config.kv_cache_gb * 2**30)
+        self._kv.max_len = min(self.max_model_len, self.kv_budget // self._kv.token_bytes)
         self.vocab_size = int(mc.vocab_size)
         self.eos_ids = _eos_ids(model) or frozenset(
             [tokenizer.eos_token_id] if tokenizer is not None and tokenizer.eos_token_id is not None else []
@@ -193,6 +198,14 @@ class EmbeddedEngine(InferenceEngine):
 
             if lean_decode.supports(self.model):
                 self._lean = lean_decode.LeanDecode(self.model)
+        # Prefix reuse would leave cached prompt positions without recorded routes: off for MoE.
+        self._prefix = PrefixCache() if self.config.prefix_cache and not self.is_moe else None
+        self.prompt_tokens = 0  # prompt tokens of admitted requests
+        self.cached_prompt_tokens = 0  # ... of which were served from the prefix cache
+        self.prefilled_tokens = 0  # prompt positions computed by prefill forwards (padding not counted)
+        self.preemptions = 0
+        self.peak_kv_bytes = 0  # most bytes the slot buffers and the prefix cache held together
+        self._admissions = 0
         self._lock = threading.Condition()
         self._waiting: collections.deque[_Seq] = collections.deque()
         self._running: list[_Seq] = []
@@ -293,6 +306,17 @@ class EmbeddedEngine(InferenceEngine):
     async def close(self) -> None:
         self.begin_close()
         await asyncio.to_thread(self._thread.join, 30)
+        if self.prompt_tokens:
+            log.info(
+                "KV cache: peak %.2f GB of engine.kv_cache_gb=%g; prefix cache served %d of %d prompt "
+                "tokens (%.0f%%); %d preemptions",
+                self.peak_kv_bytes / 1e9,
+                self.config.kv_cache_gb,
+                self.cached_prompt_tokens,
+                self.prompt_tokens,
+                100 * self.prefix_hit_share(),
+                self.preemptions,
+            )
 
     def decode_counts(self) -> tuple[int, int]:
         return self.steps, self.decoded_rows
@@ -306,9 +330,22 @@ class EmbeddedEngine(InferenceEngine):
             "steps": self.steps,
             "decoded_rows": self.decoded_rows,
             "last_swap_seconds": self.last_swap_seconds,
-            "kv_tokens": sum(self._kv.lengths),
-            "kv_capacity_tokens": self._kv.max_slots * self.max_model_len,
+            "kv_tokens": sum(self._kv.lengths[: len(self._running)]),
+            "kv_capacity_tokens": self.kv_budget // self._kv.token_bytes,
+            "kv_bytes": self._kv.nbytes,
+            "kv_budget_bytes": self.kv_budget,
+            "prefix_cache_bytes": self._prefix.nbytes if self._prefix is not None else 0,
+            "prefix_cache_entries": len(self._prefix) if self._prefix is not None else 0,
+            "prompt_tokens": self.prompt_tokens,
+            "cached_prompt_tokens": self.cached_prompt_tokens,
+            "prefilled_tokens": self.prefilled_tokens,
+            "preemptions": self.preemptions,
+            "peak_kv_bytes": self.peak_kv_bytes,
         }
+
+    def prefix_hit_share(self) -> float:
+        """Share of admitted prompt tokens whose KV came from the prefix cache (0 before any)."""
+        return self.cached_prompt_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
 
     # ---------------------------------------------------------------- submission
 
@@ -361,6 +398,11 @@ class EmbeddedEngine(InferenceEngine):
             raise InvalidRequest(
                 f"the prompt has {n} tokens but the context is {self.max_model_len}; shorten it"
             )
+        if n >= self._kv.max_len:
+            raise InvalidRequest(
+                f"the prompt has {n} tokens, whose KV cache ({(n + 1) * self._kv.token_bytes / 2**30:.2f} "
+                f"GiB) exceeds engine.kv_cache_gb={self.config.kv_cache_gb:g}; raise it or shorten the prompt"
+            )
         if any(not 0 <= t < self.vocab_size for t in req.prompt_token_ids):
             raise InvalidRequest(f"prompt token ids must lie in [0, {self.vocab_size})")
         if sp.max_tokens < 1:
@@ -410,8 +452,7 @@ class EmbeddedEngine(InferenceEngine):
             if self._closing:
                 return False
             swaps, self._swaps = self._swaps, []
-            room = self.config.max_batch_size - len(self._running)
-            admitted = [self._waiting.popleft() for _ in range(min(room, len(self._waiting)))]
+            admitted = self._take_admissible()
         for swap in swaps:
             self._apply_swap(swap)
         self._retire([i for i, s in enumerate(self._running) if s.cancelled], "abort")
@@ -429,6 +470,53 @@ class EmbeddedEngine(InferenceEngine):
             self._retire(list(range(len(self._running))), "error", error=repr(e))
         return True
 
+    def _take_admissible(self) -> list[_Seq]:
+        """Waiting requests (oldest first, the lock held) that fit the batch limit and the KV budget
+        beside the running ones; the first always fits an empty batch (`_validate` checked it)."""
+        rows = len(self._running)
+        length = self._kv.needed_length(rows) if rows else 0
+        out: list[_Seq] = []
+        while self._waiting and rows + len(out) < self.config.max_batch_size:
+            s = self._waiting[0]
+            need = max(length, _kv_length(s) + 1)
+            if rows + len(out) and self._kv.bytes_for(rows + len(out) + 1, need) > self.kv_budget:
+                break  # it waits for running requests to finish
+            out.append(self._waiting.popleft())
+            length = need
+        return out
+
+    def _make_room(self, rows: int, length: int, keep: Sequence[PrefixEntry] = ()) -> None:
+        """Evict cached prefixes (least recently used first, not `keep`) until `rows` rows of `length`
+        positions fit the budget beside the rest, then size the slot buffers to that."""
+        need = self._kv.bytes_for(rows, length)
+        while self._prefix is not None and self._prefix.nbytes + need > self.kv_budget:
+            if not self._prefix.evict_one(keep):
+                break
+        held = self._prefix.nbytes if self._prefix is not None else 0
+        self._kv.ensure(rows, length, max_bytes=self.kv_budget - held)
+        if self._prefix is not None and self._prefix.nbytes + self._kv.nbytes > self.kv_budget:
+            self._kv.resize(rows, self._kv.rounded(length))  # drop the slack `ensure` keeps
+        self._note_kv_bytes()
+
+    def _note_kv_bytes(self) -> None:
+        held = self._kv.nbytes + (self._prefix.nbytes if self._prefix is not None else 0)
+        self.peak_kv_bytes = max(self.peak_kv_bytes, held)
+
+    def _fit_decode(self) -> None:
+        """Room for the next decode step: running rows grow by a token each, and past the budget the
+        newest request goes back to the front of the queue (its KV is recomputed when it resumes)."""
+        while len(self._running) > 1:
+            n = len(self._running)
+            if self._kv.bytes_for(n, self._kv.needed_length(n)) <= self.kv_budget:
+                break
+            row = max(range(n), key=lambda i: self._running[i].order)
+            s = self._remove_row(row)
+            self.preemptions += 1
+            with self._lock:
+                self._waiting.appendleft(s)
+        n = len(self._running)
+        self._make_room(n, self._kv.needed_length(n))
+
     def _cancelled_before_start(self, s: _Seq) -> bool:
         if s.cancelled:
             self._resolve(s, "abort")
@@ -436,14 +524,44 @@ class EmbeddedEngine(InferenceEngine):
 
     # ---------------------------------------------------------------- model calls
 
-    def _prefill(self, sequences: list[list[int]]) -> list[tuple[torch.Tensor, list, Any]]:
-        """Forward left-padded prompts; per sequence (last logits, per-layer KV, routes (L,T,k))."""
-        chunks = plan_prefill([len(s) for s in sequences], self.config.prefill_token_budget)
-        by_index: dict[int, tuple[torch.Tensor, list, Any]] = {}
+    def _prefill(
+        self, slots: list[int], sequences: list[list[int]], starts: list[int]
+    ) -> list[tuple[torch.Tensor, Any]]:
+        """Fill KV `slots` with `sequences`, whose first `starts` positions are there already; per
+        sequence (last logits, routes (L, T, k) of the positions computed, or None). Sequences
+        from scratch go through left-padded batches (each written into its slots before the next
+        batch runs, so at most one batch's KV is held twice), the others one by one."""
+        results: list[Any] = [None] * len(sequences)
+        cold = [j for j, start in enumerate(starts) if start == 0]
+        for j, start in enumerate(starts):
+            if start:
+                results[j] = self._extend(slots[j], sequences[j], start)
+        chunks = plan_prefill([len(sequences[j]) for j in cold], self.config.prefill_token_budget)
         for chunk in chunks:
-            for i, r in zip(chunk, self._prefill_batch([sequences[i] for i in chunk]), strict=True):
-                by_index[i] = r
-        return [by_index[i] for i in range(len(sequences))]
+            batch = [cold[i] for i in chunk]
+            for j, (logits, kv, routes) in zip(
+                batch, self._prefill_batch([sequences[j] for j in batch]), strict=True
+            ):
+                self._kv.write_prefix(slots[j], kv)
+                results[j] = (logits, routes)
+        return results
+
+    def _extend(self, slot: int, seq: list[int], start: int) -> tuple[torch.Tensor, Any]:
+        """Forward positions start.. of `seq` in `slot`, attending to the keys before them there."""
+        dev = self.config.device
+        cache = ExtendCache(self._kv, slot, start, len(seq) - start)
+        out = self.model(
+            input_ids=torch.tensor([seq[start:]], device=dev),
+            attention_mask=cache.attention_mask(_DTYPES[self.config.dtype], dev),
+            position_ids=cache.position_ids(dev),
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        self._kv.lengths[slot] = len(seq)
+        self.prefilled_tokens += len(seq) - start
+        routes = self._take_routes()  # (L, 1, T, k) or None
+        return out.logits[0, -1], None if routes is None else routes[:, 0]
 
     def _prefill_batch(self, seqs: list[list[int]]) -> list[tuple[torch.Tensor, list, Any]]:
         from transformers import DynamicCache
@@ -455,6 +573,7 @@ class EmbeddedEngine(InferenceEngine):
         pos = (torch.arange(total)[None, :] - torch.tensor(pads)[:, None]).clamp(min=0).to(dev)
         mask = prefill_mask(pads, total, _DTYPES[self.config.dtype], dev)
         cache = DynamicCache(config=self.model.config)
+        self.prefilled_tokens += sum(len(s) for s in seqs)
         out = self.model(
             input_ids=ids,
             attention_mask=mask,
@@ -477,18 +596,19 @@ class EmbeddedEngine(InferenceEngine):
         return calls[-1] if calls else None
 
     def _det_prefill(
-        self, slots: list[int], sequences: list[list[int]]
-    ) -> list[tuple[torch.Tensor, None, Any]]:
-        """Deterministic mode: prefill `sequences` into KV `slots` with the batch-invariant forward,
-        as rows in chunks of at most `prefill_token_budget` tokens (a prompt may span chunks: its
-        later rows attend to the keys its earlier chunk wrote). Per sequence (last logits, None,
-        routes (L, T, k) or None)."""
+        self, slots: list[int], sequences: list[list[int]], starts: list[int]
+    ) -> list[tuple[torch.Tensor, Any]]:
+        """Deterministic mode: prefill positions starts[j].. of `sequences` into KV `slots` with the
+        batch-invariant forward, as rows in chunks of at most `prefill_token_budget` tokens (a
+        prompt may span chunks: its later rows attend to the keys its earlier chunk wrote). Per
+        sequence (last logits, routes (L, T, k) of the positions computed, or None)."""
         assert self._inv is not None
-        self._kv.reserve(max(len(s) for s in sequences))
-        rows = [(j, p) for j, seq in enumerate(sequences) for p in range(len(seq))]
+        self._kv.reserve(max(len(s) for s in sequences), max(slots) + 1)
+        rows = [(j, p) for j, seq in enumerate(sequences) for p in range(starts[j], len(seq))]
         logits: dict[int, torch.Tensor] = {}
         routes: dict[int, list[torch.Tensor]] = {j: [] for j in range(len(sequences))}
         budget = self.config.prefill_token_budget
+        self.prefilled_tokens += len(rows)
         for start in range(0, len(rows), budget):
             chunk = rows[start : start + budget]
             ids = torch.tensor([sequences[j][p] for j, p in chunk])
@@ -507,8 +627,7 @@ class EmbeddedEngine(InferenceEngine):
         for j, seq in enumerate(sequences):
             self._kv.lengths[slots[j]] = len(seq)
         return [
-            (logits[j], None, torch.cat(routes[j], dim=1) if routes[j] else None)
-            for j in range(len(sequences))
+            (logits[j], torch.cat(routes[j], dim=1) if routes[j] else None) for j in range(len(sequences))
         ]
 
     def _kv_store(self) -> Any:
@@ -517,23 +636,52 @@ class EmbeddedEngine(InferenceEngine):
         return KVStore(self._kv.keys, self._kv.values)
 
     def _admit(self, seqs: list[_Seq]) -> None:
+        """Prefill `seqs` into rows after the running ones and sample their first tokens. A request
+        resuming after preemption recomputes the KV of its prompt and tokens so far and goes on
+        decoding from its last token."""
         base = len(self._running)
-        prompts = [s.req.prompt_token_ids for s in seqs]
+        slots = list(range(base, base + len(seqs)))
+        fresh = [not s.tokens for s in seqs]
+        sequences = [s.req.prompt_token_ids + s.tokens[:-1] for s in seqs]
+        hits = [self._prefix.lookup(q) if self._prefix is not None else None for q in sequences]
+        for s, is_fresh, hit in zip(seqs, fresh, hits, strict=True):
+            s.kv_stale = False
+            if is_fresh:
+                s.order = self._admissions
+                self._admissions += 1
+                self.prompt_tokens += len(s.req.prompt_token_ids)
+                self.cached_prompt_tokens += hit[1] if hit else 0
+        rows = base + len(seqs)
+        length = max(self._kv.needed_length(base), max(len(q) for q in sequences) + 1)
+        self._make_room(rows, length, keep=[h[0] for h in hits if h])
+        starts = [0] * len(seqs)
+        for j, hit in enumerate(hits):
+            if hit is not None:
+                entry, starts[j] = hit
+                kv = [
+                    (k[:, : starts[j]], v[:, : starts[j]])
+                    for k, v in zip(entry.keys, entry.values, strict=True)
+                ]
+                self._kv.write_prefix(slots[j], kv)
+        if any(hits):
+            self._make_room(rows, length)  # the reused entries may now go too
         if self._inv is not None:
-            results = self._det_prefill(list(range(base, base + len(seqs))), prompts)
+            results = self._det_prefill(slots, sequences, starts)
         else:
-            results = self._prefill(prompts)
-        for j, (s, (_, kv, routes)) in enumerate(zip(seqs, results, strict=True)):
-            if kv is not None:
-                self._kv.write_prefix(base + j, kv)
-            if routes is not None:
+            results = self._prefill(slots, sequences, starts)
+        for s, is_fresh, (_, routes) in zip(seqs, fresh, results, strict=True):
+            if is_fresh and routes is not None:
                 s.prompt_routes = routes[:, :-1].permute(1, 0, 2).tolist()
         self._running.extend(seqs)
-        logits = torch.stack([r[0] for r in results])
-        last_routes = [None if r[2] is None else r[2][:, -1].tolist() for r in results]
-        self._sample_and_record(list(range(base, base + len(seqs))), logits, last_routes)
+        new = [j for j in range(len(seqs)) if fresh[j]]
+        if not new:
+            return
+        logits = torch.stack([results[j][0] for j in new])
+        last_routes = [None if results[j][1] is None else results[j][1][:, -1].tolist() for j in new]
+        self._sample_and_record([base + j for j in new], logits, last_routes)
 
     def _decode_step(self) -> None:
+        self._fit_decode()
         n = len(self._running)
         if self._inv is not None:
             self._det_decode_step(n)
@@ -616,7 +764,7 @@ class EmbeddedEngine(InferenceEngine):
             return "stop"
         if len(s.tokens) >= s.req.sampling.max_tokens:
             return "length"
-        if len(s.req.prompt_token_ids) + len(s.tokens) >= self.max_model_len:
+        if len(s.req.prompt_token_ids) + len(s.tokens) >= self._kv.max_len:  # context or KV budget
             return "length"
         return None
 
@@ -629,14 +777,19 @@ class EmbeddedEngine(InferenceEngine):
             if self._inv is not None:
                 self._inv.refresh()
             self._version = swap.version
+            if self._prefix is not None:
+                self._prefix.clear()  # keys of the old weights
             if self.config.kv_after_swap == "recompute" and self._running:
                 prefixes = [s.req.prompt_token_ids + s.tokens[:-1] for s in self._running]
+                slots, starts = list(range(len(prefixes))), [0] * len(prefixes)
                 if self._inv is not None:
-                    self._det_prefill(list(range(len(prefixes))), prefixes)
+                    self._det_prefill(slots, prefixes, starts)
                 else:
-                    for i, (_, kv, _) in enumerate(self._prefill(prefixes)):
-                        self._kv.write_prefix(i, kv)
+                    self._prefill(slots, prefixes, starts)
                     self._take_routes()
+            else:
+                for s in self._running:
+                    s.kv_stale = True
         except Exception as e:
             log.exception("weight swap failed")
             swap.loop.call_soon_threadsafe(_set_exception, swap.future, e)
@@ -649,14 +802,35 @@ class EmbeddedEngine(InferenceEngine):
     def _retire(self, rows: list[int], reason: str, error: str | None = None) -> None:
         """Remove running rows (any order), keeping the running rows in slots 0..n-1."""
         for row in sorted(rows, reverse=True):
-            s = self._running[row]
-            last = len(self._running) - 1
-            if row != last:
-                self._kv.move(last, row)
-                self._running[row] = self._running[last]
-            self._running.pop()
-            self._kv.lengths[last] = 0
+            if error is None:
+                self._remember(row)
+            s = self._remove_row(row)
             self._resolve(s, reason, error)
+
+    def _remove_row(self, row: int) -> _Seq:
+        s = self._running[row]
+        last = len(self._running) - 1
+        if row != last:
+            self._kv.move(last, row)
+            self._running[row] = self._running[last]
+        self._running.pop()
+        self._kv.lengths[last] = 0
+        return s
+
+    def _remember(self, row: int) -> None:
+        """Keep a finishing row's KV in the prefix cache, within the budget (older entries go first)."""
+        s, length = self._running[row], self._kv.lengths[row]
+        if self._prefix is None or s.kv_stale or length < self._prefix.min_reuse:
+            return
+        size = length * self._kv.token_bytes
+        if size + self._kv.nbytes > self.kv_budget:
+            return
+        while self._prefix.nbytes + size + self._kv.nbytes > self.kv_budget and self._prefix.evict_one():
+            pass
+        keys, values = self._kv.read_row(row, length)
+        # The row holds positions of the prompt and of every sampled token but the last.
+        self._prefix.insert(PrefixEntry((s.req.prompt_token_ids + s.tokens)[:length], keys, values))
+        self._note_kv_bytes()
 
     def _resolve(self, s: _Seq, reason: str, error: str | None = None) -> None:
         text, cut = "", False
@@ -726,6 +900,12 @@ def _make_capture(model: Any) -> Any:
     from inhabit.models.routing import RoutingCapture, is_moe
 
     return RoutingCapture(model) if is_moe(model) else None
+
+
+def _kv_length(s: _Seq) -> int:
+    """Positions a request's KV holds once prefilled: its prompt, and its tokens but the last when it
+    resumes after preemption."""
+    return len(s.req.prompt_token_ids) + max(len(s.tokens) - 1, 0)
 
 
 def _row(s: _Seq) -> RowSampling:

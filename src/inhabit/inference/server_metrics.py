@@ -7,7 +7,10 @@ end-to-end latency, requests by finish reason) and by the server (429s). Each ap
 registry, so several servers in one process (tests) never share or clash.
 
     inhabit:num_requests_running / inhabit:num_requests_waiting      gauges
-    inhabit:kv_cache_usage_perc                                       gauge, 0..1 of the slot cache
+    inhabit:kv_cache_usage_perc                                       gauge, 0..1 of engine.kv_cache_gb
+    inhabit:prefix_cache_queries_total / inhabit:prefix_cache_hits_total   counters, prompt tokens
+                                                                      looked up / served from cache
+    inhabit:num_preemptions_total                                     counter
     inhabit:policy_version                                            gauge
     inhabit:prompt_tokens_total / inhabit:generation_tokens_total     counters
     inhabit:request_success_total{finished_reason}                    counter
@@ -22,7 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160)
@@ -95,8 +98,24 @@ class _EngineGauges:
             ("inhabit:policy_version", "Policy version of the weights served.", stats["version"]),
             (
                 "inhabit:kv_cache_usage_perc",
-                "Tokens held in the KV cache over its capacity (0..1).",
+                "Tokens of running requests in the KV cache over what its budget holds (0..1).",
                 stats.get("kv_tokens", 0) / max(stats.get("kv_capacity_tokens", 1), 1),
             ),
         ):
             yield GaugeMetricFamily(name, doc, value=value)
+        # Counted by the engine itself (an engine without a prefix cache reports no hits).
+        for name, doc, key in (
+            ("inhabit:prefix_cache_queries", "Prompt tokens looked up in the prefix cache.", "prompt_tokens"),
+            (
+                "inhabit:prefix_cache_hits",
+                "Prompt tokens served from the prefix cache.",
+                "cached_prompt_tokens",
+            ),
+            (
+                "inhabit:num_preemptions",
+                "Requests sent back to the queue to fit the KV budget.",
+                "preemptions",
+            ),
+        ):
+            if key in stats:
+                yield CounterMetricFamily(name, doc, value=stats[key])

@@ -77,6 +77,7 @@ def test_lean_logits_equal_stock_logits_on_one_step(tokenizer, swap, kv_heads):
 
     def cache():
         kv = SlotKVCache(cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim, 4, 64)
+        kv.resize(4, 64)
         for layer in range(cfg.num_hidden_layers):
             kv.keys[layer].copy_(torch.randn_like(kv.keys[layer]))
             kv.values[layer].copy_(torch.randn_like(kv.values[layer]))

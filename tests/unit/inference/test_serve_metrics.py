@@ -61,3 +61,6 @@ def test_serve_metrics_count_requests_tokens_and_latencies(server):
         assert m[f"inhabit:{name}_count"] == 2 and m[f"inhabit:{name}_sum"] > 0
     assert m["inhabit:requests_rejected_total{reason=overloaded}"] == 1
     assert 0 <= m["inhabit:kv_cache_usage_perc"] <= 1 and m["inhabit:policy_version"] == 0
+    # An MoE model recording routes keeps no prefix cache: every prompt token is looked up, none served.
+    assert m["inhabit:prefix_cache_queries_total"] == 2 * prompt
+    assert m["inhabit:prefix_cache_hits_total"] == 0 and m["inhabit:num_preemptions_total"] == 0
