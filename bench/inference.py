@@ -307,6 +307,7 @@ async def main() -> None:
     ap.add_argument("--rss-context", type=int, default=4096, help="--model: tokens per request of goal 3")
     ap.add_argument("--rss-tokens", type=int, default=32, help="--model: new tokens of those requests")
     ap.add_argument("--rss-timeout", type=float, default=1800.0, help="--model: seconds the child may take")
+    ap.add_argument("--no-rss", action="store_true", help="--model: leave goal 3 out (not measured)")
     ap.add_argument("--rss-child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--max-batch", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--out", default=None)
@@ -387,7 +388,7 @@ async def main() -> None:
     if args.model:
         mm = {f"{name} ({dtype}) vs fp32 forward": await fp32_mismatch(args.model, sample)}
         del model, engine, engines
-        rss = measure_rss(args, dtype)
+        rss = {"not_measured": "--no-rss"} if args.no_rss else measure_rss(args, dtype)
     else:
         mm = {p: await mismatch(p, tok, 24) for p in ("dense-1m", "moe-2m")}
         rss = None
