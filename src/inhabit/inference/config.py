@@ -42,8 +42,13 @@ class EngineConfig(Config):
             "next turn). Off for MoE models that record routes."
         ),
     )
-    dtype: Literal["float32", "bfloat16", "float16"] = Field(
-        "float32", description="Weights and KV cache dtype (fp32 is fastest on CPUs without AVX512-BF16)."
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto",
+        description=(
+            "Weights and KV cache dtype. auto: bfloat16 where the device computes it natively (a CPU "
+            "with AVX512-BF16 or AMX, a CUDA GPU with bf16) for models of 50M parameters or more, "
+            "float32 otherwise and in deterministic mode (inference/precision.py)."
+        ),
     )
     device: str = Field("cpu", description="torch device of the model and the KV cache.")
     logprobs_mode: Literal["tempered", "raw"] = Field(
@@ -73,7 +78,7 @@ class EngineConfig(Config):
     lean_decode: bool = Field(
         True,
         description=(
-            "Run decode steps of Qwen3 / Qwen3-MoE models through inference/lean_decode.py (the same "
+            "Run decode steps of Qwen3 / Qwen3-MoE / Llama models through inference/lean_decode.py (the same "
             "ops as transformers' forward, bit for bit, without its per-call Python); other models, "
             "or False, use the model's own forward."
         ),

@@ -152,7 +152,17 @@ class EmbeddedEngine(InferenceEngine):
     def __init__(
         self, model: Any, tokenizer: Any = None, config: EngineConfig | None = None, version: int = 0
     ) -> None:
-        self.config = config or EngineConfig()
+        from inhabit.inference.precision import choose_dtype, model_parameters
+
+        config = config or EngineConfig()
+        self.dtype_choice = choose_dtype(
+            config.dtype,
+            device=config.device,
+            parameters=model_parameters(model),
+            deterministic=config.deterministic,
+        )
+        # The resolved dtype replaces `auto`, so every later `config.dtype` is a real dtype.
+        self.config = config.model_copy(update={"dtype": self.dtype_choice.name})
         self.tokenizer = tokenizer
         self.model = model.to(device=self.config.device, dtype=_DTYPES[self.config.dtype]).eval()
         self._cache_kw = cache_keyword(self.model)
@@ -230,10 +240,19 @@ class EmbeddedEngine(InferenceEngine):
         cls, path: str | Path, config: EngineConfig | None = None, version: int = 0
     ) -> EmbeddedEngine:
         """Load a local Hugging Face folder (model + tokenizer) and start an engine on it."""
+        from inhabit.inference.precision import choose_dtype, folder_parameters
         from inhabit.models.loading import load_model
 
         config = config or EngineConfig()
-        model, tokenizer = load_model(path, dtype=config.dtype, device=config.device)
+        # Load straight into the dtype `auto` resolves to (the engine resolves it again from the
+        # loaded model, to the same answer), not fp32 first.
+        dtype = choose_dtype(
+            config.dtype,
+            device=config.device,
+            parameters=folder_parameters(path),
+            deterministic=config.deterministic,
+        ).name
+        model, tokenizer = load_model(path, dtype=dtype, device=config.device)
         return cls(model, tokenizer, config, version=version)
 
     # ---------------------------------------------------------------- public API

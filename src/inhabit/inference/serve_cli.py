@@ -85,7 +85,15 @@ def serve(config: Any) -> None:
     )
     app.router.lifespan_context = lifespan
     host, port = sock.getsockname()[:2]
-    log.info("serving %s as %r on http://%s:%d/v1", config.model, name, host, port)
+    log.info(
+        "serving %s as %r on http://%s:%d/v1; dtype %s; decode %s",
+        config.model,
+        name,
+        host,
+        port,
+        engine.dtype_choice.describe(),
+        "lean" if engine._lean is not None else "stock forward",
+    )
 
     class _Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: Any) -> None:

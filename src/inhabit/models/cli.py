@@ -69,6 +69,8 @@ def info(path: Path = typer.Argument(..., help="A local Hugging Face model folde
     from rich.markup import escape
     from rich.table import Table
 
+    from inhabit.inference import lean_decode
+    from inhabit.inference.precision import choose_dtype, model_parameters
     from inhabit.models.loading import load_model
     from inhabit.models.routing import moe_layers
     from inhabit.models.tiny import count_parameters
@@ -93,6 +95,9 @@ def info(path: Path = typer.Argument(..., help="A local Hugging Face model folde
     if blocks:
         gate = blocks[0].gate
         rows.append(("MoE", f"{len(blocks)} layers, {gate.num_experts} experts, top-{gate.top_k}"))
+    engine_dtype = choose_dtype("auto", device="cpu", parameters=model_parameters(model))
+    rows.append(("engine dtype (auto, cpu)", engine_dtype.describe()))
+    rows.append(("engine decode", "lean" if lean_decode.supports(model) else "stock forward"))
     for k, v in rows:
         table.add_row(k, escape(v))
     Console().print(table)

@@ -115,8 +115,12 @@ class RayPlacement:
         return (
             ray.remote(EngineActor)
             .options(max_restarts=-1, max_task_retries=0, max_concurrency=1000, **rc.engine.options())
-            .remote(model_dir, self.cfg.engine.embedded().model_dump(), f"engine-{i}", rc.engine.num_cpus)
+            .remote(model_dir, self._engine_settings(model_dir), f"engine-{i}", rc.engine.num_cpus)
         )
+
+    def _engine_settings(self, model_dir: str | Path) -> dict[str, Any]:
+        # `auto` resolved here, once: engine actors on other nodes must not each pick their own.
+        return self.cfg.engine.embedded().model_dump() | {"dtype": self.cfg.engine.dtype_for(model_dir)}
 
     def _env_actor(self, i: int) -> Any:
         import ray
@@ -149,7 +153,7 @@ class RayPlacement:
             .options(max_restarts=0, **rc.trainer.options())
             .remote(
                 str(model_dir), self.trainer_settings().model_dump(), str(checkpoint) if checkpoint else None,
-                self.store_url, self.cfg.engine.dtype, rc.trainer.num_cpus,
+                self.store_url, self.cfg.engine.dtype_for(model_dir), rc.trainer.num_cpus,
             )
         )  # fmt: skip
         try:
@@ -225,7 +229,9 @@ class RayPlacement:
             engine = await self.start_engines(model_dir)
             env = await self.start_env_servers()
             assert self.store_url is not None
-            sync = StoreWeightSync(self.store_url, trainer.version, dtype=self.cfg.engine.dtype)
+            sync = StoreWeightSync(
+                self.store_url, trainer.version, dtype=self.cfg.engine.dtype_for(model_dir)
+            )
             await sync.apply(engine)
         except BaseException:
             await trainer.close()

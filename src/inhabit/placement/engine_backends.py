@@ -103,6 +103,18 @@ class RunEngineConfig(EngineConfig):
         """The embedded engine's own settings."""
         return EngineConfig(**self.model_dump(include=set(EngineConfig.model_fields)))
 
+    def dtype_for(self, model_dir: str | Path) -> str:
+        """`dtype` with `auto` resolved for the model in `model_dir` on this machine: what a cluster
+        decides once, so that its publisher and every engine actor agree (inference/precision.py)."""
+        from inhabit.inference.precision import choose_dtype, folder_parameters
+
+        return choose_dtype(
+            self.dtype,
+            device=self.device,
+            parameters=folder_parameters(model_dir),
+            deterministic=self.deterministic,
+        ).name
+
 
 class Replica:
     """One engine of a `ReplicaSet`, with what placement and restarts need to know."""

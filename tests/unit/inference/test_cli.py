@@ -65,6 +65,7 @@ def test_inhabit_serve_answers_and_stops(moe_folder):
         proc.wait(timeout=30)
     out = proc.stdout.read().decode() if proc.stdout else ""
     assert "serving" in out
+    assert "dtype float32 (auto:" in out  # the start-up line states the dtype `auto` chose, and why
     assert "Loading weights" not in out and "it/s]" not in out, out  # no third-party progress bars
 
 

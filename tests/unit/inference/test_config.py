@@ -15,7 +15,7 @@ CONFIG = Path(__file__).resolve().parents[3] / "configs" / "serve.toml"
 
 def test_shipped_serve_config_parses():
     cfg = load_config(ServeConfig, CONFIG, ["model=models/moe-2m", "engine.max_batch_size=8"])
-    assert cfg.host == "127.0.0.1" and cfg.engine.max_batch_size == 8 and cfg.engine.dtype == "float32"
+    assert cfg.host == "127.0.0.1" and cfg.engine.max_batch_size == 8 and cfg.engine.dtype == "auto"
 
 
 def test_bad_values_name_their_key():

@@ -25,6 +25,8 @@ def test_build_then_info(tmp_path, inhabit_cache_dir, default_tok, monkeypatch) 
     result = runner.invoke(app, ["model", "info", str(out)])
     assert result.exit_code == 0, result.output
     assert "Qwen3MoeForCausalLM" in result.output and "8 experts, top-2" in result.output
+    # What the engine's `auto` dtype gives this model here: fp32 for a 2M-parameter model.
+    assert "float32 (auto:" in result.output and "under 50M" in result.output
     # The build reused the cached tokenizer instead of training a second one.
     assert len(list((inhabit_cache_dir / "tokenizers").glob("bpe-*"))) == 1
 
