@@ -11,6 +11,11 @@ A checkpoint is a folder:
     kl_reference/       with trainer.kl_coef > 0: the KL anchor's starting policy (the weights the
                         run started from, not this checkpoint's), in a folder of its own so that
                         loaders of the model folder never mistake it for model weights
+    adapter/            with trainer.lora: the peft adapter (adapter_config.json,
+                        adapter_model.safetensors; peft and vLLM load it as is), while the model
+                        files above hold the merged weights
+    lora_base/          with trainer.lora: the frozen base weights of the projections the adapters
+                        wrap (the merged folder no longer holds them), for an exact resume
     trainer_state.json  format, policy version, steps, the caller's data position (`data_state`),
                         the TrainerConfig it was written with; written LAST: a folder without it
                         is not a checkpoint
@@ -106,6 +111,14 @@ def save_checkpoint(trainer: Trainer, path: str | Path) -> Path:
             {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()},
             tmp / "rng.pt",
         )
+        if trainer.config.lora is not None:
+            from safetensors.torch import save_file
+
+            from inhabit.trainer import lora
+
+            lora.save_adapter(trainer.model, trainer.config.lora, tmp / lora.ADAPTER_DIR)
+            (tmp / lora.BASE_FILE).parent.mkdir()
+            save_file(lora.base_weights(trainer.model), str(tmp / lora.BASE_FILE))
         if trainer.reference is not None:  # the KL anchor's starting policy, so a resume anchors to it
             from safetensors.torch import save_model
 
@@ -156,18 +169,22 @@ def load_checkpoint(trainer: Trainer, path: str | Path) -> dict[str, Any]:
     state = json.loads(state_file.read_text())
     if state.get("format") != FORMAT:
         raise CheckpointError(f"{path}: checkpoint format {state.get('format')} is not {FORMAT}")
-    try:
-        weights = to_model_layout(trainer.model, read_state_dict(path))
-    except WeightLoadError as e:
-        raise CheckpointError(f"{path}: the weights do not fit this model: {e}") from e
-    missing = set(trainer.model.state_dict()) - set(weights) - _tied_names(trainer.model)
-    if missing:
-        raise CheckpointError(
-            f"{path}: the checkpoint lacks {len(missing)} weights, e.g. {sorted(missing)[:3]}"
-        )
+    if trainer.config.lora is not None:
+        weights = _load_lora(trainer, path)
+    else:
+        try:
+            weights = to_model_layout(trainer.model, read_state_dict(path))
+        except WeightLoadError as e:
+            raise CheckpointError(f"{path}: the weights do not fit this model: {e}") from e
+        missing = set(trainer.model.state_dict()) - set(weights) - _tied_names(trainer.model)
+        if missing:
+            raise CheckpointError(
+                f"{path}: the checkpoint lacks {len(missing)} weights, e.g. {sorted(missing)[:3]}"
+            )
     opt = torch.load(path / "optimizer.pt", map_location=trainer.config.device, weights_only=False)
     if trainer.dp is None:
-        copy_into(trainer.model, weights)
+        if trainer.config.lora is None:
+            copy_into(trainer.model, weights)
         trainer.optimizer.load_state_dict(opt["optimizer"])
     else:  # each rank keeps its shard of the full tensors
         from inhabit.trainer.distributed import load_full_state_dict, shard_optimizer_state
@@ -198,6 +215,42 @@ def load_checkpoint(trainer: Trainer, path: str | Path) -> dict[str, Any]:
     trainer.steps = int(state["steps"])
     trainer.data_state = dict(state.get("data_state") or {})
     return state
+
+
+def _load_lora(trainer: Trainer, path: Path) -> dict[str, torch.Tensor]:
+    """Restore a LoRA trainer's base weights and adapter from `path`; return the merged weights
+    (the KL anchor's reference when the checkpoint has none)."""
+    from inhabit.inference.weights_io import read_state_dict
+    from inhabit.trainer import lora
+
+    if (
+        not (path / lora.ADAPTER_DIR / "adapter_config.json").is_file()
+        or not (path / lora.BASE_FILE).is_file()
+    ):
+        raise CheckpointError(
+            f"{path} was written without trainer.lora (no {lora.ADAPTER_DIR}/ and {lora.BASE_FILE}); "
+            "resume it with the [trainer] it was trained with"
+        )
+    merged = read_state_dict(path)
+    base = read_state_dict(path / lora.BASE_FILE)
+    wrapped = {lora.base_name(n) for n in trainer.model.state_dict() if ".base_layer." in n}
+    everything = {lora.base_name(n) for n in trainer.model.state_dict() if ".lora_" not in n}
+    if set(base) != wrapped:
+        raise CheckpointError(
+            f"{path}: {lora.BASE_FILE} does not hold the projections this trainer's adapters wrap"
+        )
+    tied = {lora.base_name(n) for n in _tied_names(trainer.model)}
+    missing = everything - wrapped - set(merged) - tied
+    if missing:
+        raise CheckpointError(
+            f"{path}: the checkpoint lacks {len(missing)} weights, e.g. {sorted(missing)[:3]}"
+        )
+    try:
+        lora.load_base(trainer.model, {**{n: t for n, t in merged.items() if n not in wrapped}, **base})
+        lora.load_adapter(trainer.model, path / lora.ADAPTER_DIR)
+    except TrainerError as e:
+        raise CheckpointError(f"{path}: {e}") from e
+    return merged
 
 
 def _tied_names(model: Any) -> set[str]:

@@ -9,6 +9,8 @@ In a run TOML it is the `[trainer]` table (with `[trainer.loss]` for the `LossCo
     variant = "sequence"
     eps_low = 3e-4
     eps_high = 4e-4
+    [trainer.lora]            # optional: LoRA adapters instead of full fine-tuning
+    rank = 16
 
 `TrainerRunSettings` is the trainer's slice of a whole run's settings (the `[trainer]` table plus
 the run's `max_staleness` and the trainer's thread count), what every trainer handle passes on.
@@ -21,6 +23,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from inhabit.config import Config
+from inhabit.trainer.lora import LoraSettings
 from inhabit.trainer.losses import LossConfig
 
 
@@ -115,6 +118,11 @@ class TrainerConfig(Config):
         False,
         description="Recompute each decoder layer's activations in backward (less memory, ~1/3 more compute).",
     )
+    lora: LoraSettings | None = Field(
+        None,
+        description="Train LoRA adapters (peft) on the model's linear projections, base weights "
+        "frozen; engines and checkpoints get the merged weights (lora.py). None: full fine-tuning.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> TrainerConfig:
@@ -123,6 +131,13 @@ class TrainerConfig(Config):
         if self.kl_coef > 0 and self.data_parallel > 1:
             raise ValueError(
                 "kl_coef needs data_parallel = 1: the reference copy of the model is not sharded"
+            )
+        if self.lora is not None and self.data_parallel > 1:
+            raise ValueError("trainer.lora needs data_parallel = 1 (adapters are not sharded)")
+        if self.lora is not None and self.deterministic:
+            raise ValueError(
+                "trainer.lora and trainer.deterministic do not combine: the invariant "
+                "forward reads plain linear weights"
             )
         if not all(0.0 <= b < 1.0 for b in self.betas):
             raise ValueError(f"betas must lie in [0, 1); got {self.betas}")

@@ -14,6 +14,7 @@ schedule, and advance the policy version by one. With `updates_per_step = k > 1`
 split round-robin into k mini-batches, each its own optimizer update, all measured against the
 logprobs of a no-grad pass over the whole batch before the first update (the proximal policy).
 `epochs = E > 1` makes E passes over those mini-batches (E x k updates, the same proximal policy).
+With `[trainer.lora]` only peft LoRA adapters train (lora.py); engines get the merged weights.
 
 Only the positions that predict a generated token go through the LM head (on tiny models the
 vocabulary projection is most of the compute), and the forward never builds a KV cache.
@@ -67,13 +68,19 @@ class Trainer:
         self.model.train()
         if self.config.activation_checkpointing:
             self.model.activation_checkpointing_enable({"use_reentrant": False})
-        self.scorer = Scorer(self.model)
-        """The forward the steps run (FSDP2's root when data-parallel)."""
         self.reference: Any = None
         """kl_coef > 0: a frozen copy of the starting weights, the KL anchor's reference policy."""
         if self.config.kl_coef > 0:
             self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
             self._reference_scorer = Scorer(self.reference)
+        if self.config.lora is not None:  # after the cast, before the optimizer: only adapters train
+            from inhabit.trainer.lora import inject, trainable_parameters
+
+            self.model = inject(self.model, self.config.lora)
+            trained, total = trainable_parameters(self.model)
+            log.info("LoRA rank %d: %d of %d parameters train", self.config.lora.rank, trained, total)
+        self.scorer = Scorer(self.model)
+        """The forward the steps run (FSDP2's root when data-parallel)."""
         self.dp = _data_parallel(self.scorer)
         """This rank's data-parallel group, or None in one process."""
         self.tokenizer = tokenizer
@@ -177,7 +184,12 @@ class Trainer:
 
     def state_dict_for_engine(self) -> dict[str, torch.Tensor]:
         """A detached CPU copy of the weights, in the model's own names (`engine.load_weights` takes it).
-        Data-parallel: a collective (every rank calls it), the full weights on every rank."""
+        Data-parallel: a collective (every rank calls it), the full weights on every rank.
+        LoRA: the base model's names, the adapters merged into the projections they wrap."""
+        if self.config.lora is not None:
+            from inhabit.trainer.lora import merged_state_dict
+
+            return merged_state_dict(self.model)
         if self.dp is not None:
             from inhabit.trainer.distributed import full_state_dict
 
@@ -199,10 +211,13 @@ class Trainer:
 
     def export_model(self, path: str | Path, state_dict: dict[str, torch.Tensor] | None = None) -> Path:
         """Write an ordinary Hugging Face folder (plus the tokenizer when the trainer has one).
-        Data-parallel: pass `state_dict_for_engine()` (gathered by every rank); one rank writes."""
+        Data-parallel: pass `state_dict_for_engine()` (gathered by every rank); one rank writes.
+        LoRA: the merged weights (servable as any folder; the adapter alone: `lora.save_adapter`)."""
         path = Path(path)
         if self.dp is not None and state_dict is None:
             raise TrainerError("a data-parallel trainer exports the gathered weights: pass state_dict")
+        if state_dict is None and self.config.lora is not None:
+            state_dict = self.state_dict_for_engine()
         self.model.save_pretrained(path, safe_serialization=True, state_dict=state_dict)
         if self.tokenizer is not None:
             from inhabit.models.tokenizer import save_tokenizer
