@@ -25,12 +25,30 @@ FSDP's all-gather and reduce-scatter regions and the c10d calls on rank 0's thre
 slower rank counts as collective time). Goal: <= 15%. Writes bench/results/trainer_dp.json.
 
     .venv/bin/python bench/trainer.py --data-parallel [--reps 2]
+
+With `--model DIR` (a real model folder, e.g. the imported SmolLM2-135M-Instruct), instead: LoRA
+(rank 8, alpha 16, every linear projection) against full fine-tuning, in fp32 and in bf16
+(`precision = "bf16-mixed"`; the transformers rows run under the same bf16 autocast), each as
+inhabit's `Trainer.train_step` and as a plain transformers step (`model(ids, labels=ids)`, backward,
+clip, AdamW; peft's `get_peft_model` for LoRA) on the same `--rows` x `--length` random tokens,
+every token a loss token. Each configuration runs in a process of its own, so its peak RSS is its
+own. Reported: median step time (wall and CPU), tokens/s, peak RSS, and the share of the matmul
+roofline: model FLOPs per step (6 x matmul parameters per token for full fine-tuning, 4 x for
+LoRA, which computes no weight gradient for the frozen base; attention scores left out) over the
+step time, against the best rate of a timed 2048^3 `torch.matmul` in that dtype measured in the
+same run. Also the bytes one policy version costs in the weight store: the adapter alone (bf16)
+against the published bf16 delta of a LoRA step and of a full fine-tuning step. Goals: inhabit's
+bf16 step >= 50% of the bf16 roofline; >= 1.5x the transformers step of the same method and dtype.
+Writes bench/results/trainer_lora.json.
+
+    .venv/bin/python bench/trainer.py --model models/smollm2-135m-instruct [--rows 4 --length 512 --reps 2]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import re
 import statistics
@@ -241,14 +259,210 @@ def data_parallel(reps: int) -> dict:
     }  # fmt: skip
 
 
+ROOFLINE_GOAL, SPEEDUP_GOAL = 0.5, 1.5
+LORA_BENCH = {"rank": 8, "alpha": 16.0}
+
+
+def matmul_roofline(dtype: torch.dtype, n: int = 2048, reps: int = 5) -> float:
+    """Best FLOP/s of an n x n x n torch.matmul in `dtype` over `reps` timed calls."""
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+    torch.matmul(a, b)
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        torch.matmul(a, b)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n**3 / best
+
+
+def matmul_parameters(model) -> int:  # type: ignore[no-untyped-def]
+    """Parameters a token multiplies by: every linear layer's weight, the LM head included (the
+    embedding lookup is not a matmul, even when the LM head shares its matrix)."""
+    return sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+
+
+def real_samples(rows: int, length: int, vocab: int) -> list[Sample]:
+    g = torch.Generator().manual_seed(0)
+    mask = torch.ones(length, dtype=torch.bool)
+    mask[0] = False  # token 0 is predicted by nothing
+    return [
+        Sample(
+            input_ids=torch.randint(10, vocab, (length,), generator=g),
+            loss_mask=mask,
+            behaviour_logprobs=torch.where(mask, -10.8, 0.0),
+            versions=torch.where(mask, 0, -1),
+            advantage=1.0 if i % 2 else -1.0,
+        )
+        for i in range(rows)
+    ]
+
+
+def measure_config(
+    kind: str, method: str, dtype: str, model_dir: str, rows: int, length: int, reps: int
+) -> dict:
+    """One configuration, in a process of its own (its peak RSS is its own)."""
+    import resource
+
+    from inhabit.models.loading import load_model
+
+    model, _ = load_model(model_dir)
+    model = model.to(torch.float32).train()
+    flops_per_token = (6 if method == "full" else 4) * matmul_parameters(model)
+    data = real_samples(rows, length, model.config.vocab_size)
+    out: dict = {"kind": kind, "method": method, "dtype": dtype, "flops_per_token": flops_per_token}
+    if kind == "inhabit":
+        lora = LORA_BENCH if method == "lora" else None
+        precision = "bf16-mixed" if dtype == "bf16" else "fp32"
+        lr = 2e-4 if lora else 1e-5  # the usual rates of each (they set the size of a delta)
+        cfg = TrainerConfig(lr=lr, precision=precision, micro_batch_tokens=rows * length, lora=lora)
+        trainer = Trainer(model, cfg)
+        params = trainer.model
+        wall, cpu = timed(lambda: trainer.train_step(data), reps)
+        if dtype == "fp32":
+            out.update(publish_sizes(trainer, data))
+    else:
+        if method == "lora":
+            from peft import LoraConfig, get_peft_model
+
+            model = get_peft_model(
+                model, LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", bias="none")
+            )
+        params = model
+        opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
+        ids = torch.stack([s.input_ids for s in data])
+
+        def step() -> None:
+            ctx = torch.autocast("cpu", dtype=torch.bfloat16) if dtype == "bf16" else contextlib.nullcontext()
+            with ctx:
+                loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+        wall, cpu = timed(step, reps)
+    out["trainable"] = sum(p.numel() for p in params.parameters() if p.requires_grad)
+    out.update(wall_s=wall, cpu_s=cpu, peak_rss_gb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)
+    return out
+
+
+def publish_sizes(trainer: Trainer, data: list[Sample]) -> dict:
+    """Bytes in the weight store of one version after a step: the bf16 delta the publisher writes
+    (the merged model for LoRA), the full snapshot, and for LoRA the adapter alone in bf16."""
+    from inhabit.weights.publish import Publisher
+
+    with tempfile.TemporaryDirectory() as tmp:
+        pub = Publisher(tmp)
+        full = pub.publish(trainer.state_dict_for_engine(), trainer.version)
+        trainer.train_step(data)
+        delta = pub.publish(trainer.state_dict_for_engine(), trainer.version)
+    sizes = {"snapshot_bytes": full.encoded_bytes, "delta_bytes": delta.encoded_bytes}
+    if trainer.config.lora is not None:
+        from inhabit.trainer.lora import adapter_state_dict
+
+        sizes["adapter_bytes"] = sum(t.numel() * 2 for t in adapter_state_dict(trainer.model).values())
+    return sizes
+
+
+def lora_vs_full(model_dir: str, rows: int, length: int, reps: int, threads: int | None) -> dict:
+    import multiprocessing
+    import os
+
+    if threads:
+        torch.set_num_threads(threads)
+    ctx = multiprocessing.get_context("spawn")
+    roof = {
+        d: matmul_roofline(getattr(torch, name)) for d, name in (("fp32", "float32"), ("bf16", "bfloat16"))
+    }
+    configs = [
+        (k, m, d) for d in ("bf16", "fp32") for m in ("lora", "full") for k in ("inhabit", "transformers")
+    ]
+    results = []
+    for kind, method, dtype in configs:
+        with ctx.Pool(1) as pool:
+            res = pool.apply(measure_config, (kind, method, dtype, model_dir, rows, length, reps))
+        print(
+            f"{kind} {method} {dtype}: {res['wall_s']:.2f} s/step, peak {res['peak_rss_gb']:.2f} GB",
+            flush=True,
+        )
+        results.append(res)
+    for d, name in (("fp32", "float32"), ("bf16", "bfloat16")):  # the better of before and after
+        roof[d] = max(roof[d], matmul_roofline(getattr(torch, name)))
+    tokens = rows * length
+    by = {(r["kind"], r["method"], r["dtype"]): r for r in results}
+    table = Table(
+        title=f"{Path(model_dir).name}: train step on {rows}x{length} tokens (median of {reps}; "
+        f"threads={torch.get_num_threads()}; load {os.getloadavg()[0]:.1f}); roofline fp32 "
+        f"{roof['fp32'] / 1e9:.0f}, bf16 {roof['bf16'] / 1e9:.0f} GFLOP/s"
+    )
+    for col in (
+        "step",
+        "trainable",
+        "wall s",
+        "cpu s",
+        "tokens/s",
+        "peak RSS GB",
+        "roofline share",
+        "vs transformers",
+    ):
+        table.add_column(col)
+    for r in results:
+        r["tokens_per_s"] = tokens / r["wall_s"]
+        r["roofline_share"] = r["flops_per_token"] * tokens / r["wall_s"] / roof[r["dtype"]]
+        peer = by[("transformers", r["method"], r["dtype"])]
+        r["speedup_vs_transformers"] = peer["wall_s"] / r["wall_s"]
+        table.add_row(
+            f"{r['kind']} {r['method']} {r['dtype']}",
+            f"{r['trainable'] / 1e6:.2f}M",
+            f"{r['wall_s']:.2f}",
+            f"{r['cpu_s']:.2f}",
+            f"{r['tokens_per_s']:,.0f}",
+            f"{r['peak_rss_gb']:.2f}",
+            f"{r['roofline_share']:.1%}",
+            f"{r['speedup_vs_transformers']:.2f}x",
+        )
+    Console(width=160).print(table)
+    lora, full = by[("inhabit", "lora", "fp32")], by[("inhabit", "full", "fp32")]
+    print(
+        f"weight store per version (bf16): adapter {lora['adapter_bytes'] / 1e6:.2f} MB; delta of a LoRA step "
+        f"(merged) {lora['delta_bytes'] / 1e6:.1f} MB; delta of a full step {full['delta_bytes'] / 1e6:.1f} MB; "
+        f"full snapshot {full['snapshot_bytes'] / 1e6:.1f} MB"
+    )
+    goals = []
+    for method in ("full", "lora"):
+        r = by[("inhabit", method, "bf16")]
+        share, speed = r["roofline_share"], r["speedup_vs_transformers"]
+        goals.append({"method": method, "roofline_share": share, "speedup": speed})
+        print(
+            f"goal: inhabit {method} bf16 step >= {ROOFLINE_GOAL:.0%} of roofline: "
+            f"{'met' if share >= ROOFLINE_GOAL else 'NOT met'} ({share:.1%})"
+        )
+        print(
+            f"goal: inhabit {method} bf16 step >= {SPEEDUP_GOAL}x transformers + AdamW: "
+            f"{'met' if speed >= SPEEDUP_GOAL else 'NOT met'} ({speed:.2f}x)"
+        )
+    return {
+        "model": model_dir, "rows": rows, "length": length, "reps": reps, "threads": torch.get_num_threads(),
+        "roofline_flops": roof, "results": results, "goals": goals, "load_average": os.getloadavg(),
+    }  # fmt: skip
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--data-parallel", action="store_true", help="1 vs 2 trainer processes instead")
+    parser.add_argument(
+        "--model", default=None, help="a model folder: LoRA vs full fine-tuning on it instead"
+    )
+    parser.add_argument("--rows", type=int, default=4, help="--model: sequences per step")
+    parser.add_argument("--length", type=int, default=512, help="--model: tokens per sequence")
     args = parser.parse_args()
-    out = data_parallel(args.reps) if args.data_parallel else main(args.reps, args.threads)
-    name = "trainer_dp.json" if args.data_parallel else "trainer.json"
+    if args.model:
+        out = lora_vs_full(args.model, args.rows, args.length, args.reps, args.threads)
+    else:
+        out = data_parallel(args.reps) if args.data_parallel else main(args.reps, args.threads)
+    name = "trainer_lora.json" if args.model else "trainer_dp.json" if args.data_parallel else "trainer.json"
     path = Path(__file__).parent / "results" / name
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=2))
