@@ -152,3 +152,46 @@ async def test_vllm_batch_invariant_request_alone_equals_in_a_batch_on_gpu(tmp_p
         await engine.close()
     assert batch[15].token_ids == alone.token_ids
     assert batch[15].logprobs == alone.logprobs
+
+
+@pytest.mark.slow
+async def test_vllm_cpu_serves_a_lora_trainers_adapter_without_reloading(tmp_path):
+    """A LoRA trainer's checkpoint adapter goes into vLLM through /v1/load_lora_adapter: later
+    tokens carry the new version and the merged model's logprobs; the server is not restarted."""
+    from inhabit.models.loading import load_model
+    from inhabit.trainer.config import TrainerConfig
+    from inhabit.trainer.samples import Sample
+    from inhabit.trainer.trainer import Trainer
+
+    tok, a, _ = _folders(tmp_path, "dense-1m")
+    model, _ = load_model(a)
+    trainer = Trainer(model, TrainerConfig(lr=3e-2, lora={"rank": 4, "alpha": 8.0}), tokenizer=tok)
+    g = torch.Generator().manual_seed(0)
+    mask = torch.arange(24) >= 12
+    batch = [
+        Sample(
+            input_ids=torch.randint(10, 500, (24,), generator=g),
+            loss_mask=mask,
+            behaviour_logprobs=torch.where(mask, -6.0, 0.0),
+            versions=torch.where(mask, 0, -1),
+            advantage=1.0 if i % 2 else -1.0,
+        )
+        for i in range(4)
+    ]
+    trainer.train_step(batch)
+    ckpt = trainer.save(tmp_path / "ckpt")
+    engine = await VLLMEngine.start(
+        VLLMConfig(model=str(a), max_model_len=512, lora_rank=4, log_file=str(tmp_path / "vllm.log"))
+    )
+    try:
+        pid = engine.server.proc.pid
+        p = tok("def add(a, b):", add_special_tokens=False)["input_ids"]
+        req = [GenerationRequest(p, SamplingParams(max_tokens=12, temperature=0.8, seed=0))]
+        await engine.load_weights(ckpt / "adapter", version=1)
+        (c,) = await engine.generate(req)
+        assert c.versions == [1] * len(c.token_ids), c.error
+        assert (_reference_logprobs(ckpt, c, 0.8) - torch.tensor(c.logprobs)).abs().max() < 1e-3
+        assert (_reference_logprobs(a, c, 0.8) - torch.tensor(c.logprobs)).abs().max() > 1e-3
+        assert engine.server.proc.pid == pid and engine.adapter is not None
+    finally:
+        await engine.close()

@@ -265,6 +265,19 @@ class RemoteEngine(InferenceEngine):
     def set_version(self, version: int) -> None:
         self._version = int(version)
 
+    def set_model(self, name: str) -> None:
+        """Address later requests to another model id of the server (a LoRA adapter's name)."""
+        self._model = name
+
+    @property
+    def model(self) -> str | None:
+        """The model id requests are addressed to."""
+        return self._model
+
+    async def post_control(self, url: str, body: dict[str, Any]) -> httpx.Response:
+        """POST a JSON body to a control endpoint of the server (weights timeout, retries)."""
+        return await self._request("POST", url, json=body, timeout=self.config.weight_timeout_s)
+
     # ---------------------------------------------------------------- plumbing
 
     async def _ensure_loop_state(self) -> None:

@@ -30,6 +30,13 @@ head. `reload="auto"` (default) therefore restarts the server on the new weights
 reload in place in ~0.1 s. A state dict is written as a complete folder (config and tokenizer
 copied from the served one) so either path can read it.
 
+LoRA: with `lora_rank` set, the server starts with `--enable-lora --max-lora-rank R --max-loras 2`
+and `VLLM_ALLOW_RUNTIME_LORA_UPDATING=1`, and a peft adapter folder (what a LoRA trainer's
+checkpoint holds under `adapter/`, `inhabit.trainer.lora.save_adapter`) given to `load_weights`
+or `load_adapter` goes through `POST /v1/load_lora_adapter` under a name of its own per version
+(`<served_model_name>-lora-v<version>`): in-flight requests drain first, later requests name the
+new adapter, the previous one is unloaded. The base weights stay loaded: no reload, no restart.
+
 The first start compiles kernels (~2 minutes here); later starts reuse vLLM's compile cache.
 """
 
@@ -88,6 +95,12 @@ class VLLMConfig(Config):
     startup_timeout_s: float = Field(900.0, gt=0, description="Wait this long for the server to answer.")
     log_file: str | None = Field(None, description="Server output goes here (default: a temp file).")
     max_concurrency: int = Field(64, ge=1, description="RemoteEngine concurrency limit.")
+    lora_rank: int | None = Field(
+        None,
+        ge=1,
+        description="Serve LoRA adapters up to this rank (--enable-lora; adapters load at runtime, "
+        "see load_adapter). None: no adapters.",
+    )
     reload: str = Field(
         "auto",
         pattern="^(auto|inplace|restart)$",
@@ -141,6 +154,8 @@ class VLLMServer:
         ]  # fmt: skip
         if c.routed_experts:
             args.append("--enable-return-routed-experts")
+        if c.lora_rank is not None:
+            args += ["--enable-lora", "--max-lora-rank", str(c.lora_rank), "--max-loras", "2"]
         return prefix + args + list(c.extra_args)
 
     def environment(self) -> dict[str, str]:
@@ -155,6 +170,8 @@ class VLLMServer:
         }
         if self.config.batch_invariant:
             env["VLLM_BATCH_INVARIANT"] = "1"
+        if self.config.lora_rank is not None:  # /v1/load_lora_adapter and /v1/unload_lora_adapter
+            env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "1"
         env |= self.config.env
         env.pop("PYTHONPATH", None)  # the main environment's packages must not leak into vLLM's
         return env
@@ -236,6 +253,8 @@ class VLLMEngine(InferenceEngine):
         self.weights_folder = server.config.model
         """The folder of the weights the server holds now (what a restart comes up on)."""
         self.max_model_len = server.config.max_model_len
+        self.adapter: tuple[str, str] | None = None
+        """(name, folder) of the LoRA adapter requests use now, or None for the base weights."""
 
     @classmethod
     async def start(cls, config: VLLMConfig, version: int = 0) -> VLLMEngine:
@@ -262,8 +281,15 @@ class VLLMEngine(InferenceEngine):
         return await self.remote.generate(requests)
 
     async def load_weights(self, weights: Mapping[str, Any] | str | Path, version: int) -> None:
+        """New weights: a state dict or a model folder (reloaded or restarted, module docstring),
+        or a peft adapter folder (`load_adapter`)."""
         import asyncio
 
+        if isinstance(weights, str | Path) and (Path(weights) / "adapter_config.json").is_file():
+            await self.load_adapter(weights, version)
+            return
+        if self.adapter is not None:  # whole weights replace the adapter: back to the base's name
+            await self._drop_adapter(self.server.config.served_model_name)
         folder = (
             str(weights)
             if isinstance(weights, str | Path)
@@ -284,6 +310,36 @@ class VLLMEngine(InferenceEngine):
                 shutil.rmtree(d, ignore_errors=True)
         self._tmp_dirs = keep
 
+    async def load_adapter(self, folder: str | Path, version: int) -> None:
+        """Serve the peft adapter `folder` on the loaded base weights as policy `version`
+        (vLLM's runtime LoRA loading; the server needs `lora_rank`)."""
+        if self.server.config.lora_rank is None:
+            raise InvalidRequest("this vLLM server was started without LoRA: set lora_rank in its config")
+        name = f"{self.server.config.served_model_name}-lora-v{version}"
+        lock = await self.remote.drained()
+        try:
+            await self.remote.post_control(
+                "/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(folder)}
+            )
+            previous, self.adapter = self.adapter, (name, str(folder))
+            self.remote.set_model(name)
+            self.remote.set_version(version)
+            if previous is not None and previous[0] != name:
+                await self.remote.post_control("/v1/unload_lora_adapter", {"lora_name": previous[0]})
+        finally:
+            lock.release()
+
+    async def _drop_adapter(self, model_name: str) -> None:
+        """Address the base model again and unload the adapter (after in-flight requests end)."""
+        assert self.adapter is not None
+        lock = await self.remote.drained()
+        try:
+            name, self.adapter = self.adapter[0], None
+            self.remote.set_model(model_name)
+            await self.remote.post_control("/v1/unload_lora_adapter", {"lora_name": name})
+        finally:
+            lock.release()
+
     async def restart(self) -> None:
         """Start the server again (it died, or was stopped) on the weights it held, same version."""
         await self._start_again(self.weights_folder, self.version)
@@ -300,6 +356,11 @@ class VLLMEngine(InferenceEngine):
             self.remote.rebase(self.server.url)
             self.remote.set_version(version)
             self.weights_folder = folder
+            if self.adapter is not None:  # a new server holds no adapter: load the current one again
+                name, path = self.adapter
+                await self.remote.post_control(
+                    "/v1/load_lora_adapter", {"lora_name": name, "lora_path": path}
+                )
         finally:
             lock.release()
 

@@ -162,3 +162,21 @@ def test_resume_is_bit_exact_with_lora(tmp_path, rebuild) -> None:
     resumed = Trainer(model, cfg).load(path)
     run(resumed, resumed.data_state["next_step"], N, False)
     assert_same(straight, resumed)
+
+
+async def test_vllm_backend_serves_adapters_only_when_started_for_them() -> None:
+    """The flags and switch of vLLM's runtime LoRA loading (the real server: test_vllm_cpu.py)."""
+    from inhabit.inference.errors import InvalidRequest
+    from inhabit.inference.remote import RemoteConfig, RemoteEngine
+    from inhabit.inference.vllm_backend import VLLMConfig, VLLMEngine, VLLMServer
+
+    server = VLLMServer(VLLMConfig(model="m", command=["vllm-entry"], lora_rank=16))
+    args = server.command()
+    assert args[args.index("--max-lora-rank") + 1] == "16" and "--enable-lora" in args
+    assert server.environment()["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "1"
+    plain = VLLMServer(VLLMConfig(model="m", command=["vllm-entry"]))
+    assert "--enable-lora" not in plain.command()
+    assert "VLLM_ALLOW_RUNTIME_LORA_UPDATING" not in plain.environment()
+    remote = RemoteEngine(RemoteConfig(base_url="http://127.0.0.1:9", flavor="vllm", model="m"))
+    with pytest.raises(InvalidRequest, match="without LoRA"):
+        await VLLMEngine(plain, remote).load_adapter("adapter", 1)
