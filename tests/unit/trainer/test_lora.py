@@ -180,3 +180,17 @@ async def test_vllm_backend_serves_adapters_only_when_started_for_them() -> None
     remote = RemoteEngine(RemoteConfig(base_url="http://127.0.0.1:9", flavor="vllm", model="m"))
     with pytest.raises(InvalidRequest, match="without LoRA"):
         await VLLMEngine(plain, remote).load_adapter("adapter", 1)
+
+
+def test_the_shipped_lora_example_parses_its_lora_table() -> None:
+    from pathlib import Path
+
+    from inhabit.config import load_config
+    from inhabit.orchestrator.config import RunConfig
+
+    path = Path(__file__).resolve().parents[3] / "configs" / "examples" / "lora.toml"
+    cfg = load_config(RunConfig, path)
+    assert cfg.trainer.lora == LoraSettings(rank=16, alpha=32.0, dropout=0.0, targets=None)
+    assert load_config(RunConfig, path, overrides=["trainer.lora.targets=['q_proj']"]).trainer.lora.targets == [
+        "q_proj"
+    ]
