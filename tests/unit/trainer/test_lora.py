@@ -191,6 +191,20 @@ def test_the_shipped_lora_example_parses_its_lora_table() -> None:
     path = Path(__file__).resolve().parents[3] / "configs" / "examples" / "lora.toml"
     cfg = load_config(RunConfig, path)
     assert cfg.trainer.lora == LoraSettings(rank=16, alpha=32.0, dropout=0.0, targets=None)
-    assert load_config(RunConfig, path, overrides=["trainer.lora.targets=['q_proj']"]).trainer.lora.targets == [
-        "q_proj"
-    ]
+    assert load_config(
+        RunConfig, path, overrides=["trainer.lora.targets=['q_proj']"]
+    ).trainer.lora.targets == ["q_proj"]
+
+
+def test_lora_under_bf16_autocast_and_with_a_kl_anchor() -> None:
+    """bf16-mixed: the adapters stay fp32 and train; the KL anchor's reference is the base model
+    (no adapters), so the KL is 0 before the first update and positive after."""
+    cfg = CFG.model_copy(update={"precision": "bf16-mixed", "kl_coef": 0.1})
+    trainer = Trainer(build("dense-1m"), cfg)
+    assert trainer.reference is not None and not lora_layers(trainer.reference)
+    b = next(p for n, p in trainer.model.named_parameters() if ".lora_B." in n)
+    assert b.dtype == torch.float32 and not b.any()
+    first = trainer.train_step(synthetic_samples(4, seed=0))
+    second = trainer.train_step(synthetic_samples(4, seed=1))
+    assert first.kl_ref == 0.0 and second.kl_ref > 0.0
+    assert b.any() and torch.isfinite(torch.tensor(second.loss))
