@@ -37,11 +37,13 @@ roofline: model FLOPs per step (6 x matmul parameters per token for full fine-tu
 LoRA, which computes no weight gradient for the frozen base; attention scores left out) over the
 step time, against the best rate of a timed 2048^3 `torch.matmul` in that dtype measured in the
 same run. Also the bytes one policy version costs in the weight store: the adapter alone (bf16)
-against the published bf16 delta of a LoRA step and of a full fine-tuning step. Goals: inhabit's
+against the published bf16 delta of a LoRA step and of a full fine-tuning step (measured in the
+inhabit runs of the first of `--dtypes`). Each configuration's figures are printed as a JSON line
+as it ends, and kept in bench/results/trainer_lora.partial.json. Goals: inhabit's
 bf16 step >= 50% of the bf16 roofline; >= 1.5x the transformers step of the same method and dtype.
 Writes bench/results/trainer_lora.json.
 
-    .venv/bin/python bench/trainer.py --model models/smollm2-135m-instruct [--rows 4 --length 512 --reps 2]
+    .venv/bin/python bench/trainer.py --model models/smollm2-135m-instruct [--rows 4 --length 512 --reps 2] [--dtypes bf16]
 """
 
 from __future__ import annotations
@@ -298,7 +300,7 @@ def real_samples(rows: int, length: int, vocab: int) -> list[Sample]:
 
 
 def measure_config(
-    kind: str, method: str, dtype: str, model_dir: str, rows: int, length: int, reps: int
+    kind: str, method: str, dtype: str, model_dir: str, rows: int, length: int, reps: int, sizes: bool
 ) -> dict:
     """One configuration, in a process of its own (its peak RSS is its own)."""
     import resource
@@ -318,7 +320,7 @@ def measure_config(
         trainer = Trainer(model, cfg)
         params = trainer.model
         wall, cpu = timed(lambda: trainer.train_step(data), reps)
-        if dtype == "fp32":
+        if sizes:
             out.update(publish_sizes(trainer, data))
     else:
         if method == "lora":
@@ -364,36 +366,38 @@ def publish_sizes(trainer: Trainer, data: list[Sample]) -> dict:
     return sizes
 
 
-def lora_vs_full(model_dir: str, rows: int, length: int, reps: int, threads: int | None) -> dict:
+def lora_vs_full(
+    model_dir: str, rows: int, length: int, reps: int, threads: int | None, dtypes: list[str]
+) -> dict:
     import multiprocessing
     import os
 
     if threads:
         torch.set_num_threads(threads)
     ctx = multiprocessing.get_context("spawn")
-    roof = {
-        d: matmul_roofline(getattr(torch, name)) for d, name in (("fp32", "float32"), ("bf16", "bfloat16"))
-    }
-    configs = [
-        (k, m, d) for d in ("bf16", "fp32") for m in ("lora", "full") for k in ("inhabit", "transformers")
-    ]
+    names = {"fp32": "float32", "bf16": "bfloat16"}
+    roof = {d: matmul_roofline(getattr(torch, names[d])) for d in dtypes}
+    print("matmul roofline (GFLOP/s):", {d: round(r / 1e9, 1) for d, r in roof.items()}, flush=True)
+    configs = [(k, m, d) for d in dtypes for m in ("lora", "full") for k in ("inhabit", "transformers")]
     results = []
+    partial = Path(__file__).parent / "results" / "trainer_lora.partial.json"
+    partial.parent.mkdir(parents=True, exist_ok=True)
     for kind, method, dtype in configs:
+        sizes = kind == "inhabit" and dtype == dtypes[0]  # the store's bytes, once per method
         with ctx.Pool(1) as pool:
-            res = pool.apply(measure_config, (kind, method, dtype, model_dir, rows, length, reps))
-        print(
-            f"{kind} {method} {dtype}: {res['wall_s']:.2f} s/step, peak {res['peak_rss_gb']:.2f} GB",
-            flush=True,
-        )
+            res = pool.apply(measure_config, (kind, method, dtype, model_dir, rows, length, reps, sizes))
+        print(json.dumps(res), flush=True)  # each configuration as it ends (a long run may be cut short)
         results.append(res)
-    for d, name in (("fp32", "float32"), ("bf16", "bfloat16")):  # the better of before and after
-        roof[d] = max(roof[d], matmul_roofline(getattr(torch, name)))
+        partial.write_text(json.dumps({"roofline_flops": roof, "results": results}, indent=2))
+    for d in dtypes:  # the better of before and after
+        roof[d] = max(roof[d], matmul_roofline(getattr(torch, names[d])))
     tokens = rows * length
     by = {(r["kind"], r["method"], r["dtype"]): r for r in results}
     table = Table(
         title=f"{Path(model_dir).name}: train step on {rows}x{length} tokens (median of {reps}; "
-        f"threads={torch.get_num_threads()}; load {os.getloadavg()[0]:.1f}); roofline fp32 "
-        f"{roof['fp32'] / 1e9:.0f}, bf16 {roof['bf16'] / 1e9:.0f} GFLOP/s"
+        f"threads={torch.get_num_threads()}; load {os.getloadavg()[0]:.1f}); matmul roofline "
+        + ", ".join(f"{d} {r / 1e9:.0f}" for d, r in roof.items())
+        + " GFLOP/s"
     )
     for col in (
         "step",
@@ -422,14 +426,14 @@ def lora_vs_full(model_dir: str, rows: int, length: int, reps: int, threads: int
             f"{r['speedup_vs_transformers']:.2f}x",
         )
     Console(width=160).print(table)
-    lora, full = by[("inhabit", "lora", "fp32")], by[("inhabit", "full", "fp32")]
+    lora, full = by[("inhabit", "lora", dtypes[0])], by[("inhabit", "full", dtypes[0])]
     print(
         f"weight store per version (bf16): adapter {lora['adapter_bytes'] / 1e6:.2f} MB; delta of a LoRA step "
         f"(merged) {lora['delta_bytes'] / 1e6:.1f} MB; delta of a full step {full['delta_bytes'] / 1e6:.1f} MB; "
         f"full snapshot {full['snapshot_bytes'] / 1e6:.1f} MB"
     )
     goals = []
-    for method in ("full", "lora"):
+    for method in ("full", "lora") if "bf16" in dtypes else ():
         r = by[("inhabit", method, "bf16")]
         share, speed = r["roofline_share"], r["speedup_vs_transformers"]
         goals.append({"method": method, "roofline_share": share, "speedup": speed})
@@ -457,9 +461,14 @@ if __name__ == "__main__":
     )
     parser.add_argument("--rows", type=int, default=4, help="--model: sequences per step")
     parser.add_argument("--length", type=int, default=512, help="--model: tokens per sequence")
+    parser.add_argument(
+        "--dtypes", default="bf16,fp32", help="--model: bf16, fp32 or both (the first: store bytes)"
+    )
     args = parser.parse_args()
     if args.model:
-        out = lora_vs_full(args.model, args.rows, args.length, args.reps, args.threads)
+        out = lora_vs_full(
+            args.model, args.rows, args.length, args.reps, args.threads, args.dtypes.split(",")
+        )
     else:
         out = data_parallel(args.reps) if args.data_parallel else main(args.reps, args.threads)
     name = "trainer_lora.json" if args.model else "trainer_dp.json" if args.data_parallel else "trainer.json"
