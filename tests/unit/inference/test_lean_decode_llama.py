@@ -80,6 +80,7 @@ def _one_step(model) -> None:
 
     def cache():
         kv = SlotKVCache(cfg.num_hidden_layers, cfg.num_key_value_heads, head_dim, 4, 64, dtype=dtype)
+        kv.resize(4, 64)  # the cache holds only running rows: make room for four
         for layer in range(cfg.num_hidden_layers):
             kv.keys[layer].copy_(torch.randn_like(kv.keys[layer]))
             kv.values[layer].copy_(torch.randn_like(kv.values[layer]))
@@ -140,6 +141,7 @@ def test_llama_lean_follows_an_in_place_weight_swap(tmp_path, tokenizer):
     # The LeanDecode built before the swap refuses nothing and re-fuses at its next step.
     ids, rows, pos = torch.tensor([[3]]), torch.tensor([0]), torch.tensor([0])
     kv = SlotKVCache(2, 2, 32, 1, 8)
+    kv.resize(1, 8)
     with torch.inference_mode():
         lean.forward(ids, rows, pos, kv.decode_mask(pos, 1, torch.float32, "cpu"), 1, kv.keys, kv.values)
     assert not torch.equal(lean.layers[0].qkv, stale)
