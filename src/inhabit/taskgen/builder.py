@@ -17,7 +17,8 @@ Pipeline (`build_tasks`):
      write the mutated file and run the suite (or the covering tests) with `--tb=no`; a mutant is kept when some, but not all, of the baseline's
      passing tests fail, and confirmed on the full suite when the run was a selection;
   5. a kept mutant becomes a task directory: workspace = the mutated project, fail_to_pass = the
-     tests it breaks (capped), pass_to_pass = a seeded sample of the rest, the instruction names
+     tests it breaks, pass_to_pass = every other passing test (the whole suite where a run of it
+     is cheap, else every test whose coverage touches the mutated file), the instruction names
      the failing tests and their error messages (never the fix), and `reference.patch` (the
      reverse diff) sits at the task root, outside the agent's view; `check_task` must accept it.
 Every finished candidate is appended to `<out>/.build/state.jsonl`; a rerun with the same input and
@@ -80,8 +81,13 @@ class BuildConfig(Config):
     max_candidates: int = Field(200, ge=1, description="Candidates tried at most (sampled over functions).")
     operators: tuple[str, ...] = Field(OPERATORS, description="Mutation operators to use.")
     seed: int = Field(0, description="Seed of every sample (candidates, pass_to_pass).")
-    max_fail_to_pass: int = Field(20, ge=1, description="fail_to_pass tests kept per task at most.")
-    max_pass_to_pass: int = Field(50, ge=0, description="pass_to_pass tests sampled per task at most.")
+    full_suite_below_s: float = Field(
+        120.0,
+        ge=0,
+        description="Suites whose baseline run is faster than this are required whole (every other "
+        "passing test is pass_to_pass); slower ones with a coverage map require the tests that run "
+        "any line of the mutated file.",
+    )
     coverage_above_s: float = Field(
         10.0, ge=0, description="Suites slower than this run only the tests covering the mutated function."
     )
@@ -298,11 +304,22 @@ async def _candidate(run: _Run, pool: SandboxPool, m: Mutation, text: str, key: 
             run.report.tasks.append(rec["task_id"])
 
 
+def _pass_to_pass(run: _Run, m: Mutation, passing: list[str]) -> list[str]:
+    """Every test that could notice a change: the whole passing suite where a run of it is cheap
+    (`full_suite_below_s`), else the passing tests whose coverage runs any line of the mutated
+    file (the file the fix belongs in); never a sample, so a "fix" that breaks other code fails a
+    required test. Without a coverage map, the whole suite."""
+    if run.cover is None or run.baseline_s < run.config.full_suite_below_s:
+        return sorted(passing)
+    lines = range(1, max(run.cover.files.get(m.path, {0: []}), default=0) + 1)
+    covering = run.cover.tests_for(m.path, lines)
+    return sorted(n for n in passing if n in covering)
+
+
 async def _write(run: _Run, m: Mutation, text: str, key: str, index: int, failing, passing, messages):
     cfg = run.config
-    rng = random.Random(f"{cfg.seed}:{key}")
-    f2p = failing[: cfg.max_fail_to_pass]
-    p2p = sorted(rng.sample(passing, min(cfg.max_pass_to_pass, len(passing))))
+    f2p = list(failing)
+    p2p = _pass_to_pass(run, m, passing)
     task_id = f"{run.prefix}-{index:04d}-{key[:8]}"
     root = run.out / task_id
     if root.exists():
