@@ -71,6 +71,15 @@ class CoverageMap:
             path: {int(k): v for k, v in lines.items()} for path, lines in data.items()
         }
 
+    def covered_lines(self, tests: Iterable[str]) -> dict[str, set[int]]:
+        """Per file, the lines that at least one of `tests` runs."""
+        names = set(tests)
+        wanted = {i for i, name in enumerate(self.tests) if name in names}
+        return {
+            path: {line for line, ids in by_line.items() if not wanted.isdisjoint(ids)}
+            for path, by_line in self.files.items()
+        }
+
     def tests_for(self, path: str, lines: Iterable[int]) -> set[str]:
         by_line = self.files.get(path, {})
         return {self.tests[i] for line in lines for i in by_line.get(line, ())}
