@@ -389,7 +389,8 @@ def _detail(status: str, res: TestRunResult, failing: list[str]) -> str:
             return f"{path}: {first_error_line(text)}"
         return res.summary
     if status == "no_report":
-        return res.summary
+        first = first_error_line(res.output_tail)
+        return f"{first} ({res.summary})" if first else res.summary
     return ""
 
 
