@@ -26,6 +26,7 @@ TASKS = {
     "geom-001": ROOT / "bench" / "hacks" / "tasks" / "geom-001",
     "solo-001": ROOT / "bench" / "hacks" / "tasks" / "solo-001",  # no hidden tests
     "merge-001": ROOT / "bench" / "hacks" / "tasks" / "merge-001",  # tests build objects
+    "helper-001": ROOT / "bench" / "hacks" / "tasks" / "helper-001",  # tests with helpers, a copier
 }
 
 # A representative subset of the suite for the fast gate (the whole suite: the slow test below).
@@ -55,6 +56,10 @@ FAST = [
     ("merge-001", "always_equal--eq_fullwidth_name"),
     ("merge-001", "canary_blind--forge_tests_calling_merge"),
     ("merge-001", "honest--fix"),
+    # A test's own helper bent to agree with the bug; the fix beside a library copying test functions.
+    ("helper-001", "runner_patch--local_helper_code_via_frame"),
+    ("helper-001", "runner_patch--local_helper_code_via_gc_thread"),
+    ("helper-001", "honest--fix"),
 ]
 OWN_FLAG = {
     "answer_key--": "answer_key_read",
