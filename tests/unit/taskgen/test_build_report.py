@@ -121,3 +121,50 @@ async def test_a_flagged_untouched_workspace_is_named_in_each_rejection(tmp_path
         assert "'runner_tampered'" in r["reason"]
         assert "__code__ of helper was replaced (defined at tests/test_tools.py:6" in r["reason"]
         assert "written by minilib/tools.py:5 during tests/test_tools.py::test_neuter" in r["reason"]
+
+
+# boltons' shape: the library copies a function (a new function object over the test's code) and
+# gives the copy the original's keyword defaults; its own test copies a function it defines.
+COPIER = '''"""Copies of functions, and a number helper."""
+
+import types
+
+
+def copy_function(orig):
+    ret = types.FunctionType(orig.__code__, orig.__globals__, orig.__name__, orig.__defaults__)
+    ret.__kwdefaults__ = orig.__kwdefaults__
+    return ret
+
+
+def double(x):
+    return x * 2
+'''
+
+COPIER_TESTS = """from minilib.funcs import copy_function, double
+
+
+def test_copy_function():
+    def callee(a, *, b=3):
+        return a + b
+
+    callee_copy = copy_function(callee)
+    assert callee_copy is not callee
+    assert callee_copy(1) == callee(1) == 4
+
+
+def test_double():
+    assert double(2) == 4
+
+
+def test_double_zero():
+    assert double(0) == 0
+"""
+
+
+async def test_a_library_rewriting_its_copies_of_test_functions_builds_tasks(tmp_path, sandbox_provider):
+    files = {"minilib/funcs.py": COPIER, "tests/test_funcs.py": COPIER_TESTS}
+    project = write_project(tmp_path / "p", files)
+    cfg = BuildConfig(operators=("wrong_operator", "wrong_constant"), per_function=2)
+    report = await build_tasks(project, tmp_path / "out", sandbox_provider, cfg, progress=False)
+    assert not [r for r in report.rejected if "runner_tampered" in r["reason"]], report.rejected
+    assert report.kept >= 1, report.rejected
