@@ -2,13 +2,13 @@
 
 For each library (its sdist, `pip download --no-deps --no-binary :all: NAME==VER`, cached outside
 the repository), `inhabit tasks build` with its defaults (no `--command`: the default command,
-the project's declared test environment) over 12 candidates, then `task check` twice more on every
+the project's declared test environment) over 12 candidates, then `tasks check` twice more on every
 kept task (the build checked it once already). Reported per library: valid tasks of the
-candidates, build time, grading time per task (half a `task check`, which grades the untouched
+candidates, build time, grading time per task (half a `tasks check`, which grades the untouched
 workspace and the reference fix), each rejected candidate's reason, the bug mix (operators kept
 and how the kept bugs fail: wrong value or exception) and the measurement options left out of the
 project's addopts. Goal per library: at least 8 valid tasks of 12 candidates, every kept task
-passing `task check` twice, no `--command` override. Baseline, measured in the same run: one bare
+passing `tasks check` twice, no `--command` override. Baseline, measured in the same run: one bare
 pytest run of the suite on the host (no sandbox, plugin autoload off), the unit of the grading
 cost. Writes bench/results/tasks.json.
 

@@ -98,7 +98,7 @@ def reason(status: str, where: str, **facts: object) -> str:
             "the fix off the error"
         )
     if status == "invalid":
-        return f"{where}: `task check` rejected the task: {facts.get('detail', '')}"
+        return f"{where}: `tasks check` rejected the task: {facts.get('detail', '')}"
     if status == "error":
         return f"{where}: the build failed on this candidate: {facts.get('detail', '')}"
     return f"{where}: {status}"

@@ -1,5 +1,5 @@
 """What `inhabit tasks build` says about its candidates: a reason a user can act on for each one it
-rejects (a bug whose NameError gives it away, a task `task check` refuses, with what grading saw
+rejects (a bug whose NameError gives it away, a task `tasks check` refuses, with what grading saw
 and where), the operator and failure mix of what it kept, and instructions without addresses."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def test_area_square():
 """
 
 # A library that rewrites a function of the test module the runner calls, during a test: grading
-# the untouched workspace is runner_tampered, so no task survives `task check`, and each rejection
+# the untouched workspace is runner_tampered, so no task survives `tasks check`, and each rejection
 # says which object changed, where it is defined and which line changed it.
 NEUTER = '''"""A helper that rewrites what it is given."""
 
