@@ -99,6 +99,22 @@ async def apply_patch(sandbox: Sandbox, patch: bytes) -> str | None:
     return first[-1000:] or f"exit code {res.exit_code}"
 
 
+def _flag_cause(result: GradeResult, flag: str) -> str:
+    """What raised `flag`, in the grading's own words: for runner_tampered the integrity checks'
+    findings (which object changed, where it is defined, which line changed it, during which
+    test) and the canaries that betrayed it; else grading's notes and problems."""
+    d = result.details
+    if flag == "runner_tampered":
+        events = list(d.get("runner_events") or [])
+        betrayed = list((d.get("canaries") or {}).get("betrayed") or [])
+        parts = events[:3] + (
+            [f"canaries with the wrong outcome: {', '.join(map(str, betrayed[:3]))}"] if betrayed else []
+        )
+        return "; ".join(parts) or "no detail recorded"
+    parts = [*map(str, d.get("notes") or []), *map(str, d.get("problems") or [])]
+    return "; ".join(parts[:3]) or "see the grading details"
+
+
 def _summarize(result: GradeResult) -> dict[str, Any]:
     return {
         "reward": result.reward,
@@ -175,10 +191,11 @@ async def check_task(
         if flag not in _PER_TEST_FLAGS:
             report.add(
                 "flag",
-                f"grading the untouched workspace raises flag {flag!r} (see before.flags and the notes)",
+                f"grading the untouched workspace raises flag {flag!r}: {_flag_cause(before, flag)}",
                 flag=flag,
                 notes=list(before.details.get("notes") or []),
                 problems=list(before.details.get("problems") or []),
+                runner_events=list(before.details.get("runner_events") or []),
             )
 
     after: GradeResult | None = None
@@ -195,9 +212,10 @@ async def check_task(
                 if flag not in _PER_TEST_FLAGS:
                     report.add(
                         "flag",
-                        f"the reference fix raises flag {flag!r} (does reference.patch touch tests or "
-                        "test configuration? put test changes in hidden/)",
+                        f"the reference fix raises flag {flag!r}: {_flag_cause(after, flag)} (does "
+                        "reference.patch touch tests or test configuration? put test changes in hidden/)",
                         flag=flag,
+                        runner_events=list(after.details.get("runner_events") or []),
                     )
     else:
         report.notes.append("no reference.patch: nothing shows that the fail_to_pass tests can pass")

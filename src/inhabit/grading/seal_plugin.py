@@ -38,7 +38,10 @@ an audit hook (`sys.addaudithook`, which cannot be removed). Reported, as "kind:
               read again only where the audit hook saw a write of some function's code or
               defaults since the last read: every such write raises an audit event);
               a runner or test function's code or defaults were replaced (the audit hook, at
-              once); a collected test item got a new type, function or `runtest`; a test phase
+              once: the note says where the function is defined, which line wrote it and during
+              which test; a copy of a test function that no test or runner code holds, such as
+              the new function object boltons' copy_function gives the original's defaults, is
+              the library's own to change); a collected test item got a new type, function or `runtest`; a test phase
               whose call raised was reported passed (the exception is recorded as it leaves the
               test, so a report rewritten after it was made disagrees with it, whatever rewrote
               it: a patch put back before the next check, a gc callback, a thread);
@@ -630,6 +633,67 @@ class _Guard:
             frame = frame.f_back
         return False
 
+    def fresh_copy(self, fn, args):
+        """Whether `fn`, a function over a test file's code, is a copy no test or runner code
+        holds: nothing but frames of the workspace, the standard library or installed code
+        refers to it (boltons' `copy_function` giving the new function object it just made the
+        original's keyword defaults). What a test made by `def` or `lambda` is held by the test's
+        frame (its locals, cells included), its module, a class, a closure, a fixture's cache or
+        the collected item, so a rewrite of it stays 'patched' from wherever the writer found it
+        (the caller's frame, gc, another thread). A test that calls a copy later holds only what
+        the library handed back, which the library decides anyway."""
+        # Plain loops only: a generator expression over `fn` would hold it in a cell of its own.
+        fn = _unbound(fn)
+        for known in self.items.values():
+            if _unbound(known[2]) is fn:
+                return False
+        for holder in gc.get_referrers(fn):
+            if holder is args:
+                continue  # the audit event's own arguments
+            if isinstance(holder, types.FrameType):
+                # Frames are gc objects before Python 3.11 (and once they finished, later).
+                if not self.frame_may_hold(holder):
+                    return False
+                continue
+            return False  # a namespace, a cell, a container, a bound method, a generator
+        # An executing frame's locals are no gc referrers (Python 3.11 and later): every thread's
+        # stack is read, so a writer that found the function elsewhere (gc, a thread) is caught.
+        stacks = list(sys._current_frames().values())
+        try:
+            for frame in stacks:
+                while frame is not None:
+                    if not self.frame_may_hold(frame):
+                        for value in frame.f_locals.values():
+                            if value is fn:
+                                return False
+                    frame = frame.f_back
+            return True
+        finally:
+            # This thread's stack starts at this very frame: left referenced, the frames would
+            # keep each other (and the audit events' arguments) alive.
+            stacks = frame = value = None
+
+    def frame_may_hold(self, frame):
+        """Whether a frame's holding a function leaves it the writer's own: this plugin's frames
+        (the audit hook's arguments) and those of the workspace, the standard library and
+        installed code; not a test's or the runner's."""
+        filename = frame.f_code.co_filename
+        return filename == __file__ or self.origin(filename) not in ("test", "runner")
+
+    def where_written(self, code):
+        """Where a write to a function happened, for the person who reads the report: the
+        function's own file and line, the line of the code that wrote it, and the test running."""
+
+        def rel(path):
+            path = os.path.realpath(path)
+            return path[len(self.cwd) :] if path.startswith(self.cwd) else path
+
+        frame = self.culprit_frame()
+        by = f"{rel(frame.f_code.co_filename)}:{frame.f_lineno}" if frame is not None else "?"
+        test = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]
+        text = f"defined at {rel(code.co_filename)}:{code.co_firstlineno}, written by {by}"
+        return text + (f" during {test}" if test else "")
+
     def runner_obj(self, obj):
         if isinstance(obj, type(sys)):
             return self.is_runner_module(obj.__name__)
@@ -697,7 +761,10 @@ class _Guard:
                 return
             if origin == "test" and self.own_change(obj, code, name, args[2] if len(args) > 2 else None):
                 return
-            self.note("patched", f"{name} of {getattr(obj, '__qualname__', '?')} was replaced")
+            if origin == "test" and self.fresh_copy(obj, args):
+                return
+            qualname = getattr(obj, "__qualname__", "?")
+            self.note("patched", f"{name} of {qualname} was replaced ({self.where_written(code)})")
         elif event == "sys._current_frames":
             if self.culprit() == "workspace":
                 self.note("frame", "workspace code took every thread's frames")

@@ -17,7 +17,8 @@ Pipeline (`build_tasks`):
      write the mutated file and run the suite (or the covering tests) with `--tb=no`; a mutant is kept when some, but not all, of the baseline's
      passing tests fail, and confirmed on the full suite when the run was a selection;
   5. a kept mutant becomes a task directory: workspace = the mutated project, fail_to_pass = the
-     tests it breaks (capped), pass_to_pass = a seeded sample of the rest, the instruction names
+     tests it breaks, pass_to_pass = every other passing test (the whole suite where a run of it
+     is cheap, else every test whose coverage touches the mutated file), the instruction names
      the failing tests and their error messages (never the fix), and `reference.patch` (the
      reverse diff) sits at the task root, outside the agent's view; `check_task` must accept it.
 Every finished candidate is appended to `<out>/.build/state.jsonl`; a rerun with the same input and
@@ -52,7 +53,7 @@ from inhabit.envs.requirements import project_requirements
 from inhabit.envs.store import BuiltEnv, EnvStore
 from inhabit.envs.task_env import write_environment
 from inhabit.grading.check import check_task
-from inhabit.grading.diagnose import cannot_run
+from inhabit.grading.diagnose import cannot_run, first_error_line
 from inhabit.grading.infra import is_test_path
 from inhabit.grading.testrun import TestRunResult, run_tests
 from inhabit.log import get_logger
@@ -61,6 +62,7 @@ from inhabit.sandbox.pool import SandboxPool
 from inhabit.taskgen.addopts import addopts_override
 from inhabit.taskgen.covmap import CoverageMap, build_coverage_map
 from inhabit.taskgen.mutate import OPERATORS, Mutation, MutationSites
+from inhabit.taskgen.reasons import failure_kind, giveaway, reason, scrub_addresses
 from inhabit.taskgen.source import BuildError, code_files, default_command, prepare_source, tree_hash
 from inhabit.tasks.build import write_task
 
@@ -80,10 +82,20 @@ class BuildConfig(Config):
     max_candidates: int = Field(200, ge=1, description="Candidates tried at most (sampled over functions).")
     operators: tuple[str, ...] = Field(OPERATORS, description="Mutation operators to use.")
     seed: int = Field(0, description="Seed of every sample (candidates, pass_to_pass).")
-    max_fail_to_pass: int = Field(20, ge=1, description="fail_to_pass tests kept per task at most.")
-    max_pass_to_pass: int = Field(50, ge=0, description="pass_to_pass tests sampled per task at most.")
+    full_suite_below_s: float = Field(
+        120.0,
+        ge=0,
+        description="Suites whose baseline run is faster than this are required whole (every other "
+        "passing test is pass_to_pass); slower ones with a coverage map require the tests that run "
+        "any line of the mutated file.",
+    )
     coverage_above_s: float = Field(
         10.0, ge=0, description="Suites slower than this run only the tests covering the mutated function."
+    )
+    covered_sites: bool = Field(
+        True,
+        description="Mutate only lines the passing tests run (one more baseline run, under coverage; "
+        "skipped where the tests' Python has no coverage).",
     )
     timeout_s: float | None = Field(
         None, gt=0, description="Limit of one mutant's run; None: 3x the baseline plus 20 s."
@@ -119,6 +131,8 @@ class BuildReport:
     would undo a fix there, so they are never required."""
     baseline_s: float = 0.0
     coverage_selection: bool = False
+    uncovered_sites_skipped: bool = False
+    """Candidates were drawn only from lines the passing tests run (`covered_sites`)."""
     candidates: int = 0
     resumed: int = 0
     statuses: dict[str, int] = field(default_factory=dict)
@@ -132,6 +146,29 @@ class BuildReport:
     measurement_options_dropped: list[str] = field(default_factory=list)
     """Options of the project's pytest addopts that only measure (coverage, timing, reports), left
     out of the task command (`taskgen.addopts`)."""
+    rejected: list[dict[str, str]] = field(default_factory=list)
+    """One entry per candidate not kept: `candidate` (operator, function, place), `status` and
+    `reason` (what happened and what to do, `taskgen.reasons`)."""
+    operators: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Per mutation operator: candidates `tried` and `kept`."""
+    failure_kinds: dict[str, int] = field(default_factory=dict)
+    """Kept tasks by how their first failing test fails: `wrong value` or `exception: <type>`."""
+
+    def count(self, rec: dict[str, Any]) -> None:
+        """Add one finished candidate's record (from this run or a resumed state file)."""
+        status = rec["status"]
+        self.statuses[status] = self.statuses.get(status, 0) + 1
+        op = self.operators.setdefault(rec.get("operator", "?"), {"tried": 0, "kept": 0})
+        op["tried"] += 1
+        if status == "kept":
+            op["kept"] += 1
+            self.tasks.append(rec["task_id"])
+            kind = rec.get("failure_kind", "unknown")
+            self.failure_kinds[kind] = self.failure_kinds.get(kind, 0) + 1
+        else:
+            self.rejected.append(
+                {"candidate": rec.get("mutation", "?"), "status": status, "reason": rec.get("reason", status)}
+            )
 
     @property
     def kept(self) -> int:
@@ -162,9 +199,44 @@ class _Run:
     env_path: Path | None = None
 
 
-def _candidates(source: Path, config: BuildConfig) -> tuple[list[Mutation], dict[str, str]]:
-    """Seeded sample: functions in random order, `per_function` random sites each (realized, so
-    verified, only when picked), deduplicated by mutated-file hash, until `max_candidates`."""
+# How likely an operator is drawn for a function, against the others it has sites of: bugs whose
+# failures show a wrong value first; a wrong exception type tends to crash a test instead.
+_OPERATOR_WEIGHT = {"wrong_exception": 0.5, "drop_statement": 0.5, "return_none": 0.5}
+
+
+def _site_order(group: list, rng: random.Random) -> list:
+    """A function's sites in a seeded weighted order in which each operator is as likely to come
+    first as its weight says, however many sites it has (a long function has dozens of variable
+    reads where `wrong_variable` applies, and one comparison)."""
+    per_op = Counter(site.operator for site in group)
+
+    def key(site) -> float:
+        weight = _OPERATOR_WEIGHT.get(site.operator, 1.0) / per_op[site.operator]
+        return rng.random() ** (1.0 / weight)
+
+    return sorted(group, key=key, reverse=True)
+
+
+def _covered(site, covered: dict[str, set[int]] | None, path: str) -> bool:
+    """Whether a passing test runs the site's line (or, for a default, any line of its function)."""
+    if covered is None:
+        return True
+    lines = covered.get(path, set())
+    if site.operator == "wrong_default":
+        return any(n in lines for n in range(site.function_lines[0], site.function_lines[1] + 1))
+    start = site.target.lineno
+    end = getattr(site.target, "end_lineno", None) or start
+    # A sub-expression on a continuation line may report only its statement's first line.
+    return any(n in lines for n in range(max(site.function_lines[0], start - 3), end + 1))
+
+
+def _candidates(
+    source: Path, config: BuildConfig, covered: dict[str, set[int]] | None = None
+) -> tuple[list[Mutation], dict[str, str]]:
+    """Seeded sample: functions in random order, `per_function` sites each in a weighted order
+    (`_site_order`; realized, so verified, only when picked), deduplicated by mutated-file hash,
+    until `max_candidates`. With `covered` (lines the passing tests run, per file), only sites on
+    those lines: a bug no test runs breaks nothing."""
     rng = random.Random(config.seed)
     texts: dict[str, str] = {}
     groups: list[tuple[MutationSites, list]] = []
@@ -175,12 +247,15 @@ def _candidates(source: Path, config: BuildConfig) -> tuple[list[Mutation], dict
             continue
         texts[rel] = text
         sites = MutationSites(text, rel, operators=config.operators)
-        groups += [(sites, group) for _, group in sorted(sites.by_function.items())]
+        for _, group in sorted(sites.by_function.items()):
+            group = [site for site in group if _covered(site, covered, rel)]
+            if group:
+                groups.append((sites, group))
     rng.shuffle(groups)
     unique: dict[str, Mutation] = {}
     for sites, group in groups:
         taken = 0
-        for site in rng.sample(group, len(group)):
+        for site in _site_order(group, rng):
             if taken == config.per_function or len(unique) == config.max_candidates:
                 break
             m = sites.realize(site)
@@ -229,7 +304,7 @@ def _instruction(failing: list[str], messages: dict[str, str], total: int) -> st
     lines = ["Some tests of this project fail:", ""]
     for node in failing[:5]:
         lines.append(f"  {node}")
-        msg = " ".join((messages.get(node) or "").split())
+        msg = scrub_addresses(" ".join((messages.get(node) or "").split()))
         if msg:
             lines.append(f"      {msg[:300]}")
     if total > 5:
@@ -271,13 +346,17 @@ def _classify(run: _Run, res: TestRunResult, selected: bool) -> tuple[str, list[
         return "no_failure", failing, passing
     if not passing and not selected:
         return "all_failed", failing, passing
+    if giveaway(failing, res.messages):
+        return "giveaway", failing, passing
     return "kept", failing, passing
 
 
 async def _candidate(run: _Run, pool: SandboxPool, m: Mutation, text: str, key: str, index: int):
     t0 = time.monotonic()
-    rec: dict[str, Any] = {"kind": "candidate", "key": key, "mutation": m.describe()}
+    where = m.describe()
+    rec: dict[str, Any] = {"kind": "candidate", "key": key, "mutation": where, "operator": m.operator}
     res, status = await _run_mutant(run, pool, m, text, full=False)
+    detail = ""
     if res is not None:
         selected = run.cover is not None
         status, failing, passing = _classify(run, res, selected)
@@ -285,24 +364,52 @@ async def _candidate(run: _Run, pool: SandboxPool, m: Mutation, text: str, key: 
             res, _ = await _run_mutant(run, pool, m, text, full=True)
             assert res is not None
             status, failing, passing = _classify(run, res, False)
+        detail = _detail(status, res, failing)
         if status == "kept":
-            status, task_id = await _write(run, m, text, key, index, failing, passing, res.messages)
+            status, task_id, detail = await _write(run, m, text, key, index, failing, passing, res.messages)
             rec["task_id"] = task_id
+            rec["failure_kind"] = failure_kind(failing, res.messages)
     rec |= {"status": status, "seconds": round(time.monotonic() - t0, 3)}
+    if status != "kept":
+        rec["reason"] = reason(status, where, detail=detail, limit_s=round(run.timeout_s))
     async with run.lock:
         with run.state_path.open("a") as f:
             f.write(json.dumps(rec) + "\n")
-        run.report.statuses[status] = run.report.statuses.get(status, 0) + 1
+        run.report.count(rec)
         run.report.mutant_s.append(rec["seconds"])
-        if status == "kept":
-            run.report.tasks.append(rec["task_id"])
+
+
+def _detail(status: str, res: TestRunResult, failing: list[str]) -> str:
+    """The fact behind a status, for its reason: the giveaway failure, the first collection error,
+    the run's summary."""
+    if status == "giveaway":
+        return scrub_addresses(giveaway(failing, res.messages) or "")
+    if status == "collection_error":
+        for path, text in res.collection_errors.items():
+            return f"{path}: {first_error_line(text)}"
+        return res.summary
+    if status == "no_report":
+        first = first_error_line(res.output_tail)
+        return f"{first} ({res.summary})" if first else res.summary
+    return ""
+
+
+def _pass_to_pass(run: _Run, m: Mutation, passing: list[str]) -> list[str]:
+    """Every test that could notice a change: the whole passing suite where a run of it is cheap
+    (`full_suite_below_s`), else the passing tests whose coverage runs any line of the mutated
+    file (the file the fix belongs in); never a sample, so a "fix" that breaks other code fails a
+    required test. Without a coverage map, the whole suite."""
+    if run.cover is None or run.baseline_s < run.config.full_suite_below_s:
+        return sorted(passing)
+    lines = range(1, max(run.cover.files.get(m.path, {0: []}), default=0) + 1)
+    covering = run.cover.tests_for(m.path, lines)
+    return sorted(n for n in passing if n in covering)
 
 
 async def _write(run: _Run, m: Mutation, text: str, key: str, index: int, failing, passing, messages):
     cfg = run.config
-    rng = random.Random(f"{cfg.seed}:{key}")
-    f2p = failing[: cfg.max_fail_to_pass]
-    p2p = sorted(rng.sample(passing, min(cfg.max_pass_to_pass, len(passing))))
+    f2p = list(failing)
+    p2p = _pass_to_pass(run, m, passing)
     task_id = f"{run.prefix}-{index:04d}-{key[:8]}"
     root = run.out / task_id
     if root.exists():
@@ -333,10 +440,11 @@ async def _write(run: _Run, m: Mutation, text: str, key: str, index: int, failin
         report = await check_task(root, run.provider)
         run.report.check_s.append(round(time.monotonic() - t0, 3))
         if not report.valid:
-            log.info("task %s dropped: %s", task_id, "; ".join(report.problem_lines())[:300])
+            why = "; ".join(report.problem_lines()[:3])[:600]
+            log.info("task %s dropped: %s", task_id, why)
             shutil.rmtree(root)
-            return "invalid", None
-    return "kept", task_id
+            return "invalid", None, why
+    return "kept", task_id, ""
 
 
 async def build_tasks(
@@ -438,10 +546,17 @@ async def build_tasks(
         report.flaky_dropped = len(header.get("flaky", ()))
         report.baseline_s = header["baseline_s"]
         cover = None
-        if header["baseline_s"] > config.coverage_above_s:
+        select = header["baseline_s"] > config.coverage_above_s
+        if select or config.covered_sites:
             cover = await build_coverage_map(base, command, timeout_s=max(600, 10 * header["baseline_s"]))
             if cover is None:
                 log.warning("coverage map failed (is `coverage` installed?); running full suites")
+        if cover is not None and config.covered_sites:
+            covered = cover.covered_lines(passing)
+            candidates, texts = _candidates(source, config, covered)
+            report.uncovered_sites_skipped = True
+        if not select:
+            cover = None  # the map chose the sites; every mutant runs the whole suite
         report.coverage_selection = cover is not None
         run = _Run(
             config=config,
@@ -465,10 +580,7 @@ async def build_tasks(
             key = m.key(texts[m.path])
             if key in done:
                 report.resumed += 1
-                st = done[key]["status"]
-                report.statuses[st] = report.statuses.get(st, 0) + 1
-                if st == "kept":
-                    report.tasks.append(done[key]["task_id"])
+                report.count(done[key])
             else:
                 stale = out / f"{prefix}-{i:04d}-{key[:8]}"
                 if stale.exists():  # written by a build that died before recording it
@@ -531,8 +643,10 @@ async def _work(run: _Run, todo, texts, concurrency: int, progress: bool) -> Non
                 await _candidate(run, pool, m, texts[m.path], key, i)
             except Exception as e:  # one broken candidate never stops the build
                 log.warning("candidate %s failed: %s: %s", m.describe(), type(e).__name__, e)
+                rec = {"status": "error", "mutation": m.describe(), "operator": m.operator}
+                rec["reason"] = reason("error", m.describe(), detail=f"{type(e).__name__}: {e}")
                 async with run.lock:
-                    run.report.statuses["error"] = run.report.statuses.get("error", 0) + 1
+                    run.report.count(rec)
             bar.update(bar_id, advance=1, description=f"kept {run.report.kept}")
 
     async with pool:

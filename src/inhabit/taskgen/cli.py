@@ -117,8 +117,14 @@ def build(
             if report.env_id
             else ()
         ),
+        *(
+            (("measurement options left out of addopts", " ".join(report.measurement_options_dropped)),)
+            if report.measurement_options_dropped
+            else ()
+        ),
         ("baseline run (s)", f"{report.baseline_s:.1f}"),
         ("coverage selection", "yes" if report.coverage_selection else "no"),
+        ("only lines the tests run mutated", "yes" if report.uncovered_sites_skipped else "no"),
         ("candidates (resumed)", f"{report.candidates} ({report.resumed})"),
         *((f"  {status}", n) for status, n in report.statuses.items()),
         ("valid tasks", report.kept),
@@ -126,7 +132,18 @@ def build(
         ("elapsed (s)", f"{report.elapsed_s:.1f}"),
     ):
         table.add_row(escape(k), escape(str(v)))
-    Console().print(table)
+    console = Console()
+    console.print(table)
+    mix = ", ".join(f"{op} {n['kept']}/{n['tried']}" for op, n in sorted(report.operators.items()))
+    if mix:
+        console.print(escape(f"bugs kept/tried by operator: {mix}"))
+    if report.failure_kinds:
+        kinds = ", ".join(f"{kind} {n}" for kind, n in sorted(report.failure_kinds.items()))
+        console.print(escape(f"kept tasks by how their first failing test fails: {kinds}"))
+    if report.rejected:
+        console.print(f"rejected candidates ({len(report.rejected)}; also in build-report.json):")
+        for r in report.rejected:
+            console.print(escape(f"  [{r['status']}] {r['reason']}"), soft_wrap=True)
 
 
 @tasks_app.command("generate")

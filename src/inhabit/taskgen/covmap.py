@@ -15,6 +15,7 @@ import json
 import secrets
 import shlex
 from collections.abc import Iterable
+from pathlib import Path
 
 from inhabit.grading.testrun import HASH_SEED, NO_ASLR_PROBE
 from inhabit.sandbox.base import Sandbox
@@ -62,6 +63,19 @@ def pytest_sessionfinish(session):
 """
 
 
+def _coverage_package() -> list[tuple[str, bytes]]:
+    """(path under a folder on sys.path, bytes) of every file of the `coverage` package inhabit
+    runs with."""
+    import coverage
+
+    top = Path(coverage.__file__).parent
+    return [
+        (f"coverage/{p.relative_to(top).as_posix()}", p.read_bytes())
+        for p in sorted(top.rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts
+    ]
+
+
 class CoverageMap:
     """Lines to tests, per file (paths relative to the workspace root)."""
 
@@ -69,6 +83,15 @@ class CoverageMap:
         self.tests: list[str] = data.pop("__tests__", [])
         self.files: dict[str, dict[int, list[int]]] = {
             path: {int(k): v for k, v in lines.items()} for path, lines in data.items()
+        }
+
+    def covered_lines(self, tests: Iterable[str]) -> dict[str, set[int]]:
+        """Per file, the lines that at least one of `tests` runs."""
+        names = set(tests)
+        wanted = {i for i, name in enumerate(self.tests) if name in names}
+        return {
+            path: {line for line, ids in by_line.items() if not wanted.isdisjoint(ids)}
+            for path, by_line in self.files.items()
         }
 
     def tests_for(self, path: str, lines: Iterable[int]) -> set[str]:
@@ -84,6 +107,15 @@ async def build_coverage_map(sandbox: Sandbox, command: str, *, timeout_s: float
     await sandbox.write_file(f"{folder}/inhabit_covmap.py", _PLUGIN)
     script = f"{command} -p inhabit_covmap --tb=no >/dev/null 2>&1"
     try:
+        probe = await sandbox.exec(
+            ["sh", "-c", f'PYTHONPATH="$PWD/{folder}" python -c "import coverage"'], timeout_s=60
+        )
+        if not probe.ok:
+            # A task environment without coverage (its tests never asked for it): this one run
+            # gets inhabit's own copy beside the plugin (pure Python where its C tracer does not
+            # fit the interpreter). The folder is left out of what is measured, and removed.
+            for rel, data in _coverage_package():
+                await sandbox.write_file(f"{folder}/{rel}", data)
         await sandbox.exec(
             [
                 "sh",

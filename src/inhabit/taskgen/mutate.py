@@ -7,17 +7,28 @@ the reverse patch that fixes it is a one- or two-line diff. Each edit is verifie
 source must parse to exactly the tree the operator meant (else the edit is retried with
 parentheses, else dropped), so no candidate is a syntax error or a different bug than described.
 
-Operators (`Mutation.operator`):
+Operators (`Mutation.operator`), the bugs a developer makes; the default set (`OPERATORS`):
+  boundary          `<` <-> `<=`, `>` <-> `>=` (the boundary of a comparison)
   flip_comparison   `<` <-> `>=`, `<=` <-> `>`, `==` <-> `!=`, `is` <-> `is not`, `in` <-> `not in`
-  off_by_one        an integer constant n -> n + 1 (n - 1 for a positive n in a subtraction)
-  wrong_constant    True <-> False, 0 <-> 1, a non-empty string -> ""
-  wrong_operator    `+` <-> `-`, `*` <-> `//`... within one precedence level; `and` <-> `or`;
+  off_by_one        an integer constant n -> n + 1; a slice bound or `range` stop `e` -> `e + 1`, `e - 1`
+  wrong_default     a parameter's default: True <-> False, 0 <-> 1, n -> n + 1
+  wrong_constant    True <-> False, 0 <-> 1
+  wrong_operator    `+` <-> `-`, `*` <-> `//`... within one precedence level (not on string, list
+                    or tuple literals: `"a" - "b"` is no developer's slip); `and` <-> `or`;
                     augmented assignments `+=` <-> `-=`
   swap_arguments    the first two positional arguments of a call
   negate_condition  `if c:` / `while c:` / `x if c else y` -> `not c`
+  wrong_variable    a parameter or local read where another one of the same kind was meant (same
+                    annotation, or the same kind of literal default or value; defined earlier)
+  missing_return    `return expr` -> `expr` (the value computed, then dropped)
+  wrong_exception   a built-in exception raised or caught -> a sibling (`ValueError` <-> `TypeError`,
+                    `KeyError` <-> `IndexError`...)
+  drop_unary        `-x` -> `x`, `not x` -> `x`
+Also available (`ALL_OPERATORS`), not by default, since their failures tend to name the line
+(NameError) rather than show a wrong value:
   drop_statement    an assignment or expression statement -> `pass` (not the only statement)
   return_none       `return expr` -> `return None`
-  drop_unary        `-x` -> `x`, `not x` -> `x`
+  empty_string      a non-empty string constant -> ""
 """
 
 from __future__ import annotations
@@ -28,19 +39,44 @@ import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-__all__ = ["OPERATORS", "Mutation", "MutationSites", "Site", "find_mutations", "function_spans"]
+__all__ = [
+    "ALL_OPERATORS",
+    "OPERATORS",
+    "Mutation",
+    "MutationSites",
+    "Site",
+    "find_mutations",
+    "function_spans",
+]
 
 OPERATORS = (
+    "boundary",
     "flip_comparison",
     "off_by_one",
+    "wrong_default",
     "wrong_constant",
     "wrong_operator",
     "swap_arguments",
     "negate_condition",
-    "drop_statement",
-    "return_none",
+    "wrong_variable",
+    "missing_return",
+    "wrong_exception",
     "drop_unary",
 )
+ALL_OPERATORS = (*OPERATORS, "drop_statement", "return_none", "empty_string")
+
+_BOUNDARY: dict[type, type] = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt}
+# Siblings a developer confuses: raising (or catching) one where the other was meant.
+_SIBLING_EXCEPTIONS = {
+    "ValueError": "TypeError", "TypeError": "ValueError", "KeyError": "IndexError",
+    "IndexError": "KeyError", "AttributeError": "TypeError", "LookupError": "ValueError",
+    "RuntimeError": "ValueError", "ZeroDivisionError": "ValueError", "OverflowError": "ValueError",
+    "NotImplementedError": "RuntimeError", "FileNotFoundError": "OSError", "OSError": "ValueError",
+}  # fmt: skip
+# Operands that `+`, `-`, `*` on numbers never have: swapping the operator there gives a TypeError
+# that names the swap, not a bug a developer writes.
+_SEQUENCE_LITERALS = (ast.JoinedStr, ast.List, ast.Tuple, ast.Set, ast.Dict, ast.ListComp, ast.SetComp,
+                      ast.DictComp, ast.GeneratorExp)  # fmt: skip
 
 _FLIP_CMP: dict[type, type] = {
     ast.Lt: ast.GtE,
@@ -146,14 +182,32 @@ def _is_docstring(node: ast.AST) -> bool:
     )
 
 
-def _edits(node: ast.AST, parent_body: list[ast.stmt] | None) -> Iterator[tuple[str, ast.AST]]:
-    """(operator, replacement node) pairs for one node."""
+def _is_sequence_operand(node: ast.AST) -> bool:
+    return isinstance(node, _SEQUENCE_LITERALS) or (
+        isinstance(node, ast.Constant) and isinstance(node.value, str | bytes)
+    )
+
+
+def _edits(
+    node: ast.AST, parent_body: list[ast.stmt] | None, scope: _Scope | None = None
+) -> Iterator[tuple[str, ast.AST]]:
+    """(operator, replacement node) pairs for one node (`scope`: the function's names, where the
+    node sits; see `_Scope`)."""
+    if scope is not None:
+        yield from scope.edits(node)
     if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _FLIP_CMP:
         new = copy.deepcopy(node)
         new.ops = [_FLIP_CMP[type(node.ops[0])]()]
         yield "flip_comparison", new
+        if type(node.ops[0]) in _BOUNDARY:
+            new = copy.deepcopy(node)
+            new.ops = [_BOUNDARY[type(node.ops[0])]()]
+            yield "boundary", new
     elif isinstance(node, ast.BinOp) and type(node.op) in _SWAP_BINOP:
-        if not (isinstance(node.op, ast.Mod) and isinstance(node.left, ast.Constant | ast.JoinedStr)):
+        sequence = _is_sequence_operand(node.left) or _is_sequence_operand(node.right)
+        if not (
+            isinstance(node.op, ast.Mod) and isinstance(node.left, ast.Constant | ast.JoinedStr)
+        ) and not (sequence and isinstance(node.op, ast.Add | ast.Sub | ast.Mult)):
             new = copy.deepcopy(node)
             new.op = _SWAP_BINOP[type(node.op)]()
             yield "wrong_operator", new
@@ -175,7 +229,7 @@ def _edits(node: ast.AST, parent_body: list[ast.stmt] | None) -> Iterator[tuple[
             else:
                 yield "off_by_one", ast.Constant(v + 1)
         elif isinstance(v, str) and v and len(v) < 40:
-            yield "wrong_constant", ast.Constant("")
+            yield "empty_string", ast.Constant("")
     elif isinstance(node, ast.Call):
         args = node.args
         starred = any(isinstance(a, ast.Starred) for a in args[:2])
@@ -191,6 +245,10 @@ def _edits(node: ast.AST, parent_body: list[ast.stmt] | None) -> Iterator[tuple[
         returns_none = isinstance(node.value, ast.Constant) and node.value.value is None
         if not returns_none:
             yield "return_none", ast.Return(ast.Constant(None))
+        # A value computed and dropped reads like a forgotten `return`; a bare name or constant
+        # on a line of its own does not.
+        if not isinstance(node.value, ast.Name | ast.Constant | ast.Attribute | ast.Tuple | ast.Yield):
+            yield "missing_return", ast.Expr(copy.deepcopy(node.value))
     if (
         isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign | ast.Expr)
         and parent_body is not None
@@ -198,6 +256,178 @@ def _edits(node: ast.AST, parent_body: list[ast.stmt] | None) -> Iterator[tuple[
         and not _is_docstring(node)
     ):
         yield "drop_statement", ast.Pass()
+
+
+def _literal_kind(node: ast.AST | None) -> str | None:
+    """The type a value's own text shows (`3` int, `[...]` list, `str(x)` str), or None."""
+    if isinstance(node, ast.Constant):
+        return None if node.value is None else type(node.value).__name__
+    kinds = {ast.List: "list", ast.ListComp: "list", ast.Dict: "dict", ast.DictComp: "dict", ast.Set: "set",
+             ast.SetComp: "set", ast.Tuple: "tuple", ast.JoinedStr: "str"}  # fmt: skip
+    for cls, kind in kinds.items():
+        if isinstance(node, cls):
+            return kind
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+        name = node.func.id
+        if name in ("int", "str", "float", "list", "dict", "set", "tuple", "bool", "bytes"):
+            return name
+        if name in ("len", "sum", "abs", "round"):
+            return "int" if name == "len" else None
+    return None
+
+
+_SEQUENCE_FUNCTIONS = frozenset(
+    {"len", "sum", "sorted", "enumerate", "zip", "reversed", "any", "all", "min", "max"}
+)
+_STR_METHODS = frozenset(
+    {"join", "split", "strip", "lstrip", "rstrip", "lower", "upper", "startswith", "endswith", "format",
+     "replace", "encode", "isdigit", "isalpha", "splitlines", "partition", "rpartition", "zfill"}
+)  # fmt: skip
+
+
+def _usage_kinds(nodes: list[ast.AST]) -> dict[str, set[str]]:
+    """What each name's uses say it holds: `num` (arithmetic or comparison with a number, an index,
+    a range or slice bound), `seq` (indexed, iterated, measured) or `str` (a string method called)."""
+    out: dict[str, set[str]] = {}
+
+    def mark(node: ast.AST | None, kind: str) -> None:
+        if isinstance(node, ast.Name):
+            out.setdefault(node.id, set()).add(kind)
+
+    def number(node: ast.AST) -> bool:
+        return isinstance(node, ast.Constant) and type(node.value) in (int, float)
+
+    for node in nodes:
+        if isinstance(node, ast.Subscript):
+            mark(node.value, "seq")
+            if not isinstance(node.slice, ast.Slice):
+                mark(node.slice, "num")
+        elif isinstance(node, ast.Slice):
+            for bound in (node.lower, node.upper, node.step):
+                mark(bound, "num")
+        elif isinstance(node, ast.For | ast.comprehension):
+            mark(node.iter, "seq")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            if node.func.id in _SEQUENCE_FUNCTIONS and len(node.args) == 1:
+                mark(node.args[0], "seq")
+            elif node.func.id == "range":
+                for arg in node.args:
+                    mark(arg, "num")
+        elif isinstance(node, ast.Attribute) and node.attr in _STR_METHODS:
+            mark(node.value, "str")
+        elif isinstance(node, ast.BinOp) and (number(node.left) or number(node.right)):
+            mark(node.left, "num")
+            mark(node.right, "num")
+        elif (
+            isinstance(node, ast.Compare)
+            and len(node.comparators) == 1
+            and (number(node.comparators[0]) or number(node.left))
+        ):
+            mark(node.left, "num")
+            mark(node.comparators[0], "num")
+    return out
+
+
+class _Scope:
+    """One function's names and the places where its name-aware operators apply: slice bounds and
+    `range` stops (off_by_one), built-in exceptions raised or caught (wrong_exception), and reads
+    of a parameter or local where a sibling of the same kind could be meant (wrong_variable)."""
+
+    _SKIP = frozenset({"self", "cls"})
+
+    def __init__(self, func: ast.FunctionDef | ast.AsyncFunctionDef, nodes: list[ast.AST]) -> None:
+        a = func.args
+        params = [*a.posonlyargs, *a.args, *a.kwonlyargs]
+        defaults: dict[str, ast.AST | None] = {}
+        positional = [*a.posonlyargs, *a.args]
+        for arg, default in zip(positional[len(positional) - len(a.defaults) :], a.defaults, strict=True):
+            defaults[arg.arg] = default
+        for arg, default in zip(a.kwonlyargs, a.kw_defaults, strict=True):
+            defaults[arg.arg] = default
+        # name -> (first line it is bound on, "param" or "local", its kind: annotation or literal)
+        self.names: dict[str, tuple[int, str, str | None]] = {}
+        for arg in params:
+            if arg.arg not in self._SKIP:
+                kind = (
+                    ast.dump(arg.annotation)
+                    if arg.annotation is not None
+                    else _literal_kind(defaults.get(arg.arg))
+                )
+                self.names[arg.arg] = (func.lineno, "param", kind)
+        self.bounds: set[int] = set()
+        self.exceptions: set[int] = set()
+        self.callees: set[int] = set()
+        for node in nodes:
+            if isinstance(node, ast.Assign | ast.AnnAssign | ast.For):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                value = node.iter if isinstance(node, ast.For) else node.value
+                for t in targets:
+                    if isinstance(t, ast.Name) and t.id not in self.names and t.id not in self._SKIP:
+                        if isinstance(node, ast.AnnAssign):
+                            kind = ast.dump(node.annotation)
+                        else:
+                            kind = None if isinstance(node, ast.For) else _literal_kind(value)
+                        self.names[t.id] = (node.lineno, "local", kind)
+            if isinstance(node, ast.Slice):
+                for bound in (node.lower, node.upper):
+                    if bound is not None and not isinstance(bound, ast.Constant | ast.UnaryOp):
+                        self.bounds.add(id(bound))
+            if isinstance(node, ast.Call):
+                self.callees.add(id(node.func))
+                if isinstance(node.func, ast.Name) and node.func.id == "range" and 1 <= len(node.args) <= 2:
+                    stop = node.args[-1]
+                    if not isinstance(stop, ast.Constant | ast.Starred):
+                        self.bounds.add(id(stop))
+            if isinstance(node, ast.Raise) and node.exc is not None:
+                exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+                self.exceptions.add(id(exc))
+            if isinstance(node, ast.ExceptHandler) and node.type is not None:
+                types_ = node.type.elts if isinstance(node.type, ast.Tuple) else [node.type]
+                self.exceptions.update(id(t) for t in types_)
+        # A name with no annotation and no literal of its own gets the kind its uses show.
+        usage = _usage_kinds(nodes)
+        for name, (first, role, kind) in list(self.names.items()):
+            if kind is None and len(usage.get(name, ())) == 1:
+                self.names[name] = (first, role, next(iter(usage[name])))
+
+    def _siblings(self, name: str, line: int) -> list[str]:
+        _, role, kind = self.names[name]
+        out = []
+        for other, (first, other_role, other_kind) in self.names.items():
+            if other == name or (first >= line and other_role == "local"):
+                continue
+            same = kind == other_kind if (kind is not None or other_kind is not None) else role == other_role
+            if same:
+                out.append(other)
+        return out
+
+    def edits(self, node: ast.AST) -> Iterator[tuple[str, ast.AST]]:
+        if id(node) in self.bounds and not (
+            isinstance(node, ast.BinOp) and isinstance(node.right, ast.Constant)
+        ):
+            for op in (ast.Add(), ast.Sub()):
+                yield "off_by_one", ast.BinOp(copy.deepcopy(node), op, ast.Constant(1))
+        if id(node) in self.exceptions and isinstance(node, ast.Name) and node.id in _SIBLING_EXCEPTIONS:
+            yield "wrong_exception", ast.Name(_SIBLING_EXCEPTIONS[node.id], ast.Load())
+        elif (
+            isinstance(node, ast.Name)
+            and isinstance(node.ctx, ast.Load)
+            and node.id in self.names
+            and id(node) not in self.callees
+        ):
+            for other in self._siblings(node.id, node.lineno):
+                yield "wrong_variable", ast.Name(other, ast.Load())
+
+
+def _default_edits(func: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[tuple[ast.AST, ast.AST]]:
+    """(default, replacement) for each literal default of a parameter: the wrong default."""
+    for default in [*func.args.defaults, *func.args.kw_defaults]:
+        if isinstance(default, ast.Constant):
+            v = default.value
+            if isinstance(v, bool):
+                yield default, ast.Constant(not v)
+            elif isinstance(v, int):
+                yield default, ast.Constant(1 - v if v in (0, 1) else v + 1)
 
 
 def _target(node: ast.AST) -> ast.AST:
@@ -239,13 +469,19 @@ class MutationSites:
         protected = _protected_constants(self.tree)
         for qualname, func in function_spans(self.tree):
             span = (func.lineno, func.end_lineno or func.lineno)
-            for node in _own_nodes(func):
+            nodes = list(_own_nodes(func))
+            scope = _Scope(func, nodes)
+            sites = self.by_function.setdefault(qualname, [])
+            if "wrong_default" in wanted:
+                sites += [Site("wrong_default", qualname, span, d, new) for d, new in _default_edits(func)]
+            for node in nodes:
                 if id(node) in protected:
                     continue
-                for operator, new in _edits(node, bodies.get(id(node))):
+                for operator, new in _edits(node, bodies.get(id(node)), scope):
                     if operator in wanted:
-                        site = Site(operator, qualname, span, _target(node), new)
-                        self.by_function.setdefault(qualname, []).append(site)
+                        sites.append(Site(operator, qualname, span, _target(node), new))
+            if not sites:
+                del self.by_function[qualname]
 
     def realize(self, site: Site) -> Mutation | None:
         """The verified mutation of `site`, or None when no edit parses to the intended tree."""
@@ -388,7 +624,11 @@ def _minimal_texts(source: str, operator: str, target: ast.AST, new: ast.AST) ->
     elif operator == "drop_unary" and isinstance(target, ast.UnaryOp):
         a, b = span(target.operand)
         candidates += [source[a:b], f"({source[a:b]})"]
-    elif operator in ("wrong_constant", "off_by_one") and isinstance(new, ast.Constant):
+    elif operator == "missing_return" and text.startswith("return"):
+        candidates.append(text[len("return") :].lstrip())
+    elif operator in ("wrong_constant", "off_by_one", "wrong_default", "empty_string") and isinstance(
+        new, ast.Constant
+    ):
         candidates.append('""' if new.value == "" and text.startswith('"') else None)
     return [c for c in candidates if c is not None]
 

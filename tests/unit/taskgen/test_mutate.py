@@ -8,7 +8,7 @@ import difflib
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inhabit.taskgen.mutate import OPERATORS, find_mutations
+from inhabit.taskgen.mutate import ALL_OPERATORS, OPERATORS, find_mutations
 
 SOURCE = '''"""Module docstring."""
 
@@ -30,6 +30,11 @@ class Box:
     def get(self, key: str = "k"):
         "Short doc."
         return self.items[key]
+
+    def head(self, n=2):
+        if n < 0:
+            raise ValueError("negative")
+        return self.items[:n]
 '''
 
 
@@ -42,8 +47,9 @@ def _changed_lines(a: str, b: str) -> list[str]:
 
 
 def test_every_operator_fires_and_each_edit_is_minimal_and_parses():
-    ms = find_mutations(SOURCE, "pkg/mod.py")
-    assert {m.operator for m in ms} == set(OPERATORS)
+    assert set(OPERATORS) < set(ALL_OPERATORS)
+    ms = find_mutations(SOURCE, "pkg/mod.py", operators=ALL_OPERATORS)
+    assert {m.operator for m in ms} == set(ALL_OPERATORS)
     for m in ms:
         mutated = m.apply(SOURCE)
         ast.parse(mutated)
@@ -63,15 +69,40 @@ def test_every_operator_fires_and_each_edit_is_minimal_and_parses():
     assert by[("return_none", "return lo")] == "return None"
     assert by[("drop_unary", "-hi")] == "hi"
     assert by[("wrong_operator", "total += 3")] == "total -= 3"
+    assert by[("boundary", "x < lo")] == "x <= lo"
+    assert by[("wrong_default", "2")] == "3"
+    assert by[("wrong_exception", "ValueError")] == "TypeError"
+    assert by[("missing_return", "return self.items[:n]")] == "self.items[:n]"
+    assert by[("off_by_one", "n")] in ("n + 1", "n - 1")
+    assert by[("wrong_variable", "lo")] == "hi"  # two parameters of one kind; x is a number, lo unknown
+    assert ("wrong_variable", "x") not in by
+    assert by[("empty_string", '"NOCLAMP"')] == '""'
     funcs = {m.function for m in ms}
-    assert funcs == {"clamp", "Box.get"}  # default argument values and annotations are outside bodies
+    assert funcs == {"clamp", "Box.get", "Box.head"}  # annotations are outside bodies
+    # The default set leaves out the operators whose failures name the line.
+    assert {m.operator for m in find_mutations(SOURCE, "pkg/mod.py")} == set(OPERATORS)
+
+
+def test_operators_on_sequences_and_names_stay_plausible():
+    source = (
+        "def f(items, sep: str, width: int, label: str):\n"
+        "    head = items[0]\n"
+        "    return sep.join([label, '-' * width]) + str(head)\n"
+    )
+    ms = find_mutations(source, "m.py")
+    swaps = {(m.original, m.replacement) for m in ms if m.operator == "wrong_variable"}
+    assert ("sep", "label") in swaps and ("label", "sep") in swaps  # both annotated str
+    assert not any("width" in pair for pair in swaps)  # an int is never read for a str
+    # `'-' * width` multiplies a string literal: never `//` (the outer `+` of two calls is left
+    # to the build's giveaway check, which drops a mutant whose failure reads "unsupported operand").
+    assert not any(m.operator == "wrong_operator" and m.original == "'-' * width" for m in ms)
 
 
 def test_keys_identify_the_mutated_file_and_operators_filter():
     ms = find_mutations(SOURCE, "pkg/mod.py", operators=("return_none",))
-    assert {m.operator for m in ms} == {"return_none"} and len(ms) == 4
+    assert {m.operator for m in ms} == {"return_none"} and len(ms) == 5
     keys = {m.key(SOURCE) for m in ms}
-    assert len(keys) == 4
+    assert len(keys) == 5
     assert find_mutations("def broken(:\n", "x.py") == []
 
 

@@ -110,7 +110,10 @@ def test_build_keeps_valid_tasks_with_hidden_reference_patches(built):
     report, out = built
     assert report.baseline_tests == 5 and report.baseline_failing_dropped == 1
     assert report.kept >= 3 and len(report.tasks) == report.kept
-    assert report.statuses.get("no_failure", 0) >= 1  # never_called's mutants break nothing
+    # never_called's lines run in no test: no candidate there (it could only break nothing).
+    assert report.uncovered_sites_skipped
+    assert not any("never_called" in r["candidate"] for r in report.rejected)
+    assert all(r["reason"] for r in report.rejected)
     assert sum(report.statuses.values()) == report.candidates
     assert json.loads((out / "build-report.json").read_text())["kept"] == report.kept
     for task_id in report.tasks:
@@ -169,7 +172,7 @@ async def test_resume_skips_recorded_candidates_and_redoes_lost_ones(tmp_path, s
 
 async def test_coverage_selection_skips_uncovered_functions(tmp_path, sandbox_provider):
     project = write_project(tmp_path / "p")
-    cfg = BuildConfig(coverage_above_s=0.0, check=False, operators=("return_none",))
+    cfg = BuildConfig(coverage_above_s=0.0, check=False, operators=("return_none",), covered_sites=False)
     report = await build_tasks(project, tmp_path / "out", sandbox_provider, cfg, progress=False)
     assert report.coverage_selection
     assert report.statuses.get("uncovered") == 1  # never_called: no test runs it, no run needed
