@@ -573,7 +573,7 @@ class EmbeddedEngine(InferenceEngine):
             input_ids=torch.tensor([seq[start:]], device=dev),
             attention_mask=cache.attention_mask(_DTYPES[self.config.dtype], dev),
             position_ids=cache.position_ids(dev),
-            past_key_values=cache,
+            **{self._cache_kw: cache},
             use_cache=True,
             logits_to_keep=1,
         )
