@@ -31,6 +31,10 @@ ESCAPE_AND_REPORT_PID = (
 TOKEN = "cli-test-token-42"
 
 
+ENV_SERVER = [sys.executable, "-m", "inhabit", "sandbox", "env-server"]
+"""The command, as a user types it (`inhabit sandbox env-server`)."""
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -69,11 +73,7 @@ def server(tmp_path: Path):
     log = (tmp_path / "server.log").open("w")
     proc = subprocess.Popen(
         [
-            sys.executable,
-            "-m",
-            "inhabit",
-            "sandbox",
-            "env-server",
+            *ENV_SERVER,
             "--host",
             "127.0.0.1",
             "--port",
@@ -169,11 +169,7 @@ def test_refuses_a_public_host_without_a_token(command):
 def test_short_token_is_refused():
     r = subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "inhabit",
-            "sandbox",
-            "env-server",
+            *ENV_SERVER,
             "--port",
             str(_free_port()),
             "--token",
@@ -191,11 +187,7 @@ def test_short_token_is_refused():
 def test_missing_root_is_refused(tmp_path):
     r = subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "inhabit",
-            "sandbox",
-            "env-server",
+            *ENV_SERVER,
             "--port",
             str(_free_port()),
             "--root",
@@ -236,11 +228,7 @@ def test_a_taken_port_is_one_clear_error_before_anything_starts():
         port = taken.getsockname()[1]
         r = subprocess.run(
             [
-                sys.executable,
-                "-m",
-                "inhabit",
-                "sandbox",
-                "env-server",
+                *ENV_SERVER,
                 "--port",
                 str(port),
                 "--backend",
