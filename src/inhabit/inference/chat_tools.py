@@ -106,7 +106,10 @@ def plan_chat(req: ChatRequest, parser_name: str | None, xml_tools: bool = False
             else "response_format"
         )
         raise BadChatRequest(str(e), param) from None
-    return ChatPlan(messages, tools, parser, None if req.parallel_tool_calls else 1, uses, guide)
+    # Under the `inhabit` parser the template renders no tools: they are described in the system
+    # message (above), so the template is rendered without them.
+    template_tools = None if parser_name == "inhabit" else tools
+    return ChatPlan(messages, template_tools, parser, None if req.parallel_tool_calls else 1, uses, guide)
 
 
 def _check_tools(req: ChatRequest) -> dict[str, dict]:

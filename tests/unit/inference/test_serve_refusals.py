@@ -113,6 +113,34 @@ def test_tools_to_a_template_that_renders_none(moe_folder, xml_tools):
     assert '<tool name="NAME">' in prompt and "- run: Run a shell command. arguments" in prompt
 
 
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def test_xml_tools_under_a_real_template_that_renders_none(moe_folder):
+    """A ChatML template like SmolLM2's renders no `tools`: with --xml-tools the tools are described
+    in the system message and the template is rendered without them, not refused."""
+    from inhabit.inference.config import EngineConfig
+    from inhabit.inference.embedded import EmbeddedEngine
+    from inhabit.inference.server import BackgroundServer, create_app
+
+    engine = EmbeddedEngine.from_path(moe_folder, EngineConfig(seed=0))
+    engine.tokenizer.chat_template = CHATML
+    app = create_app(engine, engine.tokenizer, model_name="m", tool_call_parser="inhabit", xml_tools=True)
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": TOOLS, "max_tokens": 2}
+    try:
+        with BackgroundServer(app) as srv:
+            r = httpx.post(srv.url + "/v1/chat/completions", json=body, timeout=60)
+    finally:
+        asyncio.run(engine.close())
+    assert r.status_code == 200, r.text
+    prompt = engine.tokenizer.decode(r.json()["prompt_token_ids"])
+    assert prompt.startswith("<|im_start|>system\n") and '<tool name="NAME">' in prompt
+    assert "- run: Run a shell command. arguments" in prompt
+
+
 def test_eval_on_a_folder_without_a_template_is_one_line(bare_folder):
     tasks = Path(__file__).resolve().parents[3] / "examples" / "tasks" / "demo-001"
     cmd = [sys.executable, "-m", "inhabit", "eval", "--tasks", str(tasks), "--model", str(bare_folder)]
