@@ -95,10 +95,14 @@ def tiny_model(tmp_path: Path) -> Path:
     return save_model_folder(model, tok, tmp_path / "tiny-model")
 
 
-def specialize(project: Path, model: Path, out: Path, *extra: str):  # type: ignore[no-untyped-def]
-    args = ["specialize", str(project), "--model", str(model), "--out", str(out), "--budget", "20m",
+def specialize_args(project: Path, model: Path, out: Path, *extra: str) -> list[str]:
+    """The command line after `inhabit`, as the tests run it."""
+    return ["specialize", str(project), "--model", str(model), "--out", str(out), "--budget", "20m",
             "--progress", "plain", *OVERRIDES, *extra]  # fmt: skip
-    return CliRunner().invoke(app, args)
+
+
+def specialize(project: Path, model: Path, out: Path, *extra: str):  # type: ignore[no-untyped-def]
+    return CliRunner().invoke(app, specialize_args(project, model, out, *extra))
 
 
 def test_specialize_end_to_end_on_a_tiny_project(tmp_path: Path, project: Path, tiny_model: Path) -> None:
@@ -164,8 +168,7 @@ def test_ctrl_c_at_a_step_then_resume(tmp_path: Path, project: Path, tiny_model:
 
     before = tree_fingerprint(project)
     out = tmp_path / "run"
-    args = [sys.executable, "-m", "inhabit", "specialize", str(project), "--model", str(tiny_model),
-            "--out", str(out), "--budget", "20m", "--progress", "plain", *OVERRIDES]  # fmt: skip
+    args = [sys.executable, "-m", "inhabit", *specialize_args(project, tiny_model, out)]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     state_file = out / "state.json"
     deadline = time.monotonic() + 600
