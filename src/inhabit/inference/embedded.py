@@ -322,6 +322,16 @@ class EmbeddedEngine(InferenceEngine):
             self._closing = True
             self._lock.notify()
 
+    def close_blocking(self, timeout_s: float = 30) -> None:
+        """Stop and wait for the decode worker, outside an event loop (a refusal before serving).
+
+        Leaving the process while the worker is still inside torch (its first
+        `torch.set_num_threads`, a forward pass) aborts it at exit ("terminate called without an
+        active exception") instead of exiting with the refusal's own status.
+        """
+        self.begin_close()
+        self._thread.join(timeout_s)
+
     async def close(self) -> None:
         self.begin_close()
         await asyncio.to_thread(self._thread.join, 30)

@@ -75,7 +75,7 @@ class LocalPolicy(Policy):
 
         engine = EmbeddedEngine.from_path(path, engine_config)
         if not getattr(engine.tokenizer, "chat_template", None):
-            engine.begin_close()
+            engine.close_blocking()
             raise ConfigError(
                 f"the model folder {path} has no chat template (chat_template.jinja or "
                 "tokenizer_config.json's chat_template), so no conversation can be rendered: add one"

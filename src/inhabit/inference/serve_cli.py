@@ -39,7 +39,7 @@ def serve(config: Any) -> None:
     try:
         parser = check_servable(engine.tokenizer, config.tool_call_parser)
     except Exception:
-        engine.begin_close()
+        engine.close_blocking()
         sock.close()
         raise
     name = config.served_model_name or Path(config.model).resolve().name
