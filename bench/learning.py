@@ -157,7 +157,7 @@ def sft_arm(cfg: RunConfig, model_dir: Path, info: dict[str, Any], seconds: floa
     losses = train_bootstrap(
         model, examples, steps=steps, batch_size=bc.batch_size, lr=bc.lr, seed=cfg.seed + 1,
         pad_id=int(tok.pad_token_id or 0), time_budget_s=seconds, draw=draws.draw if draws is not None else None,
-        aux_loss=mix.loss if mix is not None else None,
+        aux_loss=mix.loss if mix is not None else None, bf16=cfg.trainer.precision == "bf16-mixed",
     )  # fmt: skip
     save_model_folder(model, tok, out)
     return {"steps": len(losses), "planned_steps": steps, "seconds": round(time.monotonic() - t0, 1),

@@ -269,7 +269,7 @@ def _build_model(
         losses = train_bootstrap(
             model, examples, steps=bc.steps, batch_size=bc.batch_size, lr=bc.lr, seed=mc.init_seed,
             pad_id=int(tok.pad_token_id or 0), draw=draws.draw if draws is not None else None,
-            aux_loss=mix.loss if mix is not None else None,
+            aux_loss=mix.loss if mix is not None else None, bf16=cfg.trainer.precision == "bf16-mixed",
             on_step=lambda s, loss: say(
                 f"bootstrap step {s + 1}/{bc.steps}: loss {loss:.3f}"
                 + (f", drill copied {mix.accuracy[-1]:.0%}" if mix is not None else "")

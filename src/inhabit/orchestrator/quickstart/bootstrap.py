@@ -221,12 +221,16 @@ def train_bootstrap(
     time_budget_s: float | None = None,
     draw: Callable[[int, random.Random], tuple[list[int], list[bool]]] | None = None,
     aux_loss: Callable[[Any], torch.Tensor] | None = None,
+    bf16: bool = False,
 ) -> list[float]:
     """`steps` AdamW updates of masked next-token loss (fewer when `time_budget_s` of wall clock runs
     out first: the equal-compute SFT baseline of bench/learning.py); returns the loss per step.
     With `draw`, example `i` of a batch is `draw(i, rng)` (`RenamedExamples.draw`) instead of
     `examples[i]`. With `aux_loss`, `aux_loss(model)` is added to every step's loss
-    (`copydrill.DrillMix.loss`); the losses returned are the transcripts' alone."""
+    (`copydrill.DrillMix.loss`); the losses returned are the transcripts' alone. With `bf16`, the
+    forward runs under bf16 autocast (the trainer's `precision = "bf16-mixed"`: fp32 master weights
+    and optimizer, bf16 matmuls), which is what makes a real model's bootstrap affordable on a CPU
+    with native bf16."""
     rng = random.Random(seed)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
@@ -237,6 +241,8 @@ def train_bootstrap(
         frac = (step - warmup) / max(1, steps - warmup)
         return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
 
+    device = next(model.parameters()).device.type
+    autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=bf16)
     order: list[int] = []
     losses = []
     t0 = time.monotonic()
@@ -260,8 +266,11 @@ def train_bootstrap(
             tgt[r, : len(ids) - 1] = labels[1:]
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
-        logits = model(input_ids=inp, attention_mask=att).logits
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1))
+        with autocast:
+            logits = model(input_ids=inp, attention_mask=att).logits
+        loss = torch.nn.functional.cross_entropy(
+            logits.float().reshape(-1, logits.shape[-1]), tgt.reshape(-1)
+        )
         opt.zero_grad(set_to_none=True)
         (loss + aux_loss(model) if aux_loss is not None else loss).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
