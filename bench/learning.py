@@ -10,6 +10,10 @@ evaluated on the same held-out split (other packages than the train split's):
                     spans twice the steps the bootstrap's step rate predicts, the clock stops it)
     (c) RL          (a) plus `inhabit train`'s async RL (the config's steps)
 
+and, for a real pretrained model (configs/smollm2-*.toml: `model.path` with `bootstrap.from_path`),
+(0) "imported", the folder as it is before any bootstrap, on the same split (`--imported-only` adds
+it to the seeds of an earlier --out).
+
 and each of those with and without `inhabit midtrain` before the bootstrap (the midtrained model
 is built once, from the run config's model shape, and shared by the seeds). Reported per arm:
 held-out success, mean turns and generated tokens per solved episode, share of action turns with
@@ -54,7 +58,7 @@ from inhabit.sandbox import create_provider
 from inhabit.types import Trajectory
 
 REPO = Path(__file__).resolve().parents[1]
-ARMS = ("bootstrap", "sft", "rl")
+ARMS = ("imported", "bootstrap", "sft", "rl")  # "imported": a real model's folder before any bootstrap
 
 
 def _bug_modules(run_dir: Path) -> dict[str, str]:
@@ -186,6 +190,21 @@ def midtrained_model(cfg: RunConfig, root: Path, steps: int) -> Path:
     return Path(summary["model_dir"])
 
 
+def real_model(cfg: RunConfig) -> bool:
+    """A pretrained folder that the bootstrap starts from (configs/smollm2-*.toml), not a tiny init."""
+    return cfg.model.path is not None and cfg.model.bootstrap.from_path
+
+
+def imported_arm(cfg: RunConfig, root: Path) -> dict[str, Any]:
+    """(0): the imported folder as it is, on the same held-out split (a real model only)."""
+    imp = with_model(
+        cfg, steps=0, run_dir=str(root / "imported"), **{"eval.after": False, "model.bootstrap.steps": 0}
+    )
+    if not (root / "imported" / "trajectories.jsonl").exists():
+        train(imp, display=RunDisplay("plain", 0))
+    return arm_stats(root / "imported", "eval:before")
+
+
 def run_seed(base: RunConfig, seed: int, root: Path, start: Path | None) -> dict[str, Any]:
     t0 = time.monotonic()
     cfg = with_model(base, seed=seed, **{"model.init_seed": seed, "engine.seed": seed})
@@ -202,6 +221,7 @@ def run_seed(base: RunConfig, seed: int, root: Path, start: Path | None) -> dict
     sft_cfg = with_model(sft_cfg, model={"path": str(root / "sft-model")})
     train(sft_cfg, display=RunDisplay("plain", 0))
     arms = {
+        **({"imported": imported_arm(cfg, root)} if real_model(cfg) else {}),
         "bootstrap": arm_stats(root / "rl", "eval:before"),
         "sft": arm_stats(root / "sft", "eval:before"),
         "rl": arm_stats(root / "rl", "eval:after"),
@@ -220,6 +240,9 @@ def goals(seeds: list[dict[str, Any]]) -> dict[str, bool]:
         return r["turns_per_solved"] <= 0.7 * b["turns_per_solved"] and r["success"] >= b["success"]
 
     return {
+        "rl_beats_bootstrap_by_10_points_every_seed": all(
+            s["arms"]["rl"]["success"] - s["arms"]["bootstrap"]["success"] >= 0.10 for s in seeds
+        ),
         "rl_beats_sft_by_10_points_every_seed": beat,
         "rl_cuts_turns_30pct_every_seed": all(map(faster, seeds)),
     }
@@ -236,7 +259,7 @@ def table(variant: str, seeds: list[dict[str, Any]]) -> Table:
         t.add_column(c)
     for s in seeds:
         base = s["arms"]["bootstrap"]
-        for arm in ARMS:
+        for arm in (a for a in ARMS if a in s["arms"]):
             a = s["arms"][arm]
             ratio = (
                 f"success {a['success'] - base['success']:+.1%}"
@@ -251,6 +274,22 @@ def table(variant: str, seeds: list[dict[str, Any]]) -> Table:
     return t
 
 
+def add_imported_arm(base: RunConfig, root: Path, out: Path, console: Console) -> None:
+    """`--imported-only`: the imported arm of each seed of an earlier run, written into its --out."""
+    results = json.loads(out.read_text())
+    for name, variant in results["variants"].items():
+        v = "on" if name == "with midtrain" else "off"
+        for s in variant["seeds"]:
+            cfg = with_model(base, seed=s["seed"], **{"model.init_seed": s["seed"], "engine.seed": s["seed"]})
+            s["arms"] = {
+                "imported": imported_arm(cfg, root / f"midtrain-{v}" / f"seed-{s['seed']}"),
+                **s["arms"],
+            }
+        console.print(table(name, variant["seeds"]))
+        variant["goals"] = goals(variant["seeds"])
+    out.write_text(json.dumps(results, indent=2))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", default=str(REPO / "configs" / "multistep.toml"))
@@ -262,6 +301,11 @@ def main() -> None:
     ap.add_argument(
         "--stats", metavar="RUN_DIR", help="print the figures of a run folder's held-out evaluations and stop"
     )
+    ap.add_argument(
+        "--imported-only",
+        action="store_true",
+        help="add the imported folder's own evaluation (a real model) to the seeds of an earlier --out, and stop",
+    )
     ap.add_argument("overrides", nargs="*", help="dotted overrides of the run config, e.g. steps=20")
     args = ap.parse_args()
     if args.stats:
@@ -271,6 +315,9 @@ def main() -> None:
     base = load_config(RunConfig, Path(args.config), [*args.overrides, 'metrics.progress="plain"'])
     root = Path(args.root)
     console = Console(width=150)
+    if args.imported_only:
+        add_imported_arm(base, root, Path(args.out), console)
+        return
     t0 = time.monotonic()
     load0 = os.getloadavg()
     variants = {"both": ["off", "on"], "off": ["off"], "on": ["on"]}[args.midtrain]
