@@ -33,7 +33,7 @@ DOC = SRC.parents[1] / "docs" / "architecture.md"
 
 # Bottom first. A name is a part (a package under src/inhabit) or a root module.
 LAYERS: list[set[str]] = [
-    {"errors", "log", "types", "config", "serving", "filetree"},
+    {"errors", "log", "types", "config", "serving", "filetree", "registry"},
     {"envs"},
     {"sandbox"},
     {"tasks"},
