@@ -110,9 +110,10 @@ def run_command(
     argv = list(ctx.args)
     if not argv:
         raise SandboxError("give a command after --, e.g. inhabit sandbox run . -- python3 -m pytest -q")
+    SANDBOX_BACKENDS.check(backend, local_only=True)
 
     async def go() -> int:
-        provider = create_provider(SandboxConfig(backend=backend))  # type: ignore[arg-type]
+        provider = create_provider(SandboxConfig(backend=backend))
         limits = SandboxLimits(output_bytes=output_bytes)
         try:
             async with await provider.create(directory, limits=limits) as sb:
