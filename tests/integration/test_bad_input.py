@@ -112,7 +112,9 @@ CASES = [
     Case("task-check-backend-remote", ("tasks", "check", str(TASKS / "demo-001"), "--backend", "remote"),
          "sandbox backend 'remote' needs a server elsewhere, not accepted here: use auto, bwrap or process"),
     Case("sandbox-run-backend-unknown", ("sandbox", "run", "{tmp}", "--backend", "nope", "--", "true"),
-         "unknown sandbox backend 'nope'"),
+         "unknown sandbox backend 'nope'", forbid="Traceback"),
+    Case("sandbox-demo-backend-unknown", ("sandbox", "demo", "--backend", "nope"),
+         "unknown sandbox backend 'nope'", forbid="Traceback"),
     Case("agent-sandbox-unknown", ("agent", "--repo", "{repo}", "--task", "fix it", "--yes", "--sandbox", "nope",
                                    "--model", "{down}/v1"), "unknown sandbox backend 'nope'", 2, ("{repo}/.inhabit",)),
 ]  # fmt: skip

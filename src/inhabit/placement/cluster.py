@@ -258,9 +258,7 @@ class RayPlacement:
     async def end_attempt(self, parts: RunParts) -> None:
         """Stop this attempt's trainer actor and release the engines and env servers (they stay up)."""
         try:
-            await parts.runner.close()
-            await parts.engine.close()
-            await parts.trainer.close()
+            await parts.close()
         finally:
             await self.close_fleets()
 

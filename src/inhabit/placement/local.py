@@ -100,9 +100,7 @@ class LocalPlacement:
         from inhabit.placement.trainer_local import unpin
 
         try:
-            await parts.runner.close()
-            await parts.engine.close()
-            await parts.trainer.close()
+            await parts.close()
         finally:
             if self._cpus_before is not None:
                 unpin(self._cpus_before)
