@@ -82,8 +82,10 @@ class LocalPlacement:
 
             handle = DistributedTrainer(model_dir, settings, checkpoint=checkpoint)
             return handle, handle.trainer.data_state
-        start = LOCAL_TRAINERS.load(pl.trainer)
-        started = start(model_dir, settings, checkpoint=checkpoint, placement=pl, threads=cfg.threads)
+        from inhabit.placement.trainer_local import TrainerStart
+
+        start = TrainerStart(model_dir, settings, checkpoint, placement=pl, threads=cfg.threads)
+        started = LOCAL_TRAINERS.load(pl.trainer)(start)
         # The caller gets its CPU set back when the run ends (a second run in this process, as in
         # bench/pipeline.py, would otherwise find only the rollout cores and pin its trainer there).
         self._cpus_before = started.cpus_before

@@ -22,10 +22,10 @@ import asyncio
 import json
 import multiprocessing as mp
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from inhabit.contracts import TrainerHandle
 from inhabit.errors import OrchestratorError
@@ -209,50 +209,39 @@ class LocalTrainer:
     """This process's CPU set before the trainer pinned it elsewhere, for `unpin` (None: not pinned)."""
 
 
-class StartLocalTrainer(Protocol):
-    """What a `LOCAL_TRAINERS` entry is: start a trainer on `model_dir` or from `checkpoint`."""
+@dataclass(frozen=True)
+class TrainerStart:
+    """What a `LOCAL_TRAINERS` entry is given: the starting model (or a checkpoint to resume) and
+    the settings of the trainer and of where it runs."""
 
-    def __call__(
-        self,
-        model_dir: Path,
-        settings: TrainerRunSettings,
-        *,
-        checkpoint: Path | None,
-        placement: PlacementConfig,
-        threads: int | None,
-    ) -> LocalTrainer: ...
+    model_dir: Path
+    settings: TrainerRunSettings
+    checkpoint: Path | None
+    placement: PlacementConfig
+    threads: int | None
+    """torch threads of this process (the run's `threads`)."""
 
 
-def start_thread_trainer(
-    model_dir: Path,
-    settings: TrainerRunSettings,
-    *,
-    checkpoint: Path | None,
-    placement: PlacementConfig,
-    threads: int | None,
-) -> LocalTrainer:
+StartLocalTrainer = Callable[[TrainerStart], LocalTrainer]
+
+
+def start_thread_trainer(start: TrainerStart) -> LocalTrainer:
     """`placement.trainer = "thread"`: an `InProcessTrainer`."""
     from inhabit.trainer.trainer import Trainer
 
-    trainer = Trainer.from_pretrained(checkpoint or model_dir, settings.trainer)
-    if checkpoint is not None:
-        trainer.load(checkpoint)
-    return LocalTrainer(InProcessTrainer(trainer, settings), trainer.data_state)
+    trainer = Trainer.from_pretrained(start.checkpoint or start.model_dir, start.settings.trainer)
+    if start.checkpoint is not None:
+        trainer.load(start.checkpoint)
+    return LocalTrainer(InProcessTrainer(trainer, start.settings), trainer.data_state)
 
 
-def start_process_trainer(
-    model_dir: Path,
-    settings: TrainerRunSettings,
-    *,
-    checkpoint: Path | None,
-    placement: PlacementConfig,
-    threads: int | None,
-) -> LocalTrainer:
+def start_process_trainer(start: TrainerStart) -> LocalTrainer:
     """`placement.trainer = "process"`: a `ProcessTrainer` on `trainer_cpus` with `trainer_threads`,
     and this process pinned to `rollout_cpus` with `threads`."""
-    settings = settings.model_copy(update={"threads": placement.trainer_threads})
-    handle = ProcessTrainer(model_dir, settings, checkpoint=checkpoint, cpus=placement.trainer_cpus)
-    cpus_before = pin(placement.rollout_cpus, threads)
+    pl, checkpoint = start.placement, start.checkpoint
+    settings = start.settings.model_copy(update={"threads": pl.trainer_threads})
+    handle = ProcessTrainer(start.model_dir, settings, checkpoint=checkpoint, cpus=pl.trainer_cpus)
+    cpus_before = pin(pl.rollout_cpus, start.threads)
     data_state: dict[str, Any] = {}
     if checkpoint is not None:
         data_state = json.loads((checkpoint / "trainer_state.json").read_text()).get("data_state", {})
