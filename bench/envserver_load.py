@@ -27,6 +27,7 @@ from pathlib import Path
 
 import httpx
 
+from inhabit.sandbox.backends import SANDBOX_BACKENDS
 from loadkit import RESULTS, SRC, Phase, free_port, leftovers, new_since, report, start, wait_ready
 
 TOKEN = "load-bench-token-1"
@@ -259,7 +260,7 @@ async def main(args: argparse.Namespace) -> None:
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="Short phases and fewer clients (about a minute).")
-    ap.add_argument("--backend", default="auto", help="auto, bwrap or process.")
+    ap.add_argument("--backend", default="auto", help=f"{SANDBOX_BACKENDS.choices(local_only=True)}.")
     ap.add_argument("--phase-seconds", type=float, default=None, help="Length of steady and overload phases.")
     ap.add_argument(
         "--soak-seconds", type=float, default=0, help="Steady load this long, RSS compared (0: skip)."

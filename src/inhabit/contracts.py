@@ -287,6 +287,14 @@ class RunParts:
     or env servers (Ray actors) each with a provider of its own."""
     sync: WeightSync
 
+    async def close(self) -> None:
+        """Stop the attempt's parts, every placement the same way: the rollouts first (none is
+        left asking a closed engine), then the engine(s), then the trainer. What the placement
+        keeps beside them (pinned CPUs, actor fleets) its `end_attempt` releases after this."""
+        await self.runner.close()
+        await self.engine.close()
+        await self.trainer.close()
+
 
 class Placement(Protocol):
     """Where the parts of a run live; `inhabit.orchestrator.run.train` drives every kind the same way:

@@ -105,6 +105,18 @@ CASES = [
     Case("env-server-taken-port", ("sandbox", "env-server", "--port", "{taken}", "--backend", "process"),
          "cannot listen on"),
     Case("serve-model-missing", ("serve", "--model", "{tmp}/no-model", "--port", "0"), "no-model"),
+    # backend names: each command reads the kind's registry and lists the names it takes
+    Case("eval-backend-unknown", ("eval", "--tasks", str(TASKS), "--out", "{tmp}/ev/eval.json", "--backend", "nope",
+                                  "--model", "{down}/v1"),
+         "unknown sandbox backend 'nope': use auto, bwrap or process", 2, ("{tmp}/ev",)),
+    Case("task-check-backend-remote", ("tasks", "check", str(TASKS / "demo-001"), "--backend", "remote"),
+         "sandbox backend 'remote' needs a server elsewhere, not accepted here: use auto, bwrap or process"),
+    Case("sandbox-run-backend-unknown", ("sandbox", "run", "{tmp}", "--backend", "nope", "--", "true"),
+         "unknown sandbox backend 'nope'", forbid="Traceback"),
+    Case("sandbox-demo-backend-unknown", ("sandbox", "demo", "--backend", "nope"),
+         "unknown sandbox backend 'nope'", forbid="Traceback"),
+    Case("agent-sandbox-unknown", ("agent", "--repo", "{repo}", "--task", "fix it", "--yes", "--sandbox", "nope",
+                                   "--model", "{down}/v1"), "unknown sandbox backend 'nope'", 2, ("{repo}/.inhabit",)),
 ]  # fmt: skip
 
 # A log record of the plain (non-terminal) format; ERROR records are not let through.

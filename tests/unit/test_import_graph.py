@@ -26,6 +26,8 @@ from collections import defaultdict
 from functools import cache
 from pathlib import Path
 
+import pytest
+
 import inhabit
 
 SRC = Path(inhabit.__file__).resolve().parent
@@ -33,7 +35,7 @@ DOC = SRC.parents[1] / "docs" / "architecture.md"
 
 # Bottom first. A name is a part (a package under src/inhabit) or a root module.
 LAYERS: list[set[str]] = [
-    {"errors", "log", "types", "config", "serving", "filetree"},
+    {"errors", "log", "types", "config", "serving", "filetree", "registry"},
     {"envs"},
     {"sandbox"},
     {"tasks"},
@@ -250,6 +252,42 @@ def test_no_part_imports_the_orchestrator():
         if part_of(dst) == "orchestrator" and part_of(src) not in ("orchestrator", "commands")
     ]
     assert offenders == []
+
+
+def reached_from(start: str) -> set[str]:
+    """Every inhabit module `start` imports, directly or through others (deferred imports too)."""
+    graph: dict[str, set[str]] = defaultdict(set)
+    for src, _, dst, _ in edges():
+        graph[src].add(dst)
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo.extend(graph[module])
+    return seen
+
+
+GRADING_ENTRIES = ("inhabit.grading.grader", "inhabit.grading.check", "inhabit.grading.gradecache")
+
+
+@pytest.mark.parametrize("entry", GRADING_ENTRIES)
+def test_a_task_s_way_through_grading_stays_in_the_grading_package(entry):
+    """Followed import by import from where a task enters grading (`grade`, `check_task`, the grade
+    cache), the way never leaves `grading` for a part that leads back into it: every module on it
+    that imports grading is grading's own, and what else it reaches lies below grading (the task
+    format, sandboxes, task environments), never beside or above it."""
+    reached = reached_from(entry)
+    back_in = sorted(
+        f"{src} -> {dst}"
+        for src, _, dst, _ in edges()
+        if src in reached and part_of(dst) == "grading" and part_of(src) != "grading"
+    )
+    assert back_in == [], "the way through grading leaves the package and comes back"
+    outside = {part_of(m) for m in reached} - {"grading"}
+    above = sorted(p for p in outside if layer_of(p) >= layer_of("grading"))
+    assert above == [], f"grading reaches parts at or above its own layer: {above}"
 
 
 def test_the_layer_order_is_the_documented_one():

@@ -8,11 +8,11 @@ grading creates from snapshots pass through untouched. Protects nothing: it only
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from inhabit.rewards.compose import Changes, workspace_changes
 from inhabit.sandbox.base import (
+    ExecCall,
     ExecResult,
     FileEntry,
     Sandbox,
@@ -31,16 +31,8 @@ class _CapturingSandbox(Sandbox):
         self.sandbox_id = inner.sandbox_id
         self._closed = False
 
-    async def exec(
-        self,
-        command: str | Sequence[str],
-        *,
-        timeout_s: float | None = None,
-        env: Mapping[str, str] | None = None,
-        cwd: str = ".",
-        stdin: bytes | None = None,
-    ) -> ExecResult:
-        return await self.inner.exec(command, timeout_s=timeout_s, env=env, cwd=cwd, stdin=stdin)
+    async def run_exec(self, call: ExecCall) -> ExecResult:
+        return await self.inner.run_exec(call)
 
     async def read_file(self, path: str) -> bytes:
         return await self.inner.read_file(path)

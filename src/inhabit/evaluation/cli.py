@@ -8,6 +8,8 @@ from typing import Any
 
 import typer
 
+from inhabit.sandbox.backends import SANDBOX_BACKENDS
+
 
 def print_summary(summary: dict[str, Any], title: str) -> None:
     from rich.console import Console
@@ -70,7 +72,9 @@ def register(app: typer.Typer) -> None:
         ),
         seed: int = typer.Option(None, "--seed", help="Sampling seed (local models)."),
         api_key: str = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY", help="Endpoint API key."),
-        backend: str = typer.Option("auto", "--backend", help="Sandbox backend: auto, bwrap or process."),
+        backend: str = typer.Option(
+            "auto", "--backend", help=f"Sandbox backend: {SANDBOX_BACKENDS.choices(local_only=True)}."
+        ),
         tool_format: str = typer.Option(
             "auto",
             "--tool-format",
@@ -98,8 +102,7 @@ def register(app: typer.Typer) -> None:
         from inhabit.harness.config import HarnessConfig
         from inhabit.sandbox import SandboxConfig, create_provider
 
-        if backend not in ("auto", "bwrap", "process"):
-            raise typer.BadParameter("choose auto, bwrap or process", param_hint="--backend")
+        SANDBOX_BACKENDS.check(backend, local_only=True)
         if tool_format not in ("auto", "xml", "native"):
             raise typer.BadParameter("choose auto, xml or native", param_hint="--tool-format")
         try:
@@ -131,7 +134,7 @@ def register(app: typer.Typer) -> None:
             policy = make_policy(model, model_name=served_name, temperature=temp, seed=seed, api_key=api_key)
             if tool_format != "xml" and hasattr(policy, "probe_tools"):
                 await policy.probe_tools()  # an endpoint: does it parse its model's own calls?
-            provider = create_provider(SandboxConfig(backend=backend))  # type: ignore[arg-type]
+            provider = create_provider(SandboxConfig(backend=backend))
             try:
                 with Progress() as bar:
                     from inhabit.evaluation.runner import done_records, read_records

@@ -13,18 +13,19 @@ from typing import Any
 
 import typer
 
-_BACKENDS = ("auto", "bwrap", "process")
+from inhabit.sandbox.backends import SANDBOX_BACKENDS
+
+_SANDBOX_HELP = f"Sandbox backend: {SANDBOX_BACKENDS.choices(local_only=True)}."
+
 # An agent session that ended in one of these did not do its work: `inhabit agent` exits 1.
 FAILED_STATUSES = ("policy_error", "sandbox_error", "error")
 
 
 def _provider(backend: str) -> Any:
-    from inhabit.errors import ConfigError
     from inhabit.sandbox import SandboxConfig, create_provider
 
-    if backend not in _BACKENDS:
-        raise ConfigError(f"--sandbox must be one of {', '.join(_BACKENDS)}, not {backend!r}")
-    return create_provider(SandboxConfig(backend=backend))  # type: ignore[arg-type]
+    SANDBOX_BACKENDS.check(backend, local_only=True)
+    return create_provider(SandboxConfig(backend=backend))
 
 
 def _harness_config(path: Path | None, overrides: list[str]) -> Any:
@@ -211,7 +212,7 @@ def register(app: typer.Typer) -> None:
         task: Path = typer.Option(..., "--task", help="Task directory (task.toml, workspace/, hidden/)."),
         actions: Path = typer.Option(..., "--actions", help='JSON list of turns of {"tool", "args"} calls.'),
         json_out: bool = typer.Option(False, "--json", help="Print one JSON object instead of a report."),
-        sandbox: str = typer.Option("auto", "--sandbox", help="Sandbox backend: auto, bwrap or process."),
+        sandbox: str = typer.Option("auto", "--sandbox", help=_SANDBOX_HELP),
         config: Path | None = typer.Option(None, "--config", help="TOML file of HarnessConfig fields."),
         overrides: list[str] = typer.Argument(None, help="HarnessConfig overrides, e.g. max_turns=10."),
     ) -> None:
@@ -243,7 +244,7 @@ def register(app: typer.Typer) -> None:
         api_key: str | None = typer.Option(
             None, "--api-key", envvar="OPENAI_API_KEY", help="Endpoint API key."
         ),
-        sandbox: str = typer.Option("auto", "--sandbox", help="Sandbox backend: auto, bwrap or process."),
+        sandbox: str = typer.Option("auto", "--sandbox", help=_SANDBOX_HELP),
         context_window: int = typer.Option(
             32_768, "--context-window", min=512, help="Tokens the endpoint's model attends to."
         ),

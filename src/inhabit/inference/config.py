@@ -1,4 +1,5 @@
-"""Configuration of the embedded engine (`EngineConfig`) and of the server (`ServeConfig`)."""
+"""Configuration of the embedded engine (`EngineConfig`) and of the server (`ServeConfig`), and
+the server flavors an external engine may speak (`ServerFlavor`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,10 @@ from typing import Literal
 from pydantic import Field
 
 from inhabit.config import Config
+
+ServerFlavor = Literal["inhabit", "vllm", "sglang"]
+"""Which server speaks at a remote engine's URL: `inhabit serve`, vLLM or SGLang (their RL
+fields and weight-update routes differ; `inhabit.inference.remote`)."""
 
 
 class EngineConfig(Config):

@@ -41,12 +41,13 @@ import random
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import httpx
 from pydantic import Field
 
 from inhabit.config import Config
+from inhabit.inference.config import ServerFlavor
 from inhabit.inference.engine import Completion, GenerationRequest, InferenceEngine, SamplingParams
 from inhabit.inference.errors import RemoteEngineError
 from inhabit.inference.protocol import decode_routes
@@ -58,7 +59,7 @@ class RemoteConfig(Config):
     """Where the server is and how hard to try."""
 
     base_url: str = Field(..., description="Server root, e.g. http://127.0.0.1:8000 (no /v1).")
-    flavor: Literal["inhabit", "vllm", "sglang"] = Field("inhabit", description="Which server speaks.")
+    flavor: ServerFlavor = Field("inhabit", description="Which server speaks.")
     api_key: str | None = Field(None, description="Bearer token, if the server wants one.")
     model: str | None = Field(None, description="Model id; default: the first of GET /v1/models.")
     max_concurrency: int = Field(64, ge=1, le=4096, description="Requests in flight at once.")

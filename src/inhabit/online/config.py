@@ -17,6 +17,7 @@ from pathlib import Path
 from pydantic import Field, model_validator
 
 from inhabit.config import Config, read_toml, validate_config
+from inhabit.sandbox.backends import LocalSandboxBackendName
 from inhabit.trainer.config import TrainerConfig
 
 OPT_IN_FILE = Path(".inhabit") / "online.toml"
@@ -130,7 +131,9 @@ class GateConfig(Config):
     )
     max_turns: int = Field(8, ge=1, description="Turn limit of gate rollouts.")
     max_turn_tokens: int = Field(512, ge=16, description="Tokens one turn of a gate rollout may generate.")
-    sandbox: str = Field("process", description="Sandbox backend of gate rollouts (auto, bwrap, process).")
+    sandbox: LocalSandboxBackendName = Field(
+        "process", description="Sandbox backend of gate rollouts (one that runs on this machine)."
+    )
     concurrency: int = Field(2, ge=1, description="Gate rollouts at once.")
 
 

@@ -29,7 +29,7 @@ def evaluate(model_dir: Path, records: Path, config: GateConfig) -> dict[str, An
 
     async def go() -> list[dict[str, Any]]:
         policy = LocalPolicy.from_path(model_dir, seed=0)
-        provider = create_provider(SandboxConfig(backend=config.sandbox))  # type: ignore[arg-type]
+        provider = create_provider(SandboxConfig(backend=config.sandbox))
         try:
             return await run_eval(
                 tasks,

@@ -4,7 +4,7 @@
                  preset/spec (optionally bootstrapped on the quickstart's expert transcripts)
     [tasks]      task directories (a folder of them) or the quickstart's generated family
     [trainer]    inhabit.trainer.TrainerConfig      [harness]  inhabit.harness.HarnessConfig
-    [sandbox]    inhabit.sandbox.SandboxConfig      [engine]   backend (embedded, vllm, remote),
+    [sandbox]    inhabit.sandbox.SandboxConfig      [engine]   backend (ENGINE_BACKENDS),
                                                                replicas, and the embedded engine's settings
     [weights]    a store every version is also published to (optional)
     [rollout]    G per task, tasks per step, concurrency, sampling

@@ -39,12 +39,13 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field, model_validator
 
 from inhabit.config import Config
 from inhabit.errors import OnlineError
+from inhabit.sandbox.backends import LocalSandboxBackendName
 
 SERVED_NAME = "sim"
 
@@ -71,7 +72,7 @@ class SimulateConfig(Config):
     lr: float = Field(3e-4, gt=0.0, le=1.0, description="Online learning rate (the quickstart RL's).")
     updates: int = Field(4, ge=1, le=64, description="Optimizer updates per cycle (over its batch).")
     watch_min_sessions: int = Field(16, ge=1, description="Trials of a new version before it can roll back.")
-    sandbox: Literal["auto", "bwrap", "process"] = Field(
+    sandbox: LocalSandboxBackendName = Field(
         "auto", description="Sandbox backend of users' sessions and the gate."
     )
     timeout_s: float = Field(1800.0, gt=0, description="Longest a cycle or a server start may take.")

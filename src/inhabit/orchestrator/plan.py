@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 from inhabit.orchestrator.config import RunConfig
+from inhabit.placement.engine_backends import describe_engines
 
 
 def _task_dirs(folder: str | None) -> str:
@@ -55,23 +56,6 @@ def _placement(cfg: RunConfig) -> str:
     return f"local: engines and sandboxes on this machine, trainer in {trainer}"
 
 
-def _engines(cfg: RunConfig) -> str:
-    e = cfg.engine
-    if e.backend == "remote":
-        return f"remote ({e.flavor}): {', '.join(e.urls)}; a rollout goes to the least busy server"
-    if e.backend == "vllm":
-        from inhabit.inference.vllm_backend import find_vllm_venv
-
-        venv = find_vllm_venv(e.vllm.venv)
-        where = (
-            " ".join(e.vllm.command)
-            if e.vllm.command
-            else (str(venv) if venv else "NOT FOUND: run scripts/setup-vllm.sh")
-        )
-        return f"{e.replicas} x `vllm serve` ({where}), dtype {e.vllm.dtype}, full weight reload per version"
-    return f"{e.replicas} x embedded engine in this process, dtype {e.dtype}"
-
-
 def plan(cfg: RunConfig) -> list[tuple[str, str]]:
     """(what, value) rows describing the run `cfg` would make."""
     t, r = cfg.tasks, cfg.rollout
@@ -91,7 +75,7 @@ def plan(cfg: RunConfig) -> list[tuple[str, str]]:
         ("steps", f"{cfg.steps} trainer steps, {mode}"),
         ("rollouts", f"{rollouts}; {r.concurrency} at once"),
         ("placement", _placement(cfg)),
-        ("engines", _engines(cfg)),
+        ("engines", describe_engines(cfg.engine)),
         ("weights", f"published to {cfg.weights.store}" if cfg.weights.store else "in memory"),
         ("sandbox", cfg.sandbox.backend),
         (

@@ -76,14 +76,10 @@ def _clear_outputs(run_dir: Path) -> None:
 
 
 def make_placement(cfg: RunConfig) -> Placement:
-    """The placement `[placement]` asks for (`backend`: local or ray)."""
-    if cfg.placement.backend == "ray":
-        from inhabit.placement.cluster import RayPlacement
+    """The placement `[placement] backend` names (one of `inhabit.placement.config.PLACEMENTS`)."""
+    from inhabit.placement.config import PLACEMENTS
 
-        return RayPlacement(cfg)
-    from inhabit.placement.local import LocalPlacement
-
-    return LocalPlacement(cfg)
+    return PLACEMENTS.load(cfg.placement.backend)(cfg)
 
 
 def train(

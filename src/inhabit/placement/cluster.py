@@ -36,6 +36,7 @@ from inhabit.placement.engines import EnginePool
 from inhabit.placement.fleet import Fleet, Member
 from inhabit.placement.trainer_ray import RayTrainer
 from inhabit.rollouts import TrajectoryLog, reward_composer
+from inhabit.sandbox.backends import SANDBOX_BACKENDS
 from inhabit.sandbox.base import SandboxProvider
 from inhabit.trainer.config import TrainerRunSettings
 
@@ -56,9 +57,10 @@ class RayPlacement:
         self.cfg = cfg
         self.rc: RayConfig = cfg.placement.ray
         self.max_trainer_restarts = self.rc.max_trainer_restarts
-        if cfg.sandbox.backend == "remote":
+        if cfg.sandbox.backend not in SANDBOX_BACKENDS.names(local_only=True):
             raise ConfigError(
-                "placement.backend='ray' starts its own env servers: set sandbox.backend to auto, bwrap or process"
+                "placement.backend='ray' starts its own env servers: set sandbox.backend to "
+                + SANDBOX_BACKENDS.choices(local_only=True)
             )
         self.token = secrets.token_urlsafe(24)
         self.weights_root = self.rc.weights_dir or str(Path(cfg.run_dir) / "weights")
@@ -256,9 +258,7 @@ class RayPlacement:
     async def end_attempt(self, parts: RunParts) -> None:
         """Stop this attempt's trainer actor and release the engines and env servers (they stay up)."""
         try:
-            await parts.runner.close()
-            await parts.engine.close()
-            await parts.trainer.close()
+            await parts.close()
         finally:
             await self.close_fleets()
 

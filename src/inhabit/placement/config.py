@@ -10,24 +10,52 @@ waits for capacity rather than placing a part on the wrong machine.
 `RunSettings` is the slice of a whole run's settings that a placement reads (the orchestrator's
 `RunConfig` is one): a Protocol, since the run's config lives in the part above this one.
 
+`PLACEMENTS` (`placement.backend`) and `LOCAL_TRAINERS` (`placement.trainer`) are the one list of
+each: config validation and the factories read them, and a new one is its module plus a line here.
+
 Nothing here imports Ray: the default install has no Ray, and a local run never needs it.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from pydantic import Field
 
 from inhabit.config import Config
+from inhabit.registry import Registry
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from inhabit.contracts import Placement
     from inhabit.harness.config import HarnessConfig
     from inhabit.placement.engine_backends import RunEngineConfig
+    from inhabit.placement.trainer_local import StartLocalTrainer
     from inhabit.rewards.compose import RewardConfig
     from inhabit.rollouts import RolloutConfig
     from inhabit.sandbox import SandboxConfig
     from inhabit.trainer.config import TrainerConfig
+
+
+PLACEMENTS: Registry[Callable[[RunSettings], Placement]] = Registry("placement")
+PLACEMENTS.register("local", "inhabit.placement.local:LocalPlacement", "everything on this machine")
+PLACEMENTS.register(
+    "ray",
+    "inhabit.placement.cluster:RayPlacement",
+    "engines, env servers and the trainer as Ray actors",
+    local=False,
+)
+PlacementName = PLACEMENTS.name_type()
+
+LOCAL_TRAINERS: Registry[StartLocalTrainer] = Registry("local trainer")
+LOCAL_TRAINERS.register(
+    "thread", "inhabit.placement.trainer_local:start_thread_trainer", "a worker thread of this process"
+)
+LOCAL_TRAINERS.register(
+    "process", "inhabit.placement.trainer_local:start_process_trainer", "a child process on its own cores"
+)
+LocalTrainerName = LOCAL_TRAINERS.name_type()
 
 
 class ActorResources(Config):
@@ -105,14 +133,17 @@ class PlacementConfig(Config):
     """Where the parts run: on this machine (the trainer in this process or a child of its own), or
     as Ray actors across machines (`backend = "ray"`, see [placement.ray]; `placement = "ray"` for short)."""
 
-    backend: Literal["local", "ray"] = Field(
+    backend: PlacementName = Field(
         "local",
-        description="local: everything on this machine; ray: engines, env servers, trainer as Ray actors.",
+        description="; ".join(f"{e.name}: {e.description}" for e in PLACEMENTS.entries()) + ".",
     )
     ray: RayConfig = Field(default_factory=RayConfig, description="Actors and dispatch when backend = 'ray'.")
 
-    trainer: Literal["thread", "process"] = Field(
-        "thread", description="thread: a worker thread of this process; process: a child process."
+    trainer: LocalTrainerName = Field(
+        "thread",
+        description="With backend local: "
+        + "; ".join(f"{e.name}: {e.description}" for e in LOCAL_TRAINERS.entries())
+        + ".",
     )
     trainer_cpus: list[int] | None = Field(None, description="CPU ids the trainer process is pinned to.")
     trainer_threads: int = Field(1, ge=1, description="torch threads of the trainer process.")

@@ -1,9 +1,14 @@
-"""The engines of a run on this machine: `[engine] backend = "embedded" | "vllm" | "remote"`.
+"""The engines of a run on this machine: `[engine] backend = ...`, one of `ENGINE_BACKENDS`.
 
     [engine]
     backend = "vllm"     # embedded (default): inhabit's own engine in this process
     replicas = 2         # local backends: this many engines; a rollout goes to the least busy
     urls = []            # remote: OpenAI-compatible servers that return inhabit's RL fields
+
+`ENGINE_BACKENDS` is the one list of engine backends: each name maps to an `EngineBackend` in a
+module of its own (`engine_embedded.py`, `engine_vllm.py`, `engine_remote.py`). Config validation,
+`check_backend`, `start_engines` and `describe_engines` (the dry run's plan) all go through it,
+so a new backend is one new module plus its `register` line below.
 
 `start_engines` turns the table into one `InferenceEngine`. A single embedded engine is returned
 as it is (the quickstart's path does not change). Anything else is a `ReplicaSet`:
@@ -28,18 +33,46 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import Field, model_validator
 
 from inhabit.config import Config
-from inhabit.errors import ConfigError
-from inhabit.inference.config import EngineConfig
+from inhabit.inference.config import EngineConfig, ServerFlavor
 from inhabit.inference.engine import Completion, GenerationRequest, InferenceEngine
 from inhabit.log import get_logger
+from inhabit.registry import Registry
 
 log = get_logger(__name__)
-SETUP_HINT = "run scripts/setup-vllm.sh (it creates .venv-vllm), or set engine.vllm.venv to your vLLM install"
+
+
+class EngineBackend(Protocol):
+    """What one engine backend provides (registered in `ENGINE_BACKENDS` by name)."""
+
+    def problem(self, cfg: RunEngineConfig) -> str | None:
+        """What is wrong with `cfg` for this backend (checked when the config is validated), or None."""
+
+    def check(self, cfg: RunEngineConfig) -> None:
+        """Fail early, in one line (ConfigError), when this backend cannot start on this machine."""
+
+    def describe(self, cfg: RunEngineConfig) -> str:
+        """The engines `cfg` would start, in one line (`inhabit train --dry-run`)."""
+
+    async def start(
+        self, cfg: RunEngineConfig, model_dir: Path, *, version: int, log_dir: Path
+    ) -> InferenceEngine:
+        """The run's engine(s) on the weights in `model_dir`: one engine or a `ReplicaSet`."""
+
+
+ENGINE_BACKENDS: Registry[EngineBackend] = Registry("engine backend")
+ENGINE_BACKENDS.register(
+    "embedded", "inhabit.placement.engine_embedded:BACKEND", "inhabit's own engine in this process"
+)
+ENGINE_BACKENDS.register("vllm", "inhabit.placement.engine_vllm:BACKEND", "`vllm serve` subprocesses")
+ENGINE_BACKENDS.register(
+    "remote", "inhabit.placement.engine_remote:BACKEND", "OpenAI-compatible servers at `urls`", local=False
+)
+EngineBackendName = ENGINE_BACKENDS.name_type()
 
 
 class VLLMOptions(Config):
@@ -71,13 +104,13 @@ class VLLMOptions(Config):
 class RunEngineConfig(EngineConfig):
     """`[engine]` of a run: the embedded engine's settings plus which backend and how many."""
 
-    backend: Literal["embedded", "vllm", "remote"] = Field(
-        "embedded", description="embedded: inhabit's engine in this process; vllm: `vllm serve` "
-        "subprocesses; remote: servers at `urls`."
+    backend: EngineBackendName = Field(
+        "embedded", description="One of ENGINE_BACKENDS: " + "; ".join(
+            f"{e.name}: {e.description}" for e in ENGINE_BACKENDS.entries()) + "."
     )  # fmt: skip
     replicas: int = Field(1, ge=1, le=256, description="Engines of a local backend (embedded or vllm).")
     urls: list[str] = Field(default_factory=list, description="remote: server roots (no /v1).")
-    flavor: Literal["inhabit", "vllm", "sglang"] = Field(
+    flavor: ServerFlavor = Field(
         "inhabit", description="remote: which server speaks (`inhabit serve`, vLLM or SGLang)."
     )
     api_key: str | None = Field(None, description="remote: bearer token of the servers.")
@@ -86,16 +119,12 @@ class RunEngineConfig(EngineConfig):
 
     @model_validator(mode="after")
     def _check(self) -> RunEngineConfig:
-        if self.backend == "remote" and not self.urls:
-            raise ValueError("engine.backend = 'remote' needs engine.urls (one or more server roots)")
+        if (problem := ENGINE_BACKENDS.load(self.backend).problem(self)) is not None:
+            raise ValueError(problem)
         if self.vllm.devices and len(self.vllm.devices) != self.replicas:
             raise ValueError(
                 f"engine.vllm.devices has {len(self.vllm.devices)} entries for {self.replicas} replicas: "
                 "give one CUDA_VISIBLE_DEVICES value per replica"
-            )
-        if self.backend != "remote" and self.urls:
-            raise ValueError(
-                f"engine.urls is only used with engine.backend = 'remote' (not {self.backend!r})"
             )
         return self
 
@@ -245,77 +274,27 @@ class ReplicaSet(InferenceEngine):
         await asyncio.gather(*(r.engine.close() for r in self.replicas), return_exceptions=True)
 
 
-def _max_model_len(cfg: RunEngineConfig, model_dir: Path) -> int:
-    if cfg.max_model_len is not None:
-        return cfg.max_model_len
-    from inhabit.models.loading import check_model_folder
-
-    config = check_model_folder(model_dir)  # ModelLoadError naming what is wrong with the folder
-    text = config.get("text_config") or config
-    return int(text.get("max_position_embeddings", 2048))
-
-
 def check_backend(cfg: RunEngineConfig) -> None:
     """Fail early, in one line, when the chosen backend cannot start here."""
-    if cfg.backend == "vllm" and cfg.vllm.command is None:
-        from inhabit.inference.vllm_backend import find_vllm_venv
+    ENGINE_BACKENDS.load(cfg.backend).check(cfg)
 
-        if find_vllm_venv(cfg.vllm.venv) is None:
-            where = cfg.vllm.venv or "$INHABIT_VLLM_VENV or ./.venv-vllm"
-            raise ConfigError(
-                f"engine.backend = 'vllm' but no vLLM install was found at {where}: {SETUP_HINT}"
-            )
+
+def describe_engines(cfg: RunEngineConfig) -> str:
+    """The engines `cfg` would start, in one line."""
+    return ENGINE_BACKENDS.load(cfg.backend).describe(cfg)
 
 
 async def start_engines(
     cfg: RunEngineConfig, model_dir: Path, *, version: int, log_dir: Path
 ) -> InferenceEngine:
     """The run's engine(s) on the weights in `model_dir` (see module docstring)."""
-    check_backend(cfg)
-    if cfg.backend == "embedded":
-        from inhabit.inference.embedded import EmbeddedEngine
+    backend = ENGINE_BACKENDS.load(cfg.backend)
+    backend.check(cfg)
+    return await backend.start(cfg, model_dir, version=version, log_dir=log_dir)
 
-        engines: list[InferenceEngine] = [
-            EmbeddedEngine.from_path(model_dir, cfg.embedded(), version=version) for _ in range(cfg.replicas)
-        ]
-        if cfg.replicas == 1:
-            return engines[0]
-        return ReplicaSet(engines)
-    if cfg.backend == "remote":
-        from inhabit.inference.remote import RemoteConfig, RemoteEngine
 
-        remotes: list[InferenceEngine] = [
-            RemoteEngine(RemoteConfig(base_url=u, flavor=cfg.flavor, api_key=cfg.api_key), version=version)
-            for u in cfg.urls
-        ]
-        return ReplicaSet(remotes)
-    from inhabit.inference.vllm_backend import VLLMConfig, VLLMEngine
-
-    log_dir.mkdir(parents=True, exist_ok=True)
-    o = cfg.vllm
-    configs = [
-        VLLMConfig(
-            model=str(model_dir),
-            venv=o.venv,
-            command=o.command,
-            dtype=o.dtype,
-            max_model_len=_max_model_len(cfg, model_dir),
-            kv_cache_gib=o.kv_cache_gib,
-            routed_experts=o.routed_experts,
-            extra_args=o.extra_args,
-            reload=o.reload,
-            batch_invariant=cfg.deterministic,  # vLLM's own batch-invariant kernels (GPU builds)
-            env={"CUDA_VISIBLE_DEVICES": o.devices[i]} if o.devices else {},
-            startup_timeout_s=o.startup_timeout_s,
-            log_file=str(log_dir / f"vllm-{i}.log"),
-        )
-        for i in range(cfg.replicas)
-    ]
-    started = await asyncio.gather(
-        *(VLLMEngine.start(c, version=version) for c in configs), return_exceptions=True
-    )
-    failed = [e for e in started if isinstance(e, BaseException)]
-    if failed:
-        await asyncio.gather(*(e.close() for e in started if not isinstance(e, BaseException)))
-        raise failed[0]
-    return ReplicaSet(started, restartable=True, max_restarts=cfg.max_restarts)  # type: ignore[arg-type]
+def urls_unused(cfg: RunEngineConfig) -> str | None:
+    """The problem of a backend that serves no `urls` when some are given."""
+    if cfg.urls:
+        return f"engine.urls is only used with engine.backend = 'remote' (not {cfg.backend!r})"
+    return None

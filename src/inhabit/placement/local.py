@@ -18,7 +18,6 @@ placement is never restarted (`max_trainer_restarts = 0`).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +68,7 @@ class LocalPlacement:
         return RunParts(trainer=trainer, data_state=data_state, engine=engine, runner=runner, sync=sync)
 
     def _trainer(self, model_dir: Path, checkpoint: Path | None) -> tuple[TrainerHandle, dict[str, Any]]:
-        from inhabit.placement.trainer_local import InProcessTrainer, ProcessTrainer, pin
+        from inhabit.placement.config import LOCAL_TRAINERS
         from inhabit.trainer.config import TrainerRunSettings
 
         cfg, pl = self.cfg, self.cfg.placement
@@ -83,22 +82,14 @@ class LocalPlacement:
 
             handle = DistributedTrainer(model_dir, settings, checkpoint=checkpoint)
             return handle, handle.trainer.data_state
-        if pl.trainer == "process":
-            settings = settings.model_copy(update={"threads": pl.trainer_threads})
-            handle = ProcessTrainer(model_dir, settings, checkpoint=checkpoint, cpus=pl.trainer_cpus)
-            # The caller gets its CPU set back when the run ends (a second run in this process, as in
-            # bench/pipeline.py, would otherwise find only the rollout cores and pin its trainer there).
-            self._cpus_before = pin(pl.rollout_cpus, cfg.threads)
-            data_state: dict[str, Any] = {}
-            if checkpoint is not None:
-                data_state = json.loads((checkpoint / "trainer_state.json").read_text()).get("data_state", {})
-            return handle, data_state
-        from inhabit.trainer.trainer import Trainer
+        from inhabit.placement.trainer_local import TrainerStart
 
-        trainer = Trainer.from_pretrained(checkpoint or model_dir, cfg.trainer)
-        if checkpoint is not None:
-            trainer.load(checkpoint)
-        return InProcessTrainer(trainer, settings), trainer.data_state
+        start = TrainerStart(model_dir, settings, checkpoint, placement=pl, threads=cfg.threads)
+        started = LOCAL_TRAINERS.load(pl.trainer)(start)
+        # The caller gets its CPU set back when the run ends (a second run in this process, as in
+        # bench/pipeline.py, would otherwise find only the rollout cores and pin its trainer there).
+        self._cpus_before = started.cpus_before
+        return started.handle, started.data_state
 
     def metrics(self, parts: RunParts) -> dict[str, Any] | None:
         """Engine replicas and reruns when there are several engines (nothing to say for one)."""
@@ -111,9 +102,7 @@ class LocalPlacement:
         from inhabit.placement.trainer_local import unpin
 
         try:
-            await parts.runner.close()
-            await parts.engine.close()
-            await parts.trainer.close()
+            await parts.close()
         finally:
             if self._cpus_before is not None:
                 unpin(self._cpus_before)

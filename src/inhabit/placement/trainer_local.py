@@ -12,15 +12,18 @@ step metrics and the new weights (a CPU state dict), which the pipeline publishe
 `WeightSync`.
 
 Both take the run's `TrainerRunSettings` (trainer config, `max_staleness`, threads), so the
-trainer re-checks the staleness bound at the optimizer in either.
+trainer re-checks the staleness bound at the optimizer in either. `start_thread_trainer` and
+`start_process_trainer` start them as `LOCAL_TRAINERS` (inhabit.placement.config) names them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import multiprocessing as mp
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +32,7 @@ from inhabit.errors import OrchestratorError
 from inhabit.trainer.config import TrainerRunSettings
 
 if TYPE_CHECKING:
+    from inhabit.placement.config import PlacementConfig
     from inhabit.trainer.metrics import StepMetrics
     from inhabit.trainer.samples import Sample
     from inhabit.trainer.trainer import Trainer
@@ -192,3 +196,53 @@ class ProcessTrainer(TrainerHandle):
             self._proc.join(timeout=10)
         if self._proc.is_alive():
             self._proc.terminate()
+
+
+@dataclass
+class LocalTrainer:
+    """A trainer started on this machine, as `LocalPlacement` keeps it."""
+
+    handle: TrainerHandle
+    data_state: dict[str, Any]
+    """The trainer's checkpointed data state (empty on a fresh start)."""
+    cpus_before: set[int] | None = None
+    """This process's CPU set before the trainer pinned it elsewhere, for `unpin` (None: not pinned)."""
+
+
+@dataclass(frozen=True)
+class TrainerStart:
+    """What a `LOCAL_TRAINERS` entry is given: the starting model (or a checkpoint to resume) and
+    the settings of the trainer and of where it runs."""
+
+    model_dir: Path
+    settings: TrainerRunSettings
+    checkpoint: Path | None
+    placement: PlacementConfig
+    threads: int | None
+    """torch threads of this process (the run's `threads`)."""
+
+
+StartLocalTrainer = Callable[[TrainerStart], LocalTrainer]
+
+
+def start_thread_trainer(start: TrainerStart) -> LocalTrainer:
+    """`placement.trainer = "thread"`: an `InProcessTrainer`."""
+    from inhabit.trainer.trainer import Trainer
+
+    trainer = Trainer.from_pretrained(start.checkpoint or start.model_dir, start.settings.trainer)
+    if start.checkpoint is not None:
+        trainer.load(start.checkpoint)
+    return LocalTrainer(InProcessTrainer(trainer, start.settings), trainer.data_state)
+
+
+def start_process_trainer(start: TrainerStart) -> LocalTrainer:
+    """`placement.trainer = "process"`: a `ProcessTrainer` on `trainer_cpus` with `trainer_threads`,
+    and this process pinned to `rollout_cpus` with `threads`."""
+    pl, checkpoint = start.placement, start.checkpoint
+    settings = start.settings.model_copy(update={"threads": pl.trainer_threads})
+    handle = ProcessTrainer(start.model_dir, settings, checkpoint=checkpoint, cpus=pl.trainer_cpus)
+    cpus_before = pin(pl.rollout_cpus, start.threads)
+    data_state: dict[str, Any] = {}
+    if checkpoint is not None:
+        data_state = json.loads((checkpoint / "trainer_state.json").read_text()).get("data_state", {})
+    return LocalTrainer(handle, data_state, cpus_before)

@@ -1,11 +1,11 @@
 """inhabit.sandbox: isolated workspaces the agent acts on (see docs/sandbox.md).
 
-`create_provider(SandboxConfig(...))` picks a backend:
-- "bwrap" (the default wherever it works): namespaces, copy-on-write workspace, no network,
-  resource limits; see `inhabit.sandbox.bwrap` for exactly what it does and does not protect.
-- "process": a plain subprocess in a temporary copy; isolates NOTHING (it says so loudly).
-- "remote": sandboxes on an environment server (`inhabit sandbox env-server`), over HTTP.
-- "auto": bwrap if it works on this host, else process with a loud warning.
+`create_provider(SandboxConfig(...))` builds the backend `sandbox.backend` names; the backends
+are registered in `inhabit.sandbox.backends` (the one list of them): "auto" (the default: bwrap
+where it works on this host, else process with a loud warning), "bwrap" (namespaces,
+copy-on-write workspace, no network, resource limits; `inhabit.sandbox.bwrap` says exactly what
+it does and does not protect), "process" (a plain subprocess in a temporary copy; isolates
+NOTHING), "remote" (sandboxes on an environment server, `inhabit sandbox env-server`, over HTTP).
 
 This module imports no backend eagerly, so `import inhabit.sandbox` stays cheap.
 """
@@ -17,7 +17,7 @@ from typing import Literal
 from pydantic import Field
 
 from inhabit.config import Config
-from inhabit.errors import ConfigError
+from inhabit.sandbox.backends import SANDBOX_BACKENDS, SandboxBackendName
 from inhabit.sandbox.base import (
     WORKSPACE_MOUNT,
     ExecResult,
@@ -30,6 +30,7 @@ from inhabit.sandbox.base import (
 from inhabit.sandbox.machine import MachineProfile
 
 __all__ = [
+    "SANDBOX_BACKENDS",
     "WORKSPACE_MOUNT",
     "ExecResult",
     "FileEntry",
@@ -46,7 +47,7 @@ __all__ = [
 class SandboxConfig(Config):
     """Which sandbox backend to use and how to limit it (the `[sandbox]` table of a run)."""
 
-    backend: Literal["auto", "bwrap", "process", "remote"] = Field(
+    backend: SandboxBackendName = Field(
         "auto", description="auto = bwrap where it works, else process (which isolates nothing)."
     )
     limits: SandboxLimits = Field(default_factory=SandboxLimits, description="Per-sandbox resource limits.")
@@ -87,40 +88,6 @@ class SandboxConfig(Config):
 
 
 def create_provider(config: SandboxConfig | None = None) -> SandboxProvider:
-    """Build the provider `config` asks for (see the module docstring for 'auto')."""
+    """Build the provider `config` asks for (see `inhabit.sandbox.backends`)."""
     config = config or SandboxConfig()
-    backend = config.backend
-    if backend == "remote":
-        if not config.remote_url:
-            raise ConfigError("sandbox.backend='remote' needs sandbox.remote_url (e.g. http://host:8700)")
-        from inhabit.sandbox.remote import RemoteSandboxProvider
-
-        return RemoteSandboxProvider(
-            url=config.remote_url,
-            token=config.remote_token,
-            limits=config.limits,
-            wheelhouse=config.remote_wheelhouse,
-        )
-    if backend in ("auto", "bwrap"):
-        from inhabit.sandbox.bwrap import BwrapSandboxProvider, bwrap_problem
-
-        problem = bwrap_problem()
-        if problem is None:
-            return BwrapSandboxProvider(
-                limits=config.limits,
-                scratch_dir=config.scratch_dir,
-                workspace_mode=config.workspace_mode,
-                machine=config.machine,
-                supervisor=config.supervisor,
-                warm_tests=config.warm_tests,
-            )
-        if backend == "bwrap":
-            raise ConfigError(f"sandbox.backend='bwrap' does not work on this host: {problem}")
-        from inhabit.log import get_logger
-
-        get_logger(__name__).warning("bwrap sandbox unavailable (%s); falling back to 'process'", problem)
-    from inhabit.sandbox.process import ProcessSandboxProvider
-
-    return ProcessSandboxProvider(
-        limits=config.limits, scratch_dir=config.scratch_dir, machine=config.machine
-    )
+    return SANDBOX_BACKENDS.load(config.backend)(config)

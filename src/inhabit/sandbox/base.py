@@ -110,6 +110,34 @@ class SandboxInfo:
     limits: SandboxLimits = field(default_factory=SandboxLimits)
 
 
+def exec_timeout(timeout_s: float | None, limits: SandboxLimits) -> float:
+    """The wall-clock limit of a command: `timeout_s` (None or 0: the default), at most the maximum."""
+    return min(timeout_s or limits.default_timeout_s, limits.max_timeout_s)
+
+
+@dataclass(frozen=True)
+class ExecCall:
+    """One `Sandbox.exec` call's arguments, as every backend receives them (`Sandbox.run_exec`)."""
+
+    command: str | list[str]
+    """A shell string, or the argv list (a copy of the caller's sequence)."""
+    timeout_s: float | None
+    env: Mapping[str, str] | None
+    cwd: str
+    stdin: bytes | None
+
+    @property
+    def argv(self) -> list[str]:
+        """What to start: `/bin/sh -c` for a shell string; SandboxError for an empty argv list."""
+        argv = ["/bin/sh", "-c", self.command] if isinstance(self.command, str) else list(self.command)
+        if not argv:
+            raise SandboxError("empty command: give a shell string or a non-empty argv list")
+        return argv
+
+    def timeout(self, limits: SandboxLimits) -> float:
+        return exec_timeout(self.timeout_s, limits)
+
+
 class WarmUnavailable(SandboxError):
     """This test run cannot be warm: run it cold. The message is the reason (callers count it)."""
 
@@ -119,7 +147,6 @@ class Sandbox(abc.ABC):
 
     sandbox_id: str
 
-    @abc.abstractmethod
     async def exec(
         self,
         command: str | Sequence[str],
@@ -133,7 +160,14 @@ class Sandbox(abc.ABC):
 
         A command past its timeout is killed together with every process it started, and the
         result says `timed_out`. Output beyond the limit is cut and flagged, never buffered whole.
+        Backends implement `run_exec`; this signature is written once, here.
         """
+        command = command if isinstance(command, str) else list(command)
+        return await self.run_exec(ExecCall(command, timeout_s, env, cwd, stdin))
+
+    @abc.abstractmethod
+    async def run_exec(self, call: ExecCall) -> ExecResult:
+        """The backend's `exec` (`call.argv` and `call.timeout(limits)` are the shared rules)."""
 
     @abc.abstractmethod
     async def read_file(self, path: str) -> bytes:

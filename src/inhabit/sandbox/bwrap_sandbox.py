@@ -23,12 +23,14 @@ from inhabit.log import get_logger
 from inhabit.sandbox import cleanup, hostfs, idmap, layers, mounts, paths, signals, warm
 from inhabit.sandbox.base import (
     WORKSPACE_MOUNT,
+    ExecCall,
     ExecResult,
     FileEntry,
     Sandbox,
     SandboxInfo,
     SandboxLimits,
     WarmUnavailable,
+    exec_timeout,
     limit_message,
 )
 from inhabit.sandbox.gate import Gate
@@ -434,25 +436,15 @@ class BwrapSandbox(Sandbox):
             out.append((resource.RLIMIT_NPROC, n, n))
         return out
 
-    async def exec(
-        self,
-        command: str | Sequence[str],
-        *,
-        timeout_s: float | None = None,
-        env: Mapping[str, str] | None = None,
-        cwd: str = ".",
-        stdin: bytes | None = None,
-    ) -> ExecResult:
+    async def run_exec(self, call: ExecCall) -> ExecResult:
         self._check_open()
-        cmd = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
-        if not cmd:
-            raise SandboxError("empty command: give a shell string or a non-empty argv list")
-        rel = paths.normalize(cwd)
+        cmd, stdin = call.argv, call.stdin
+        rel = paths.normalize(call.cwd)
         if not paths.resolve(self.workspace, rel).is_dir():
-            raise SandboxError(f"cwd {cwd!r} is not a directory in the workspace")
+            raise SandboxError(f"cwd {call.cwd!r} is not a directory in the workspace")
         inner_cwd = WORKSPACE_MOUNT if rel == "." else f"{WORKSPACE_MOUNT}/{rel}"
-        timeout = self._timeout(timeout_s)
-        full_env = self._command_env(env)
+        timeout = call.timeout(self._limits)
+        full_env = self._command_env(call.env)
 
         async def run() -> ExecResult:
             result = None
@@ -465,9 +457,6 @@ class BwrapSandbox(Sandbox):
             return result
 
         return await self._run_limited(timeout, run)
-
-    def _timeout(self, timeout_s: float | None) -> float:
-        return min(timeout_s or self._limits.default_timeout_s, self._limits.max_timeout_s)
 
     def _command_env(self, env: Mapping[str, str] | None) -> dict[str, str]:
         """A command's environment: the machine profile's, then the caller's `env`."""
@@ -521,7 +510,7 @@ class BwrapSandbox(Sandbox):
         why = self.warm_tests_unavailable()
         if why is not None:
             raise WarmUnavailable(why)
-        timeout = self._timeout(timeout_s)
+        timeout = exec_timeout(timeout_s, self._limits)
         # The cold run's environment: exec's, less `unset`, plus `override`, plus what `sh -c`
         # adds (dash exports PWD), plus the command's assignments.
         run_env = self._command_env(env)

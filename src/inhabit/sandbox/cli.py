@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, TextIO
 
 import typer
 
+from inhabit.sandbox.backends import SANDBOX_BACKENDS
+
 if TYPE_CHECKING:
     from inhabit.sandbox.base import ExecResult
 
@@ -71,7 +73,7 @@ def doctor() -> None:
 
 @sandbox_app.command()
 def demo(
-    backend: str = typer.Option("auto", help="auto, bwrap or process."),
+    backend: str = typer.Option("auto", help=f"{SANDBOX_BACKENDS.choices(local_only=True)}."),
 ) -> None:
     """Run the sandbox demo: tests inside, file API, snapshot/restore, isolation, timings."""
     import asyncio
@@ -79,14 +81,15 @@ def demo(
     from inhabit.sandbox import SandboxConfig
     from inhabit.sandbox.demo import run_demo
 
-    asyncio.run(run_demo(SandboxConfig(backend=backend)))  # type: ignore[arg-type]
+    SANDBOX_BACKENDS.check(backend, local_only=True)
+    asyncio.run(run_demo(SandboxConfig(backend=backend)))
 
 
 @sandbox_app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def run_command(
     ctx: typer.Context,
     directory: str = typer.Argument(..., help="Host directory to copy-on-write into the sandbox."),
-    backend: str = typer.Option("auto", help="auto, bwrap or process."),
+    backend: str = typer.Option("auto", help=f"{SANDBOX_BACKENDS.choices(local_only=True)}."),
     timeout: float = typer.Option(60.0, help="Wall-clock limit in seconds."),
     output_bytes: int = typer.Option(
         1_000_000, help="Cap on captured stdout and on stderr, each; the rest is dropped and marked."
@@ -107,9 +110,10 @@ def run_command(
     argv = list(ctx.args)
     if not argv:
         raise SandboxError("give a command after --, e.g. inhabit sandbox run . -- python3 -m pytest -q")
+    SANDBOX_BACKENDS.check(backend, local_only=True)
 
     async def go() -> int:
-        provider = create_provider(SandboxConfig(backend=backend))  # type: ignore[arg-type]
+        provider = create_provider(SandboxConfig(backend=backend))
         limits = SandboxLimits(output_bytes=output_bytes)
         try:
             async with await provider.create(directory, limits=limits) as sb:

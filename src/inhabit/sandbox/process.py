@@ -29,13 +29,13 @@ import secrets
 import shutil
 import signal
 import sys
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from inhabit.errors import SandboxError, SandboxNotFound
 from inhabit.log import get_logger
 from inhabit.sandbox import cleanup, hostfs, paths, signals
 from inhabit.sandbox.base import (
+    ExecCall,
     ExecResult,
     FileEntry,
     Sandbox,
@@ -136,23 +136,13 @@ class ProcessSandbox(Sandbox):
         if self._closed:
             raise SandboxNotFound(f"sandbox {self.sandbox_id} is closed: create a new one")
 
-    async def exec(
-        self,
-        command: str | Sequence[str],
-        *,
-        timeout_s: float | None = None,
-        env: Mapping[str, str] | None = None,
-        cwd: str = ".",
-        stdin: bytes | None = None,
-    ) -> ExecResult:
+    async def run_exec(self, call: ExecCall) -> ExecResult:
         self._check_open()
-        argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
-        if not argv:
-            raise SandboxError("empty command: give a shell string or a non-empty argv list")
-        host_cwd = paths.resolve(self.workspace, cwd)
+        argv, env = call.argv, call.env
+        host_cwd = paths.resolve(self.workspace, call.cwd)
         if not host_cwd.is_dir():
-            raise SandboxError(f"cwd {cwd!r} is not a directory in the workspace")
-        timeout = min(timeout_s or self._limits.default_timeout_s, self._limits.max_timeout_s)
+            raise SandboxError(f"cwd {call.cwd!r} is not a directory in the workspace")
+        timeout = call.timeout(self._limits)
         # Of the machine profile only the login environment applies here (the process runs on
         # the host, as the host user, with the host's name and /etc); HOME is its private dir.
         login = self._provider.machine.environment(self._path, home=str(self.tmp))
@@ -167,7 +157,7 @@ class ProcessSandbox(Sandbox):
             _MARKER: self.sandbox_id,
         }
         async with self._gate.shared(self._check_open):
-            return await self._run(argv, full_env, host_cwd, timeout, stdin)
+            return await self._run(argv, full_env, host_cwd, timeout, call.stdin)
 
     async def _run(
         self, argv: list[str], full_env: dict[str, str], host_cwd: Path, timeout: float, stdin: bytes | None

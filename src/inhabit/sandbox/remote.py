@@ -43,7 +43,7 @@ import json
 import os
 import secrets
 import tarfile
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +59,15 @@ from inhabit.errors import (
 )
 from inhabit.log import get_logger
 from inhabit.sandbox import cleanup
-from inhabit.sandbox.base import ExecResult, FileEntry, Sandbox, SandboxInfo, SandboxLimits, SandboxProvider
+from inhabit.sandbox.base import (
+    ExecCall,
+    ExecResult,
+    FileEntry,
+    Sandbox,
+    SandboxInfo,
+    SandboxLimits,
+    SandboxProvider,
+)
 from inhabit.sandbox.server_wire import API_PREFIX, CLIENT_HEADER, HealthOut, SandboxOut
 
 log = get_logger(__name__)
@@ -244,25 +252,16 @@ class RemoteSandbox(Sandbox):
     def _p(self, suffix: str = "") -> str:
         return f"/sandboxes/{self.sandbox_id}{suffix}"
 
-    async def exec(
-        self,
-        command: str | Sequence[str],
-        *,
-        timeout_s: float | None = None,
-        env: Mapping[str, str] | None = None,
-        cwd: str = ".",
-        stdin: bytes | None = None,
-    ) -> ExecResult:
-        limits = self._info.limits
-        effective = min(
-            timeout_s if timeout_s is not None else limits.default_timeout_s, limits.max_timeout_s
-        )
+    async def run_exec(self, call: ExecCall) -> ExecResult:
+        # The server checks the command and applies the limits; the wait here is the server's
+        # limit plus a margin (a timeout_s the server refuses, 0 or less, fails before either).
+        effective = call.timeout(self._info.limits)
         body: dict[str, Any] = {
-            "command": command if isinstance(command, str) else list(command),
-            "timeout_s": timeout_s,
-            "env": dict(env) if env is not None else None,
-            "cwd": cwd,
-            "stdin_b64": base64.b64encode(stdin).decode() if stdin is not None else None,
+            "command": call.command,
+            "timeout_s": call.timeout_s,
+            "env": dict(call.env) if call.env is not None else None,
+            "cwd": call.cwd,
+            "stdin_b64": base64.b64encode(call.stdin).decode() if call.stdin is not None else None,
         }
         async with self._order.op("exec"):
             resp = await self._http.request(

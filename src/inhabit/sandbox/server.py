@@ -73,6 +73,7 @@ from inhabit.errors import (
 )
 from inhabit.log import get_logger
 from inhabit.sandbox import hostfs
+from inhabit.sandbox.backends import SANDBOX_BACKENDS, LocalSandboxBackendName
 from inhabit.sandbox.base import WORKSPACE_MOUNT, SandboxLimits, SandboxProvider
 from inhabit.sandbox.server_metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from inhabit.sandbox.server_metrics import EnvMetrics
@@ -102,7 +103,9 @@ class EnvServerConfig(Config):
     token: str | None = Field(
         None, min_length=8, description="Bearer token; else INHABIT_ENV_TOKEN; else a random one."
     )
-    backend: str = Field("auto", description="Sandbox backend the server wraps (auto, bwrap, process).")
+    backend: LocalSandboxBackendName = Field(
+        "auto", description="Sandbox backend the server wraps (one that runs on this machine)."
+    )
     root: Path | None = Field(None, description="Directory sources must lie under it; None: none allowed.")
     max_upload_mb: float = Field(64, gt=0, description="Cap on an uploaded (compressed) tarball.")
     max_extracted_mb: float = Field(512, gt=0, description="Cap on the file data an upload unpacks to.")
@@ -416,12 +419,10 @@ ProviderFactory = Callable[[], SandboxProvider]
 
 def make_provider_factory(backend: str) -> ProviderFactory:
     """A factory of the named local backend (built inside the server's event loop)."""
-    from inhabit.errors import ConfigError
     from inhabit.sandbox import SandboxConfig, create_provider
 
-    if backend not in ("auto", "bwrap", "process"):
-        raise ConfigError(f"env-server --backend must be auto, bwrap or process, not {backend!r}")
-    config = SandboxConfig(backend=backend)  # type: ignore[arg-type]
+    SANDBOX_BACKENDS.check(backend, local_only=True)
+    config = SandboxConfig(backend=backend)
 
     def factory() -> SandboxProvider:
         return create_provider(config)

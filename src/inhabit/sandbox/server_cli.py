@@ -11,6 +11,8 @@ from pathlib import Path
 
 import typer
 
+from inhabit.sandbox.backends import SANDBOX_BACKENDS
+
 
 def register(app: typer.Typer) -> None:
     """Add `inhabit sandbox env-server` (and its hidden older spelling `inhabit sandbox env-server`)."""
@@ -25,7 +27,7 @@ def register(app: typer.Typer) -> None:
             None, envvar="INHABIT_ENV_TOKEN", help="Bearer token clients must send (>= 8 chars)."
         ),
         backend: str = typer.Option(
-            "auto", help="Sandbox backend: auto (bwrap where it works), bwrap, process."
+            "auto", help=f"Sandbox backend: {SANDBOX_BACKENDS.choices(local_only=True)}."
         ),
         root: Path | None = typer.Option(
             None, help="Clients may create sandboxes from directories under this one ('server:<dir>')."

@@ -10,19 +10,20 @@ from pathlib import Path
 
 import typer
 
+from inhabit.sandbox.backends import SANDBOX_BACKENDS
+
 tasks_app = typer.Typer(help="Task directories: build them (from a project by mutation, generated families, "
                         "HumanEval, SWE-bench) and check them.",
                         no_args_is_help=True)  # fmt: skip
 
-_BACKEND_HELP = "Sandbox backend: auto, bwrap or process."
+_BACKEND_HELP = f"Sandbox backend: {SANDBOX_BACKENDS.choices(local_only=True)}."
 
 
 def _provider(backend: str):  # type: ignore[no-untyped-def]
-    if backend not in ("auto", "bwrap", "process"):
-        raise typer.BadParameter("choose auto, bwrap or process", param_hint="--backend")
     from inhabit.sandbox import SandboxConfig, create_provider
 
-    return create_provider(SandboxConfig(backend=backend))  # type: ignore[arg-type]
+    SANDBOX_BACKENDS.check(backend, local_only=True)
+    return create_provider(SandboxConfig(backend=backend))
 
 
 @tasks_app.command("build")

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import typer
 
+from inhabit.sandbox.backends import SANDBOX_BACKENDS
+
 task_app = typer.Typer(
     help="Task directories: validate them (see docs/architecture.md).", no_args_is_help=True
 )
@@ -20,7 +22,9 @@ task_app = typer.Typer(
 def check(
     task_dir: Path = typer.Argument(..., help="Task directory (holding task.toml, workspace/, hidden/)."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object instead of a report."),
-    backend: str = typer.Option("auto", "--backend", help="Sandbox backend: auto, bwrap or process."),
+    backend: str = typer.Option(
+        "auto", "--backend", help=f"Sandbox backend: {SANDBOX_BACKENDS.choices(local_only=True)}."
+    ),
     wheelhouse: Path | None = typer.Option(
         None,
         "--wheelhouse",
@@ -31,8 +35,7 @@ def check(
 
     Checks the format, that fail_to_pass tests fail before the fix and pass with reference.patch
     (when present), that pass_to_pass tests pass, and that grading raises no flag."""
-    if backend not in ("auto", "bwrap", "process"):
-        raise typer.BadParameter("choose auto, bwrap or process", param_hint="--backend")
+    SANDBOX_BACKENDS.check(backend, local_only=True)
     if not task_dir.is_dir() and not (task_dir.name == "task.toml" and task_dir.is_file()):
         what = "is a file" if task_dir.exists() else "does not exist"
         raise typer.BadParameter(
@@ -50,7 +53,7 @@ def check(
     from inhabit.grading.check import check_task
 
     async def run():
-        provider = create_provider(SandboxConfig(backend=backend))  # type: ignore[arg-type]
+        provider = create_provider(SandboxConfig(backend=backend))
         try:
             return await check_task(task_dir, provider)
         finally:

@@ -115,8 +115,10 @@ def calibrate(run_dir: str | Path) -> tuple[ScaleConfig, dict[str, Any]]:
             "tasks": max(2, rc["tasks"]["count"] - rc["tasks"]["held_out"]) if rc["tasks"]["source"] == "quickstart" else 1000,
         }  # fmt: skip
         # Runs written before engine backends existed have no `replicas`: one embedded engine.
+        from inhabit.placement.engine_backends import ENGINE_BACKENDS
+
         eng = rc.get("engine", {})
-        if eng.get("backend", "embedded") in ("embedded", "vllm"):
+        if eng.get("backend", "embedded") in ENGINE_BACKENDS.names(local_only=True):
             shape["engines"] = int(eng.get("replicas", 1))
     last = steps[-1]
     measured = {
