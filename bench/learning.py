@@ -215,11 +215,23 @@ def run_seed(base: RunConfig, seed: int, root: Path, start: Path | None) -> dict
     provider = create_provider(cfg.sandbox)
     prepared = prepare(cfg, provider, print)  # the bootstrapped model, cached in the run folder
     boot_s = time.monotonic() - t0
-    rl = train(cfg, display=RunDisplay("plain", cfg.steps))  # evaluates (a) before and (c) after
-    sft = sft_arm(cfg, prepared.model_dir, prepared.info, rl["rl_s"], root / "sft-model")
+    # Each arm that finished is kept: a seed cut off (killed for memory, Ctrl-C) goes on from the
+    # first arm without its results when the same command runs again.
+    done = root / "rl" / "summary.json"
+    if done.exists() and json.loads(done.read_text()).get("steps") == cfg.steps:
+        rl = json.loads(done.read_text())
+    else:  # evaluates (a) before and (c) after
+        rl = train(cfg, display=RunDisplay("plain", cfg.steps))
+    sft_done = root / "sft-model" / "sft.json"
+    if sft_done.exists():
+        sft = json.loads(sft_done.read_text())
+    else:
+        sft = sft_arm(cfg, prepared.model_dir, prepared.info, rl["rl_s"], root / "sft-model")
+        sft_done.write_text(json.dumps(sft))
     sft_cfg = with_model(cfg, steps=0, run_dir=str(root / "sft"), **{"eval.after": False})
     sft_cfg = with_model(sft_cfg, model={"path": str(root / "sft-model")})
-    train(sft_cfg, display=RunDisplay("plain", 0))
+    if not (root / "sft" / "summary.json").exists():
+        train(sft_cfg, display=RunDisplay("plain", 0))
     arms = {
         **({"imported": imported_arm(cfg, root)} if real_model(cfg) else {}),
         "bootstrap": arm_stats(root / "rl", "eval:before"),
