@@ -260,15 +260,19 @@ class Specialize:
             f"({held_modules} of {len(split.modules)} modules held out)",
         }  # fmt: skip
 
-    def _held_tasks(self) -> list[Any]:
+    def _held_tasks(self, ids: list[str] | None = None) -> list[Any]:
         from inhabit.tasks.task import load_task
 
-        ids = self.state.result("tasks")["held_out"][: self.cfg.eval.max_tasks]
+        ids = ids if ids is not None else self.state.result("tasks")["held_out"][: self.cfg.eval.max_tasks]
         return [load_task(self.run / "tasks" / "held-out" / t) for t in ids]
 
-    def _evaluate(self, model_dir: Path, folder: Path, label: str) -> dict[str, Any]:
-        tasks = self._held_tasks()
-        total = len(tasks) * self.cfg.eval.samples
+    def _evaluate(
+        self, model_dir: Path, folder: Path, label: str, *, ids: list[str] | None = None,
+        samples: int | None = None, deadline: float | None = None,
+    ) -> dict[str, Any]:  # fmt: skip
+        tasks = self._held_tasks(ids)
+        samples = samples or self.cfg.eval.samples
+        total = len(tasks) * samples
         seen = [0]
 
         def on_record(_rec: dict[str, Any]) -> None:
@@ -277,7 +281,7 @@ class Specialize:
                 self.display.say(f"  {label}: {seen[0]}/{total} episodes")
 
         out = evaluate_model(
-            model_dir, tasks, folder, self.cfg, samples=self.cfg.eval.samples, on_record=on_record
+            model_dir, tasks, folder, self.cfg, samples=samples, on_record=on_record, deadline=deadline
         )
         s = out["summary"]
         return {
@@ -285,15 +289,38 @@ class Specialize:
             "per_task": per_task_rates(out["records"]),
             "successes": sum(r["success"] for r in out["records"]),
             "episodes": len(out["records"]),
+            "task_ids": out["task_ids"],
+            "samples": out["samples"],
         }
 
     def baseline(self) -> dict[str, Any]:
-        res = self._evaluate(self.inp.model, self.run / "baseline", "baseline")
+        """MODEL on the held-out tasks, up to `eval.max_tasks` x `eval.samples` episodes, cut at
+        the step's share of the budget to the part measured in full (`evals.complete_part`)."""
+        share = max(60.0, self.plan.share_s("baseline") - self.state.step("baseline").get("elapsed_s", 0.0))
+        res = self._evaluate(
+            self.inp.model, self.run / "baseline", "baseline", deadline=time.monotonic() + share
+        )
         s = res["summary"]
         pass_k = s.get(f"pass@{s['k']}") or 0.0
+        wanted = (
+            min(len(self.state.result("tasks")["held_out"]), self.cfg.eval.max_tasks) * self.cfg.eval.samples
+        )
+        cut = res["episodes"] < wanted
+        if cut:
+            self.display.say(
+                f"baseline stopped at its share of the budget ({share / 60:.1f} min): "
+                f"{len(res['task_ids'])} tasks x {res['samples']} samples measured in full; "
+                "the final evaluation runs the same"
+            )
+        res["cut_by_budget"] = cut
         res["note"] = (
             f"success {s['success_rate']:.1%} ({res['successes']}/{res['episodes']}), "
             f"pass@{s['k']} {pass_k:.1%}, {s['parse']['rate']:.0%} of turns parse as calls"
+            + (
+                f" ({len(res['task_ids'])} tasks x {res['samples']} samples in its share of the budget)"
+                if cut
+                else ""
+            )
         )
         return res
 
@@ -361,7 +388,9 @@ class Specialize:
             copy_model(self.inp.model, self.run / "model")
             return {"candidate": str(candidate), "same_as_start": True, "accepted": False,
                     "note": "nothing trained: model/ is MODEL"}  # fmt: skip
-        res = self._evaluate(candidate, self.run / "final", "final")
+        res = self._evaluate(
+            candidate, self.run / "final", "final", ids=base.get("task_ids"), samples=base.get("samples")
+        )
         b_rate = base["summary"]["success_rate"]
         a_rate = res["summary"]["success_rate"]
         lo, hi = wilson(base["successes"], base["episodes"])
