@@ -233,12 +233,20 @@ class Specialize:
                 await provider.close()
 
         share = max(60.0, self.plan.share_s("tasks") - self.state.step("tasks").get("elapsed_s", 0.0))
+        done = threading.Event()
+        watcher = threading.Thread(
+            target=self._report_build, args=(built, tc.max_candidates, done), daemon=True
+        )
+        watcher.start()
         try:
             report = asyncio.run(asyncio.wait_for(go(), share))
             ids, cut, candidates, env_id = report.tasks, False, report.candidates, report.env_id
         except TimeoutError:  # the build's share of the budget is spent: keep the tasks it finished
             ids, cut, candidates, env_id = _kept_so_far(built), True, None, None
             self.display.say(f"task build stopped at its share of the budget ({share / 60:.1f} min)")
+        finally:
+            done.set()
+            watcher.join()
         dirs = [built / t for t in ids if (built / t / "task.toml").is_file()]
         if not dirs:
             raise OrchestratorError(
@@ -259,6 +267,18 @@ class Specialize:
             "note": f"{len(dirs)} tasks: {len(split.train)} train, {len(split.held_out)} held-out "
             f"({held_modules} of {len(split.modules)} modules held out)",
         }  # fmt: skip
+
+    def _report_build(self, built: Path, most: int, done: threading.Event, every_s: float = 30.0) -> None:
+        """A line every `every_s` while the build runs, from its state file: candidates tried, kept."""
+        said = None
+        while not done.wait(every_s):
+            recs = [r for r in _state_lines(built) if r.get("status")]
+            line = f"  tasks: {len(recs)}/{most} candidates tried, {sum(r['status'] == 'kept' for r in recs)} kept"
+            if not recs:
+                line = "  tasks: setting up the project's test environment and its coverage"
+            if line != said:
+                self.display.say(line)
+                said = line
 
     def _held_tasks(self, ids: list[str] | None = None) -> list[Any]:
         from inhabit.tasks.task import load_task
@@ -415,20 +435,23 @@ class Specialize:
         return rep | {"note": rep["verdict"]}
 
 
-def _kept_so_far(built: Path) -> list[str]:
-    """Task ids an interrupted build recorded as kept (`.build/state.jsonl`: a kept task's folder
-    is complete and checked before its line is written)."""
-    ids = []
+def _state_lines(built: Path) -> list[dict[str, Any]]:
+    """The build's state file (`.build/state.jsonl`), a line cut by a crash left out."""
+    out = []
     state = built / ".build" / "state.jsonl"
     if state.is_file():
         for line in state.read_text().splitlines():
             try:
-                rec = json.loads(line)
+                out.append(json.loads(line))
             except ValueError:
                 continue
-            if rec.get("status") == "kept" and rec.get("task_id"):
-                ids.append(rec["task_id"])
-    return ids
+    return out
+
+
+def _kept_so_far(built: Path) -> list[str]:
+    """Task ids an interrupted build recorded as kept (a kept task's folder is complete and
+    checked before its line is written)."""
+    return [r["task_id"] for r in _state_lines(built) if r.get("status") == "kept" and r.get("task_id")]
 
 
 def _flags_of(path: Path) -> dict[str, int]:
