@@ -317,9 +317,20 @@ class Specialize:
         """MODEL on the held-out tasks, up to `eval.max_tasks` x `eval.samples` episodes, cut at
         the step's share of the budget to the part measured in full (`evals.complete_part`)."""
         share = max(60.0, self.plan.share_s("baseline") - self.state.step("baseline").get("elapsed_s", 0.0))
-        res = self._evaluate(
-            self.inp.model, self.run / "baseline", "baseline", deadline=time.monotonic() + share
+        timer = threading.Timer(
+            share,
+            lambda: self.display.say(
+                "  baseline: its share of the budget is spent; no new episode starts, those under way finish"
+            ),
         )
+        timer.daemon = True
+        timer.start()
+        try:
+            res = self._evaluate(
+                self.inp.model, self.run / "baseline", "baseline", deadline=time.monotonic() + share
+            )
+        finally:
+            timer.cancel()
         s = res["summary"]
         pass_k = s.get(f"pass@{s['k']}") or 0.0
         wanted = (
