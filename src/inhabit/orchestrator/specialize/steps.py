@@ -361,6 +361,8 @@ class Specialize:
         if rate >= bc.when_parse_below or bc.max_steps == 0:
             return {"ran": False, "note": f"not needed: {rate:.0%} of baseline turns parse as calls"}
         budget = min(self.plan.share_s("bootstrap"), max(0.0, self.left_s() * 0.5))
+        if budget < 60:  # the expert transcripts alone would take that: skip before any work
+            return {"ran": False, "note": f"skipped: {budget:.0f} s of budget left for the format bootstrap"}
         return format_bootstrap(self.inp.model, self.run / "bootstrap", self.cfg, budget, self.display.say)
 
     def _start_model(self) -> Path:
