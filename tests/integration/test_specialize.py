@@ -169,7 +169,9 @@ def test_ctrl_c_at_a_step_then_resume(tmp_path: Path, project: Path, tiny_model:
     before = tree_fingerprint(project)
     out = tmp_path / "run"
     args = [sys.executable, "-m", "inhabit", *specialize_args(project, tiny_model, out)]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    src = str(Path(__file__).resolve().parents[2] / "src")  # this tree's code, not an installed copy
+    env = {**os.environ, "PYTHONPATH": src}
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     state_file = out / "state.json"
     deadline = time.monotonic() + 600
     # Interrupt once the tasks step is done and a later step is under way.

@@ -129,8 +129,12 @@ async def run_eval(
     on_record: Callable[[dict[str, Any]], None] | None = None,
     save_trajectories: Path | None = None,
     composer: Any = None,
+    deadline: float | None = None,
 ) -> list[dict[str, Any]]:
     """Run every (task, sample) not yet recorded; return all records (old and new).
+
+    Samples run in rounds (sample 0 of every task, then sample 1...). With `deadline` (a
+    `time.monotonic()` value) no episode starts after it; those under way finish and are recorded.
 
     With `composer` (an `inhabit.rewards.compose.RewardComposer`), each record also holds the
     composed reward and its parts (lint delta, diff size, judges) over what the agent changed;
@@ -155,6 +159,8 @@ async def run_eval(
 
     async def worker() -> None:
         while not queue.empty():
+            if deadline is not None and time.monotonic() >= deadline:
+                return
             task, sample = queue.get_nowait()
             t0 = time.monotonic()
             capture = CapturingProvider(provider, task.workspace_dir) if composer is not None else None

@@ -82,6 +82,24 @@ async def test_eval_runs_the_harness_grades_and_resumes(tmp_path, sandbox_provid
     assert summarize(recs, k=2)["pass@2"] == 1.0
 
 
+async def test_no_episode_starts_after_the_deadline(tmp_path, sandbox_provider, chat_server):
+    import time
+
+    write_calc_task(tmp_path / "tasks" / "calc-0", command=FAST_COMMAND)
+    tasks = discover_tasks(tmp_path / "tasks")
+    state, url = chat_server(fixer)
+    policy = OpenAIPolicy(url)
+    harness = HarnessConfig(max_turns=4)
+    path = tmp_path / "eval.records.jsonl"
+    recs = await run_eval(tasks, policy, sandbox_provider, path, samples=2, harness=harness,
+                          deadline=time.monotonic())  # fmt: skip
+    assert recs == [] and state["seen"] == [] and not path.exists()
+    recs = await run_eval(tasks, policy, sandbox_provider, path, samples=2, harness=harness, resume=True,
+                          deadline=time.monotonic() + 600)  # fmt: skip
+    await policy.close()
+    assert sorted(r["sample"] for r in recs) == [0, 1] and all(r["success"] for r in recs)
+
+
 def test_cli_prints_table_writes_json_and_counts_failures(tmp_path, chat_server):
     write_calc_task(tmp_path / "tasks" / "calc", command=FAST_COMMAND)
     _, url = chat_server(lambda body: "I am not sure what to do.")  # never calls a tool

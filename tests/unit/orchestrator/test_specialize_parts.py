@@ -112,3 +112,21 @@ def test_budget_parsing_and_split() -> None:
     p = plan(3600)
     assert p.share_s("tasks") + p.share_s("baseline") + p.share_s("bootstrap") < 3600
     assert "RL: the rest" in p.lines()[0]
+
+
+def test_an_evaluation_cut_by_its_deadline_keeps_its_complete_part() -> None:
+    from inhabit.orchestrator.specialize.evals import complete_part
+
+    def recs(*pairs: tuple[str, int]) -> list[dict]:
+        return [{"task_id": t, "sample": k, "success": False} for t, k in pairs]
+
+    ids = ["a", "b", "c"]
+    # two whole rounds and part of a third: every task, two samples
+    assert complete_part(recs(("a", 0), ("b", 0), ("c", 0), ("a", 1), ("b", 1), ("c", 1), ("a", 2)), ids) == (
+        ids,
+        2,
+    )
+    # round 0 unfinished: the tasks whose first sample finished, once each
+    assert complete_part(recs(("a", 0), ("c", 0)), ids) == (["a", "c"], 1)
+    assert complete_part(recs(("b", 1)), ids) == ([], 1)
+    assert complete_part([], []) == ([], 1)

@@ -116,9 +116,10 @@ def parse_budget(text: str) -> float:
 
 
 SHARES = {"tasks": 0.25, "baseline": 0.15, "bootstrap": 0.15}
-"""The budget's split: the task build and the bootstrap stop at their share; the baseline is
-sized by its counts (a cut evaluation would compare fewer tasks on one side); RL gets what is left,
-minus the final evaluation's expected time (the baseline's measured one: the same tasks)."""
+"""The budget's split: the task build, the baseline and the bootstrap stop at their share (the
+baseline keeps the tasks and samples it finished in full, and the final evaluation runs those, so
+both sides stay paired); RL gets what is left, minus the final evaluation's expected time (the
+baseline's measured one: the same episodes)."""
 
 
 @dataclass(frozen=True)
@@ -133,7 +134,8 @@ class BudgetPlan:
         m = self.total_s / 60
         return [
             f"budget {m:.0f} min: tasks <= {SHARES['tasks']:.0%} (the build stops there, or at tasks.max_candidates), "
-            f"baseline <= {SHARES['baseline']:.0%} (bounded by eval.max_tasks x eval.samples), "
+            f"baseline <= {SHARES['baseline']:.0%} (at most eval.max_tasks x eval.samples; the part finished by then is kept "
+            "and the final evaluation runs the same), "
             f"format bootstrap <= {SHARES['bootstrap']:.0%} (only when calls do not parse), "
             "RL: the rest, less the final evaluation's expected time (the baseline's)"
         ]

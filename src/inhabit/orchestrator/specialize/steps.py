@@ -233,12 +233,20 @@ class Specialize:
                 await provider.close()
 
         share = max(60.0, self.plan.share_s("tasks") - self.state.step("tasks").get("elapsed_s", 0.0))
+        done = threading.Event()
+        watcher = threading.Thread(
+            target=self._report_build, args=(built, tc.max_candidates, done), daemon=True
+        )
+        watcher.start()
         try:
             report = asyncio.run(asyncio.wait_for(go(), share))
             ids, cut, candidates, env_id = report.tasks, False, report.candidates, report.env_id
         except TimeoutError:  # the build's share of the budget is spent: keep the tasks it finished
             ids, cut, candidates, env_id = _kept_so_far(built), True, None, None
             self.display.say(f"task build stopped at its share of the budget ({share / 60:.1f} min)")
+        finally:
+            done.set()
+            watcher.join()
         dirs = [built / t for t in ids if (built / t / "task.toml").is_file()]
         if not dirs:
             raise OrchestratorError(
@@ -260,15 +268,31 @@ class Specialize:
             f"({held_modules} of {len(split.modules)} modules held out)",
         }  # fmt: skip
 
-    def _held_tasks(self) -> list[Any]:
+    def _report_build(self, built: Path, most: int, done: threading.Event, every_s: float = 30.0) -> None:
+        """A line every `every_s` while the build runs, from its state file: candidates tried, kept."""
+        said = None
+        while not done.wait(every_s):
+            recs = [r for r in _state_lines(built) if r.get("status")]
+            line = f"  tasks: {len(recs)}/{most} candidates tried, {sum(r['status'] == 'kept' for r in recs)} kept"
+            if not recs:
+                line = "  tasks: setting up the project's test environment and its coverage"
+            if line != said:
+                self.display.say(line)
+                said = line
+
+    def _held_tasks(self, ids: list[str] | None = None) -> list[Any]:
         from inhabit.tasks.task import load_task
 
-        ids = self.state.result("tasks")["held_out"][: self.cfg.eval.max_tasks]
+        ids = ids if ids is not None else self.state.result("tasks")["held_out"][: self.cfg.eval.max_tasks]
         return [load_task(self.run / "tasks" / "held-out" / t) for t in ids]
 
-    def _evaluate(self, model_dir: Path, folder: Path, label: str) -> dict[str, Any]:
-        tasks = self._held_tasks()
-        total = len(tasks) * self.cfg.eval.samples
+    def _evaluate(
+        self, model_dir: Path, folder: Path, label: str, *, ids: list[str] | None = None,
+        samples: int | None = None, deadline: float | None = None,
+    ) -> dict[str, Any]:  # fmt: skip
+        tasks = self._held_tasks(ids)
+        samples = samples or self.cfg.eval.samples
+        total = len(tasks) * samples
         seen = [0]
 
         def on_record(_rec: dict[str, Any]) -> None:
@@ -277,7 +301,7 @@ class Specialize:
                 self.display.say(f"  {label}: {seen[0]}/{total} episodes")
 
         out = evaluate_model(
-            model_dir, tasks, folder, self.cfg, samples=self.cfg.eval.samples, on_record=on_record
+            model_dir, tasks, folder, self.cfg, samples=samples, on_record=on_record, deadline=deadline
         )
         s = out["summary"]
         return {
@@ -285,15 +309,49 @@ class Specialize:
             "per_task": per_task_rates(out["records"]),
             "successes": sum(r["success"] for r in out["records"]),
             "episodes": len(out["records"]),
+            "task_ids": out["task_ids"],
+            "samples": out["samples"],
         }
 
     def baseline(self) -> dict[str, Any]:
-        res = self._evaluate(self.inp.model, self.run / "baseline", "baseline")
+        """MODEL on the held-out tasks, up to `eval.max_tasks` x `eval.samples` episodes, cut at
+        the step's share of the budget to the part measured in full (`evals.complete_part`)."""
+        share = max(60.0, self.plan.share_s("baseline") - self.state.step("baseline").get("elapsed_s", 0.0))
+        timer = threading.Timer(
+            share,
+            lambda: self.display.say(
+                "  baseline: its share of the budget is spent; no new episode starts, those under way finish"
+            ),
+        )
+        timer.daemon = True
+        timer.start()
+        try:
+            res = self._evaluate(
+                self.inp.model, self.run / "baseline", "baseline", deadline=time.monotonic() + share
+            )
+        finally:
+            timer.cancel()
         s = res["summary"]
         pass_k = s.get(f"pass@{s['k']}") or 0.0
+        wanted = (
+            min(len(self.state.result("tasks")["held_out"]), self.cfg.eval.max_tasks) * self.cfg.eval.samples
+        )
+        cut = res["episodes"] < wanted
+        if cut:
+            self.display.say(
+                f"baseline stopped at its share of the budget ({share / 60:.1f} min): "
+                f"{len(res['task_ids'])} tasks x {res['samples']} samples measured in full; "
+                "the final evaluation runs the same"
+            )
+        res["cut_by_budget"] = cut
         res["note"] = (
             f"success {s['success_rate']:.1%} ({res['successes']}/{res['episodes']}), "
             f"pass@{s['k']} {pass_k:.1%}, {s['parse']['rate']:.0%} of turns parse as calls"
+            + (
+                f" ({len(res['task_ids'])} tasks x {res['samples']} samples in its share of the budget)"
+                if cut
+                else ""
+            )
         )
         return res
 
@@ -303,6 +361,8 @@ class Specialize:
         if rate >= bc.when_parse_below or bc.max_steps == 0:
             return {"ran": False, "note": f"not needed: {rate:.0%} of baseline turns parse as calls"}
         budget = min(self.plan.share_s("bootstrap"), max(0.0, self.left_s() * 0.5))
+        if budget < 60:  # the expert transcripts alone would take that: skip before any work
+            return {"ran": False, "note": f"skipped: {budget:.0f} s of budget left for the format bootstrap"}
         return format_bootstrap(self.inp.model, self.run / "bootstrap", self.cfg, budget, self.display.say)
 
     def _start_model(self) -> Path:
@@ -361,7 +421,9 @@ class Specialize:
             copy_model(self.inp.model, self.run / "model")
             return {"candidate": str(candidate), "same_as_start": True, "accepted": False,
                     "note": "nothing trained: model/ is MODEL"}  # fmt: skip
-        res = self._evaluate(candidate, self.run / "final", "final")
+        res = self._evaluate(
+            candidate, self.run / "final", "final", ids=base.get("task_ids"), samples=base.get("samples")
+        )
         b_rate = base["summary"]["success_rate"]
         a_rate = res["summary"]["success_rate"]
         lo, hi = wilson(base["successes"], base["episodes"])
@@ -386,20 +448,23 @@ class Specialize:
         return rep | {"note": rep["verdict"]}
 
 
-def _kept_so_far(built: Path) -> list[str]:
-    """Task ids an interrupted build recorded as kept (`.build/state.jsonl`: a kept task's folder
-    is complete and checked before its line is written)."""
-    ids = []
+def _state_lines(built: Path) -> list[dict[str, Any]]:
+    """The build's state file (`.build/state.jsonl`), a line cut by a crash left out."""
+    out = []
     state = built / ".build" / "state.jsonl"
     if state.is_file():
         for line in state.read_text().splitlines():
             try:
-                rec = json.loads(line)
+                out.append(json.loads(line))
             except ValueError:
                 continue
-            if rec.get("status") == "kept" and rec.get("task_id"):
-                ids.append(rec["task_id"])
-    return ids
+    return out
+
+
+def _kept_so_far(built: Path) -> list[str]:
+    """Task ids an interrupted build recorded as kept (a kept task's folder is complete and
+    checked before its line is written)."""
+    return [r["task_id"] for r in _state_lines(built) if r.get("status") == "kept" and r.get("task_id")]
 
 
 def _flags_of(path: Path) -> dict[str, int]:
