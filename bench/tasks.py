@@ -10,7 +10,9 @@ and how the kept bugs fail: wrong value or exception) and the measurement option
 project's addopts. Goal per library: at least 8 valid tasks of 12 candidates, every kept task
 passing `tasks check` twice, no `--command` override. Baseline, measured in the same run: one bare
 pytest run of the suite on the host (no sandbox, plugin autoload off), the unit of the grading
-cost. Writes bench/results/tasks.json.
+cost. Libraries can be measured one run at a time (`--only`): bench/results/tasks.json keeps the
+last row of each with its date, and the table lists the whole set, `not measured` where no run
+has a row.
 
     .venv/bin/python bench/tasks.py [--only isodate,semver] [--candidates 12] [-j 2] [--cache DIR]
 """
