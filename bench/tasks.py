@@ -35,6 +35,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from inhabit.envs.store import EnvStore
 from inhabit.grading.check import check_task
 from inhabit.sandbox import SandboxConfig, create_provider
 from inhabit.taskgen.builder import BuildConfig, build_tasks
@@ -67,21 +68,29 @@ def sdist(spec: str, cache: Path) -> Path:
     return next(p for p in cache.glob("*.tar.gz") if p.name.lower().startswith((stem.lower(), f"{name}-")))
 
 
-def bare_run_s(archive: Path) -> float:
+def bare_run_s(archive: Path, env_id: str | None) -> float:
+    """One pytest run of the suite on the host, outside any sandbox, by the interpreter the build's
+    sandboxes use: the project's test environment where it has one, else inhabit's own (a bare
+    `python` on PATH may be another installation, without the suite's requirements)."""
+    python = sys.executable
+    if env_id is not None and (built := EnvStore().get(env_id)) is not None:
+        python = str(built / "bin" / "python")
     with tempfile.TemporaryDirectory() as tmp:
         with tarfile.open(archive) as tar:
             tar.extractall(tmp, filter="data")
         (top,) = list(Path(tmp).iterdir())
         t = time.perf_counter()
         subprocess.run(
-            ["sh", "-c", f"{default_command(top)} --tb=no"], cwd=top, capture_output=True, timeout=900
+            ["sh", "-c", f"{default_command(top, python=python)} --tb=no"],
+            cwd=top,
+            capture_output=True,
+            timeout=900,
         )
         return time.perf_counter() - t
 
 
 async def one(spec: str, args: argparse.Namespace, provider, work: Path) -> dict:
     archive = sdist(spec, Path(args.cache))
-    baseline = bare_run_s(archive)
     out = work / spec.split("==")[0]
     shutil.rmtree(out, ignore_errors=True)
     t = time.perf_counter()
@@ -94,6 +103,7 @@ async def one(spec: str, args: argparse.Namespace, provider, work: Path) -> dict
         progress=False,
     )
     build_s = time.perf_counter() - t
+    baseline = bare_run_s(archive, report.env_id)
     checks, grading_s = {}, []
     for task_id in report.tasks:
         results = []
