@@ -15,7 +15,9 @@ Pipeline (`build_tasks`):
   4. `concurrency` workers take sandboxes from a recycling `SandboxPool` (a returned sandbox is
      restored to the pristine snapshot before its next use: a mutant may write stray files),
      write the mutated file and run the suite (or the covering tests) with `--tb=no`; a mutant is kept when some, but not all, of the baseline's
-     passing tests fail, and confirmed on the full suite when the run was a selection;
+     passing tests fail, and confirmed on the full suite when the run was a selection; a run
+     past its time limit is judged again against the untouched suite timed then (a busier
+     machine is no loop that never ends);
   5. a kept mutant becomes a task directory: workspace = the mutated project, fail_to_pass = the
      tests it breaks, pass_to_pass = every other passing test (the whole suite where a run of it
      is cheap, else every test whose coverage touches the mutated file), the instruction names
