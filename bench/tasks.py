@@ -10,7 +10,9 @@ and how the kept bugs fail: wrong value or exception) and the measurement option
 project's addopts. Goal per library: at least 8 valid tasks of 12 candidates, every kept task
 passing `tasks check` twice, no `--command` override. Baseline, measured in the same run: one bare
 pytest run of the suite on the host (no sandbox, plugin autoload off), the unit of the grading
-cost. Writes bench/results/tasks.json.
+cost. Libraries can be measured one run at a time (`--only`): bench/results/tasks.json keeps the
+last row of each with its date, and the table lists the whole set, `not measured` where no run
+has a row.
 
     .venv/bin/python bench/tasks.py [--only isodate,semver] [--candidates 12] [-j 2] [--cache DIR]
 """
@@ -33,6 +35,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from inhabit.envs.store import EnvStore
 from inhabit.grading.check import check_task
 from inhabit.sandbox import SandboxConfig, create_provider
 from inhabit.taskgen.builder import BuildConfig, build_tasks
@@ -65,21 +68,29 @@ def sdist(spec: str, cache: Path) -> Path:
     return next(p for p in cache.glob("*.tar.gz") if p.name.lower().startswith((stem.lower(), f"{name}-")))
 
 
-def bare_run_s(archive: Path) -> float:
+def bare_run_s(archive: Path, env_id: str | None) -> float:
+    """One pytest run of the suite on the host, outside any sandbox, by the interpreter the build's
+    sandboxes use: the project's test environment where it has one, else inhabit's own (a bare
+    `python` on PATH may be another installation, without the suite's requirements)."""
+    python = sys.executable
+    if env_id is not None and (built := EnvStore().get(env_id)) is not None:
+        python = str(built / "bin" / "python")
     with tempfile.TemporaryDirectory() as tmp:
         with tarfile.open(archive) as tar:
             tar.extractall(tmp, filter="data")
         (top,) = list(Path(tmp).iterdir())
         t = time.perf_counter()
         subprocess.run(
-            ["sh", "-c", f"{default_command(top)} --tb=no"], cwd=top, capture_output=True, timeout=900
+            ["sh", "-c", f"{default_command(top, python=python)} --tb=no"],
+            cwd=top,
+            capture_output=True,
+            timeout=900,
         )
         return time.perf_counter() - t
 
 
 async def one(spec: str, args: argparse.Namespace, provider, work: Path) -> dict:
     archive = sdist(spec, Path(args.cache))
-    baseline = bare_run_s(archive)
     out = work / spec.split("==")[0]
     shutil.rmtree(out, ignore_errors=True)
     t = time.perf_counter()
@@ -92,6 +103,7 @@ async def one(spec: str, args: argparse.Namespace, provider, work: Path) -> dict
         progress=False,
     )
     build_s = time.perf_counter() - t
+    baseline = bare_run_s(archive, report.env_id)
     checks, grading_s = {}, []
     for task_id in report.tasks:
         results = []
@@ -127,13 +139,28 @@ async def one(spec: str, args: argparse.Namespace, provider, work: Path) -> dict
     }
 
 
+def merged_rows(path: Path, fresh: dict[str, dict]) -> list[dict]:
+    """Every library of the set in order: this run's row, else the last one measured, else none.
+
+    Libraries are measured one at a time (`--only`, a run each), so the file keeps the rows of the
+    earlier runs that this one did not repeat, each with the date it was measured.
+    """
+    earlier = {}
+    if path.is_file():
+        earlier = {r["library"]: r for r in json.loads(path.read_text()) if r.get("library") in LIBRARIES}
+    return [
+        fresh.get(spec) or earlier.get(spec) or {"library": spec, "not_measured": True} for spec in LIBRARIES
+    ]
+
+
 async def main(args: argparse.Namespace) -> list[dict]:
     work = Path(tempfile.mkdtemp(prefix="inhabit-bench-tasks-"))
     provider = create_provider(SandboxConfig(backend=args.backend))
     wanted = [s for s in LIBRARIES if not args.only or s.split("==")[0] in args.only.split(",")]
-    rows = []
+    fresh: dict[str, dict] = {}
     results = ROOT / "bench" / "results"
     results.mkdir(parents=True, exist_ok=True)
+    store = results / "tasks.json"
     console = Console(width=220)  # the table is wide; a log file is no terminal
     try:
         for spec in wanted:
@@ -144,28 +171,36 @@ async def main(args: argparse.Namespace) -> list[dict]:
                 row = {"library": spec, "error": f"{type(e).__name__}: {e}"[:500], "met": False}
             row["wall_s"] = round(time.perf_counter() - t, 1)
             row["load_average_1m"] = round(os.getloadavg()[0], 1)
-            rows.append(row)
+            row["measured_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+            fresh[spec] = row
             console.print(f"{spec}: {row.get('valid', 0)}/{row.get('candidates', '-')} valid, "
                           f"{'met' if row['met'] else 'not met'} ({row['wall_s']} s)")  # fmt: skip
-            (results / "tasks.json").write_text(json.dumps(rows, indent=1))
+            rows = merged_rows(store, fresh)
+            store.write_text(json.dumps([r for r in rows if not r.get("not_measured")], indent=1))
     finally:
         await provider.close()
         shutil.rmtree(work, ignore_errors=True)
-    table = Table(title=f"tasks build on {len(rows)} libraries ({args.backend}, -j {args.concurrency}, "
-                        f"{args.candidates} candidates)")  # fmt: skip
-    for col in ("library", "valid / cand.", "build s", "grading s/task (x bare)", "rejected", "bug mix (kept)",
-                "fails as", "check x2", f"goal >= {GOAL_VALID}"):  # fmt: skip
+    rows = merged_rows(store, fresh)
+    table = Table(title=f"tasks build on the {len(rows)} libraries of the set ({args.backend}, "
+                        f"-j {args.concurrency}, {args.candidates} candidates; rows not run now are "
+                        f"the last measured, with their date)")  # fmt: skip
+    for col in ("library", "measured", "valid / cand.", "build s", "grading s/task (x bare)", "rejected",
+                "bug mix (kept)", "fails as", "check x2", f"goal >= {GOAL_VALID}"):  # fmt: skip
         table.add_column(col)
     for r in rows:
+        if r.get("not_measured"):
+            table.add_row(r["library"], "-", "-", "-", "-", "-", "-", "-", "-", "not measured")
+            continue
+        when = r.get("measured_at", "-")
         if "error" in r:
-            table.add_row(r["library"], "-", "-", "-", r["error"][:80], "-", "-", "-", "not met")
+            table.add_row(r["library"], when, "-", "-", "-", r["error"][:80], "-", "-", "-", "not met")
             continue
         rejected = ", ".join(f"{k} {v}" for k, v in r["statuses"].items() if k != "kept") or "none"
         mix = ", ".join(f"{op} {n['kept']}" for op, n in sorted(r["operators"].items()) if n["kept"])
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(r["failure_kinds"].items()))
         grading = r["grading_s_per_task"]
         ratio = f"{grading:.1f} ({grading / r['bare_suite_s']:.1f}x)" if grading else "-"
-        table.add_row(r["library"], f"{r['valid']} / {r['candidates']}", f"{r['build_s']:.0f}", ratio, rejected,
+        table.add_row(r["library"], when, f"{r['valid']} / {r['candidates']}", f"{r['build_s']:.0f}", ratio, rejected,
                       mix, kinds, "yes" if r["checked_twice"] else "NO", "met" if r["met"] else "not met")  # fmt: skip
     console.print(table)
     return rows

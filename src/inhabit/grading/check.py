@@ -25,6 +25,7 @@ from inhabit.envs.task_env import task_environment
 from inhabit.errors import EnvError, TaskFormatError
 from inhabit.grading.diagnose import cannot_run
 from inhabit.grading.grader import GradeResult, GradingConfig, grade
+from inhabit.grading.hacks import TIMEOUT
 from inhabit.sandbox.base import Sandbox, SandboxProvider, create_sandbox
 from inhabit.tasks.task import Task, load_task
 
@@ -115,6 +116,16 @@ def _flag_cause(result: GradeResult, flag: str) -> str:
     return "; ".join(parts[:3]) or "see the grading details"
 
 
+def _timed_out(what: str, limit_s: float) -> str:
+    """A grading run cut at the task's time limit: no report, so nothing about the tests is known
+    (it is not that the suite cannot start)."""
+    return (
+        f"grading {what} ran past the task's time limit ({limit_s:.0f} s, [grading] timeout_s) and "
+        "was stopped before pytest wrote its report: a loop that never ends, or a suite that needs "
+        "longer on this machine (raise timeout_s)"
+    )
+
+
 def _summarize(result: GradeResult) -> dict[str, Any]:
     return {
         "reward": result.reward,
@@ -173,6 +184,9 @@ async def check_task(
         error = before.details.get("error")
         report.add("grading", f"grading the original workspace failed: {error}", error=error)
         return report
+    if TIMEOUT in before.flags:
+        report.add("grading", _timed_out("the untouched workspace", spec.timeout_s), flag=TIMEOUT)
+        return report
     cause = cannot_run(
         before.outcomes,
         spec.required_tests,
@@ -208,8 +222,10 @@ async def check_task(
             if after.status != "graded":
                 error = after.details.get("error")
                 report.add("grading", f"grading the reference fix failed: {error}", error=error)
+            if TIMEOUT in after.flags:
+                report.add("grading", _timed_out("the reference fix", spec.timeout_s), flag=TIMEOUT)
             for flag in after.flags:
-                if flag not in _PER_TEST_FLAGS:
+                if flag not in _PER_TEST_FLAGS and flag != TIMEOUT:
                     report.add(
                         "flag",
                         f"the reference fix raises flag {flag!r}: {_flag_cause(after, flag)} (does "

@@ -15,7 +15,9 @@ Pipeline (`build_tasks`):
   4. `concurrency` workers take sandboxes from a recycling `SandboxPool` (a returned sandbox is
      restored to the pristine snapshot before its next use: a mutant may write stray files),
      write the mutated file and run the suite (or the covering tests) with `--tb=no`; a mutant is kept when some, but not all, of the baseline's
-     passing tests fail, and confirmed on the full suite when the run was a selection;
+     passing tests fail, and confirmed on the full suite when the run was a selection; a run
+     past its time limit is judged again against the untouched suite timed then (a busier
+     machine is no loop that never ends);
   5. a kept mutant becomes a task directory: workspace = the mutated project, fail_to_pass = the
      tests it breaks, pass_to_pass = every other passing test (the whole suite where a run of it
      is cheap, else every test whose coverage touches the mutated file), the instruction names
@@ -313,7 +315,9 @@ def _instruction(failing: list[str], messages: dict[str, str], total: int) -> st
     return "\n".join(lines)
 
 
-async def _run_mutant(run: _Run, pool: SandboxPool, m: Mutation, text: str, full: bool):
+async def _run_mutant(
+    run: _Run, pool: SandboxPool, m: Mutation, text: str, full: bool, timeout_s: float | None = None
+):
     selector: list[str] | None = None
     if run.cover is not None and not full:
         lines = range(m.function_lines[0], m.function_lines[1] + 1)
@@ -325,9 +329,41 @@ async def _run_mutant(run: _Run, pool: SandboxPool, m: Mutation, text: str, full
     async with pool.acquire() as sandbox:
         await sandbox.write_file(m.path, m.apply(text))
         res = await run_tests(
-            sandbox, run.command, selector=selector, timeout_s=run.timeout_s, extra_args=["--tb=no"]
+            sandbox,
+            run.command,
+            selector=selector,
+            timeout_s=timeout_s or run.timeout_s,
+            extra_args=["--tb=no"],
         )
+    if res.timed_out and timeout_s is None:
+        res = await _rerun_if_machine_slowed(run, pool, m, text, full, res)
     return res, None
+
+
+async def _rerun_if_machine_slowed(
+    run: _Run, pool: SandboxPool, m: Mutation, text: str, full: bool, res: TestRunResult
+) -> TestRunResult:
+    """A mutant's run that went past its limit, judged against the untouched suite timed now.
+
+    The limit (3x the baseline run plus 20 s, or `timeout_s`) was measured when the build started;
+    on a machine that has since got busier every run is slower, and a mutant past that limit is no
+    loop that never ends. The untouched suite is run once more, in a pristine sandbox under the
+    same limit scaled up; where the limit its time gives now is higher, the mutant runs again
+    under it, and only a mutant past that one too is a `timeout`."""
+    async with pool.acquire() as sandbox:
+        untouched = await run_tests(
+            sandbox, run.command, timeout_s=10 * run.timeout_s, extra_args=["--tb=no"]
+        )
+    limit_now = 3 * untouched.duration_s + 20
+    if untouched.timed_out or limit_now <= run.timeout_s:
+        return res  # the machine is as fast as it was: the mutant itself runs too long
+    log.info(
+        "%s ran past %.0f s; the untouched suite takes %.1f s now (%.1f s at the start): "
+        "running it again under %.0f s", m.describe(), run.timeout_s, untouched.duration_s,
+        run.baseline_s, limit_now,
+    )  # fmt: skip
+    again, _ = await _run_mutant(run, pool, m, text, full, timeout_s=min(3600.0, limit_now))
+    return again if again is not None else res
 
 
 def _classify(run: _Run, res: TestRunResult, selected: bool) -> tuple[str, list[str], list[str]]:

@@ -25,6 +25,10 @@ _SKIP_DIRS = {
     ".ruff_cache", "build", "dist", ".venv", "venv", "node_modules", ".hypothesis",
 }  # fmt: skip
 _NON_CODE_DIRS = {"tests", "test", "testing", "docs", "doc", "examples", "example", "benchmarks", "bench"}
+# Top-level folders of development helpers: release checks, reference implementations the tests
+# compare against, maintenance scripts. A bug there is a bug in the tests' oracle or tooling, not
+# in the library; inside a package (`pkg/tools/`) the same names are library code.
+_TOP_LEVEL_TOOLING_DIRS = {"tools", "scripts", "script", "ci", "devtools", "benchmark"}
 
 
 class BuildError(InhabitError):
@@ -68,12 +72,15 @@ def _is_test_file(rel: Path) -> bool:
 
 
 def code_files(root: Path) -> list[str]:
-    """Relative paths of the project's code files: .py files outside test, doc and example folders,
-    not test modules, not setup.py / docs conf. Sorted."""
+    """Relative paths of the project's code files: .py files outside test, doc and example folders
+    and top-level tooling folders (`tools/`, `scripts/`), not test modules, not setup.py / docs
+    conf. Sorted."""
     out = []
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root)
         if path.is_symlink() or any(p in _NON_CODE_DIRS or p.startswith(".") for p in rel.parts[:-1]):
+            continue
+        if len(rel.parts) > 1 and rel.parts[0] in _TOP_LEVEL_TOOLING_DIRS:
             continue
         if _is_test_file(rel) or rel.name in ("setup.py", "conf.py", "noxfile.py", "fabfile.py"):
             continue

@@ -148,3 +148,25 @@ def test_json_problems_are_objects_not_reprs(tmp_path):
     assert [p["kind"] for p in problems] == ["cannot_run"]
     assert problems[0]["detail"]["missing_module"] == "frobnicate_absent"
     assert "{'" not in result.stdout  # no Python dict repr anywhere
+
+
+async def test_a_run_cut_at_the_time_limit_is_named_so_not_as_a_suite_that_cannot_start(
+    tmp_path, sandbox_provider, fast_command
+):
+    slow_tests = CALC_TESTS + "\n\ndef test_slow():\n    import time\n\n    time.sleep(30)\n"
+    root = write_task(
+        tmp_path / "t",
+        id="t",
+        instruction="x",
+        workspace={"calc.py": CALC_BUGGY, "tests/test_calc.py": slow_tests},
+        fail_to_pass=["tests/test_calc.py::test_add"],
+        pass_to_pass=["tests/test_calc.py::test_sub"],
+        command=fast_command,
+        timeout_s=5,
+    )
+    report = await check_task(root, sandbox_provider)
+    assert not report.valid
+    (problem,) = report.problems
+    assert problem.kind == "grading"
+    assert "ran past the task's time limit (5 s" in problem.message
+    assert "cannot run its tests" not in problem.message

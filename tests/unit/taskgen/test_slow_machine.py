@@ -1,0 +1,71 @@
+"""A mutant that runs past its limit because the machine got slower is no loop that never ends.
+
+The build's limit for one mutant's run comes from the baseline measured when it started (or from
+`timeout_s`). On a shared machine whose load rises during the build (python-slugify 9.2.0: a
+3.8 s suite, a 31 s limit, the 1-minute load average at 37 by the time mutants ran), every run
+outgrows that limit and honest mutants were rejected as `timeout`. Here the untouched suite itself
+needs longer than the limit (its conftest sleeps 3 s): each timed-out mutant is judged again
+under a limit from the untouched suite timed now, so its bug is classified by what the tests say.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from inhabit.taskgen.builder import BuildConfig, build_tasks
+
+CODE = '''"""Bounds."""
+
+
+def clamp(x, lo, hi):
+    if x < lo:
+        return lo
+    if x > hi:
+        return hi
+    return x
+'''
+
+TESTS = """from minilib.core import clamp
+
+
+def test_low():
+    assert clamp(-1, 0, 5) == 0
+
+
+def test_high():
+    assert clamp(9, 0, 5) == 5
+
+
+def test_mid():
+    assert clamp(3, 0, 5) == 3
+"""
+
+# The suite's fixed start-up cost: what a busier machine adds to every run.
+CONFTEST = """import time
+
+
+def pytest_sessionstart(session):
+    time.sleep(3)
+"""
+
+
+def write_project(root: Path) -> Path:
+    files = {
+        "minilib/__init__.py": "",
+        "minilib/core.py": CODE,
+        "tests/test_core.py": TESTS,
+        "tests/conftest.py": CONFTEST,
+    }
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+async def test_a_limit_the_untouched_suite_outgrows_rejects_no_mutant_as_timeout(tmp_path, sandbox_provider):
+    project = write_project(tmp_path / "p")
+    cfg = BuildConfig(operators=("flip_comparison",), per_function=2, timeout_s=2.0, check=False)
+    report = await build_tasks(project, tmp_path / "out", sandbox_provider, cfg, progress=False)
+    assert report.candidates == 2
+    assert "timeout" not in report.statuses, report.rejected
+    assert report.kept >= 1, report.statuses
