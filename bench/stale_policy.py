@@ -12,7 +12,8 @@ the train reward, mismatch and tokens out of the loss per step. Writes the table
         [--policies drop,inflight,partial] [--root runs/stale-policy] [overrides...]
 
 The overrides (dotted, as `inhabit train` takes them) apply to the bootstrap and to every run.
-Each run is a child `inhabit train` process; its log is `<root>/<name>.log`.
+Each run is a child `inhabit train` process; its log is `<root>/<name>.log`. A run that finished
+(its `wall_s.txt` written) is read back, not run again, so an interrupted comparison resumes.
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ def _mean(xs: list[float]) -> float | None:
 
 
 def summarize(run_dir: Path, wall_s: float) -> dict:
-    """The figures of one policy's run (module docstring)."""
+    """The figures of one policy's run (module docstring); `rl_wall_s` is the RL part (the run's
+    `rl_s`), `run_wall_s` the whole child process (evaluation and start-up included)."""
     steps = _steps(run_dir)
     after = json.loads((run_dir / "eval.json").read_text())["after"]
     tail = steps[len(steps) // 2 :]
@@ -68,7 +70,8 @@ def summarize(run_dir: Path, wall_s: float) -> dict:
         "tokens_out_of_loss": sum(s.get("stale_tokens_masked", 0) for s in steps),
         "completion_tokens": sum(s.get("completion_tokens", 0) for s in steps),
         "pauses": last.get("partial_pauses_total", 0),
-        "rl_wall_s": wall_s,
+        "rl_wall_s": json.loads((run_dir / "summary.json").read_text())["rl_s"],
+        "run_wall_s": wall_s,
         "per_step": [
             {
                 "step": s.get("step"),
@@ -111,9 +114,14 @@ def main() -> None:
         run_dir.mkdir(exist_ok=True)
         if not (run_dir / "cache").exists():
             (run_dir / "cache").symlink_to(prep / "cache")
-        console.print(f"{policy}: {args.steps} steps")
         extra = [f"stale_policy={policy}", f"steps={args.steps}", "eval.before=false", "eval.after=true"]
-        wall = _train(args.config, run_dir, [*args.overrides, *extra], root / f"{policy}.log")
+        done = run_dir / "wall_s.txt"
+        if done.exists() and (run_dir / "eval.json").exists():  # finished by an earlier invocation
+            wall = float(done.read_text())
+        else:
+            console.print(f"{policy}: {args.steps} steps")
+            wall = _train(args.config, run_dir, [*args.overrides, *extra], root / f"{policy}.log")
+            done.write_text(f"{wall:.1f}")
         results[policy] = summarize(run_dir, wall)
         console.print(f"  {wall:.0f} s, held-out after {results[policy]['held_out_after']:.3f}")
     table = Table(title=f"{args.config}: held-out success before {before:.3f}")
