@@ -156,3 +156,23 @@ def test_stop_file_ends_the_run_after_a_step_and_resume_goes_on(tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert "stopped" not in summary and summary["steps"] == stopped_at + 1
     assert "after" in summary["eval"]
+
+
+def test_partial_rollouts_on_the_real_engine_train_every_group_once_within_the_bound(tmp_path):
+    """stale_policy "partial" through the real pipeline, engine and harness, at max_staleness 0: a
+    rollout a version old pauses between turns until the engine holds the newest weights, every
+    group trains once (none generated again), and no trained token is older than the bound."""
+    changes = {"stale_policy": "partial", "partial_age": 1, "max_staleness": 0, "steps": 3}
+    config, run_dir = tiny_run(tmp_path, changes, name="run-partial")
+    result = CliRunner().invoke(app, ["train", config])
+    assert result.exit_code == 0, result.output
+    steps = [r for r in records(run_dir) if "version" in r and "eval" not in r]
+    assert len(steps) == 3 and all(r["stale_policy"] == "partial" for r in steps)
+    assert all(r["groups"]["dropped_stale_total"] == 0 for r in steps)
+    assert all(r["policy_version_lag"]["max"] == 0 for r in steps if r["updated"])
+    assert "partial_pauses_total" in steps[-1]
+    trajs = [json.loads(line) for line in (run_dir / "trajectories.jsonl").read_text().splitlines()]
+    train = [t for t in trajs if t["metadata"]["purpose"] == "train"]
+    groups = [(t["task_id"], t["metadata"]["group"]) for t in train]
+    assert len(train) == 3 * 2 * 2, "3 steps x 2 groups x G = 2: no group generated twice"
+    assert len(set(groups)) == 6

@@ -19,7 +19,9 @@ trains every group, minus the tokens older than the bound (`bound_tokens`: the b
 oldest token a sample trains on, truncated importance sampling corrects the rest per token), while
 rollouts in progress go on with each version the engine swaps in between decode steps; "partial"
 adds a pause between two turns for a rollout `partial_age` versions old, until its engine holds the
-newest weights (`inhabit.orchestrator.partial`). Under either of the last two no group is generated
+newest weights (`inhabit.orchestrator.partial`), and under the Ray placement moves a rollout whose
+engine died to another engine with its prefix instead of running it again from the start
+(`DispatchRunner.resume_lost`). Under either of the last two no group is generated
 twice because one member was slow. Each step's record says what the bound cost: groups dropped and
 their tokens (drop), tokens taken out of the loss and the engine tokens they stood for (the others).
 
@@ -219,6 +221,8 @@ class Pipeline:
         if cfg.stale_policy == "partial" and hasattr(runner, "wrap_policy"):
             age = cfg.partial_age
             runner.wrap_policy = lambda policy, engine: PartialPolicy(policy, engine, self.gate, age=age)
+        if cfg.stale_policy == "partial" and hasattr(runner, "resume_lost"):
+            runner.resume_lost = True  # an engine lost mid-episode: go on elsewhere, not from scratch
         self.stale_tokens_masked = 0
         """Generated tokens the per-token bound took out of the loss (stale_policy inflight/partial)."""
         self.stale_engine_tokens = 0.0

@@ -12,7 +12,9 @@ usual) that adds:
   most `max_attempts` times). The rollout keeps its id (`metadata.trajectory_id`:
   purpose:group:rollout; unique within a run attempt, `metadata.run_attempt`, which a trainer
   restart increments), only the finished attempt is recorded, so a fault neither loses a
-  rollout nor counts it twice. Anything else that fails (the agent broke the sandbox, a bad
+  rollout nor counts it twice. With `resume_lost` (stale_policy "partial") a lost engine costs
+  less: the episode moves to another engine with its prefix and goes on (`_Lease`; counted as
+  `resumed`); only a lost env server (the sandbox is gone) runs a rollout again. Anything else that fails (the agent broke the sandbox, a bad
   turn) is data as always: the failed trajectory is kept.
 - Stragglers: a training group starts `G + oversample` rollouts and is complete when `G` have
   finished; the rest are cancelled. With `deadline_s`, a rollout not done that long after its
@@ -44,23 +46,41 @@ log = get_logger(__name__)
 
 
 class _Lease(InferenceEngine):
-    """One engine actor for one rollout attempt; remembers whether the actor died under it."""
+    """One engine actor for one rollout attempt; remembers whether the actor died under it.
 
-    def __init__(self, member: Member) -> None:
+    With `fleet` given (`DispatchRunner.resume_lost`), a request whose actor died moves to another
+    live one instead: the request holds the whole prefix, which the new engine prefills on the
+    weights it holds, so the episode goes on with its turns so far (only the turn in progress is
+    decoded again), at most `max_moves` times before the attempt counts as lost."""
+
+    def __init__(
+        self, member: Member, fleet: Fleet | None = None, avoid: set[int] | None = None, max_moves: int = 0
+    ) -> None:
         self.member, self.engine = member, member.payload
         self.max_model_len = self.engine.max_model_len
         self.lost = False
+        self.fleet, self.avoid, self.max_moves = fleet, avoid if avoid is not None else set(), max_moves
+        self.moves = 0
 
     @property
     def version(self) -> int:
         return self.engine.version
 
     async def generate(self, requests: Any) -> Any:
-        try:
-            return await self.engine.generate(requests)
-        except EngineLost:
-            self.lost = True
-            raise
+        while True:
+            try:
+                return await self.engine.generate(requests)
+            except EngineLost:
+                if self.fleet is None or self.moves >= self.max_moves:
+                    self.lost = True
+                    raise
+            self.moves += 1
+            dead = self.member
+            self.fleet.mark_dead(dead, "a generate call failed")
+            self.avoid.add(dead.index)
+            self.fleet.release(dead)
+            self.member = await self.fleet.acquire(self.avoid)
+            self.engine = self.member.payload
 
     async def load_weights(self, weights: Any, version: int) -> None:
         raise NotImplementedError("weights reach engine actors through the weight store")
@@ -87,6 +107,9 @@ class DispatchRunner(EngineRunner):
         self.run_attempt = run_attempt
         self.counts: Counter[str] = Counter()
         self.dispatch_s = 0.0
+        self.resume_lost = False
+        """Set by the pipeline (stale_policy "partial"): a rollout whose engine died goes on on
+        another engine with its prefix (`_Lease`) instead of running again from the start."""
 
     # ------------------------------------------------------------------ groups
     async def run_group(
@@ -168,7 +191,10 @@ class DispatchRunner(EngineRunner):
             em = await self.pool.fleet.acquire(avoid_e)
             sm = await self.env_servers.acquire(avoid_s) if self.env_servers is not None else None
             self.dispatch_s += asyncio.get_running_loop().time() - d0
-            lease = _Lease(em)
+            if self.resume_lost:
+                lease = _Lease(em, self.pool.fleet, avoid_e, max_moves=self.ray.max_attempts - 1)
+            else:
+                lease = _Lease(em)
             provider = sm.payload if sm is not None else self.provider
             losses = sm.payload.losses if sm is not None else 0
             t0 = asyncio.get_running_loop().time()
@@ -176,7 +202,9 @@ class DispatchRunner(EngineRunner):
             try:
                 traj = await self._episode_on(task, lease, provider, left)
             finally:
+                em = lease.member  # the engine the episode ended on (another one after a move)
                 self.pool.fleet.release(em)
+                self.counts["resumed"] += lease.moves
                 if sm is not None:
                     self.env_servers.release(sm)
             if traj is None:
@@ -243,6 +271,7 @@ class DispatchRunner(EngineRunner):
         """Cumulative dispatch counters (added to every step record as `dispatch`)."""
         out: dict[str, Any] = {
             "retried": self.counts["retried"],
+            "resumed": self.counts["resumed"],
             "lost_to_deadline": self.counts["lost_to_deadline"],
             "cut_surplus": self.counts["cut_surplus"],
             "dispatch_wait_s": round(self.dispatch_s, 4),

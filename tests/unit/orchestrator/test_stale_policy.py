@@ -249,3 +249,42 @@ def test_no_group_is_generated_again_for_one_slow_member():
         # the bound still holds for every token trained
         assert all(int(k) <= SLOW_MEMBERS["max_staleness"] for k in r["staleness"])
     assert drop["groups_regenerated"] > 0
+
+
+def test_a_rollout_whose_engine_died_goes_on_elsewhere_under_partial():
+    """Engines crash often here: "inflight" runs a rollout that lost its engine again from the
+    start; "partial" moves it to another engine with its prefix, so none runs again for that."""
+    crashing = {**SLOW_MEMBERS, "measure": "whole", "faults": {"engine_crashes_per_engine_hour": 60.0}}
+    inflight = simulate(ScaleConfig.model_validate({**crashing, "stale_policy": "inflight"}))
+    partial = simulate(ScaleConfig.model_validate({**crashing, "stale_policy": "partial"}))
+    assert inflight["engine_crashes"] > 0 and partial["engine_crashes"] > 0
+    assert inflight["retried"] > 0 and inflight["resumed"] == 0
+    assert partial["resumed"] > 0 and partial["retried"] == 0
+    assert partial["rollouts"] > 0 and partial["groups_regenerated"] == 0
+
+
+def test_a_simulated_turn_reports_the_versions_its_tokens_were_decoded_on():
+    """A swap lands between two decode steps of a request in flight: the turn's first tokens carry
+    the old version and the rest the new one, as a real engine's per-token versions do."""
+    from inhabit.orchestrator.scale.config import ClusterModel, EngineModel
+    from inhabit.orchestrator.scale.parts import ClusterLink, SimEngine, SimRequest
+
+    async def go() -> None:
+        model = EngineModel.model_validate({"step_s": 0.1, "per_seq_s": 0.0, "swap_pause_s": 0.5})
+        engine = SimEngine(0, model, ClusterLink(0, ClusterModel()), slow=1.0, delta_bytes=1.0)
+        request = asyncio.create_task(engine.generate([SimRequest(prompt_tokens=1, tokens=100)]))
+        await asyncio.sleep(3.0)  # ~30 of the 100 tokens decoded on version 0
+        await engine.sync("sim://store", 1)
+        (c,) = await request
+        assert c.tokens == 100 and c.versions == (0, 1)
+        assert c.token_versions == sorted(c.token_versions) and set(c.token_versions) == {0, 1}
+        assert 0.2 <= c.token_versions.count(0) / len(c.token_versions) <= 0.4
+        # a request decoded without a swap: every token on the version it started on
+        (c2,) = await engine.generate([SimRequest(prompt_tokens=1, tokens=10)])
+        assert set(c2.token_versions) == {1}
+
+    loop = looptime.new_event_loop(start=0.0, noop_cycles=0)
+    try:
+        loop.run_until_complete(go())
+    finally:
+        loop.close()

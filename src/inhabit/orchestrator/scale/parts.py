@@ -18,11 +18,12 @@ scenario runs as fast as the real code can handle its events.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import collections
 import heapq
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,14 @@ class SimCompletion:
     tokens: int
     versions: tuple[int, int]
     """(version when the first token was generated, version at the last one)."""
+    token_versions: list[int] = field(default_factory=list)
+    """The version of evenly spaced tokens (at most `VERSION_SAMPLES`), as the engine swaps
+    weights between two decode steps of the request: what a real engine records per token."""
+
+
+VERSION_SAMPLES = 16
+"""Per-token versions a simulated turn reports: a real engine reports one per token, and the
+bound's accounting weighs each of these by the share of the turn's tokens it stands for."""
 
 
 class ClusterLink:
@@ -104,6 +113,10 @@ class SimEngine:
         self._seq = 0
         self._timer: asyncio.TimerHandle | None = None
         self._paused = 0
+        # Where the weights changed, in S (tokens per running sequence): a sequence's tokens after
+        # `_swap_S[i]` came from `_swap_v[i]` (a swap lands between two decode steps).
+        self._swap_S: list[float] = []
+        self._swap_v: list[int] = []
         self.busy_s = 0.0
         self.batch_s = 0.0
         self.pause_s = 0.0
@@ -143,9 +156,29 @@ class SimEngine:
             target, _, fut, v0 = heapq.heappop(self._heap)
             if not fut.done():
                 self._n -= 1
-                fut.set_result(SimCompletion(round(target - v0[1]), (v0[0], self.version)))
+                fut.set_result(
+                    SimCompletion(
+                        round(target - v0[1]),
+                        (v0[0], self.version),
+                        self._token_versions(v0[0], v0[1], target),
+                    )
+                )
         self._admit()
         self._reschedule()
+
+    def _token_versions(self, v0: int, s0: float, s1: float) -> list[int]:
+        """The versions of `VERSION_SAMPLES` evenly spaced tokens of a sequence decoded from S = s0
+        (on version v0) to s1."""
+        n = max(1, min(VERSION_SAMPLES, round(s1 - s0)))
+        first = bisect.bisect_right(self._swap_S, s0)
+        if first == len(self._swap_S):  # no swap during the request: the common case
+            return [v0] * n
+        out = []
+        for i in range(n):
+            at = s0 + (i + 0.5) * (s1 - s0) / n
+            k = bisect.bisect_right(self._swap_S, at, lo=first) - 1
+            out.append(self._swap_v[k] if k >= first else v0)
+        return out
 
     def _admit(self) -> None:
         while self._waiting and self._n < self.model.max_batch:
@@ -213,8 +246,15 @@ class SimEngine:
         self.swaps += 1
         self.version = max(self.version, version)
         self.store_url = store_url
+        self._mark_swap()
         self._reschedule()
         return self.version
+
+    def _mark_swap(self) -> None:
+        if self._swap_v and self._swap_v[-1] == self.version:
+            return
+        self._swap_S.append(self._S)
+        self._swap_v.append(self.version)
 
     # ------------------------------------------------------------------ faults
     def crash(self) -> None:
@@ -242,6 +282,7 @@ class SimEngine:
         self._advance()
         self.dead = False
         self.version, self.store_url = max(self.version, version), store_url
+        self._mark_swap()
         return self
 
     async def health(self) -> None:
@@ -323,9 +364,9 @@ class SimPolicy(Policy):
         return PolicyTurn(
             text="",
             prompt_token_ids=[0],
-            completion_token_ids=[1],
-            logprobs=[-1.0],
-            versions=[c.versions[0]],
+            completion_token_ids=[1] * len(c.token_versions),
+            logprobs=[-1.0] * len(c.token_versions),
+            versions=c.token_versions,
             prompt_tokens=prompt,
             completion_tokens=c.tokens,
         )

@@ -276,6 +276,7 @@ def _report(
         "lost_to_deadline": counts["lost_to_deadline"] / max(1, started),
         "cut_surplus": counts["cut_surplus"],
         "retried": counts["retried"],
+        "resumed": counts["resumed"],
         "dropped_stale_groups": b["stale_dropped"] - a["stale_dropped"],
         # engine tokens that trained nothing because of the bound: those of the groups it dropped
         # (their tasks run again) and those it took out of the loss token by token
