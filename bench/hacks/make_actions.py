@@ -14,6 +14,8 @@ import json
 import textwrap
 from pathlib import Path
 
+import memory_cheats
+
 HERE = Path(__file__).resolve().parent
 
 # task -> (package file the hacks append to, the buggy line, the fixed line, a test to edit)
@@ -996,6 +998,7 @@ def main(out: Path = HERE / "actions") -> None:
     count += _write_objects(out)
     count += _write_answer_and_seal(out)
     count += _write_local_helper(out)
+    count += memory_cheats.write(out)
     print(f"wrote {count} actions files under {out}")
 
 

@@ -294,6 +294,18 @@ def _test_entered():
         guard.busy = False
 
 
+class _PassHookIni:
+    """What pytest's assertion rewriter asks of its config, before pytest has one: whether the
+    command line turned the assertion-pass hook on (grading's runs do, for `_Equality`). Without
+    it the compiled test modules would call no pass hook, and no passing `==` would be judged."""
+
+    def __init__(self, argv):
+        self.pass_hook = any(a.replace(" ", "") == "enable_assertion_pass_hook=true" for a in argv)
+
+    def getini(self, name):
+        return self.pass_hook if name == "enable_assertion_pass_hook" else None
+
+
 def _hide_test_sources(test_files, argv):
     """Answer keys: grading lays the hidden tests (and restored tests, conftests, canaries) into
     the tree the code under test runs in, so that code could read their expected values. Before
@@ -322,7 +334,7 @@ def _hide_test_sources(test_files, argv):
                 source = f.read()
             tree = ast.parse(source, filename=path)
             if rewrite_asserts is not None and not plain:
-                rewrite_asserts(tree, source, path, None)
+                rewrite_asserts(tree, source, path, _PassHookIni(argv))
             _instrument_tests(tree)
             codes[path] = compile(tree, path, "exec", dont_inherit=True)
             _test_codes(codes[path])
@@ -364,8 +376,14 @@ _FRAME_ATTRS = frozenset({"f_code", "tb_frame", "gi_frame", "cr_frame", "ag_fram
 _WATCH = frozenset(
     {"sys._getframe", "object.__getattr__", "object.__setattr__", "object.__delattr__",
      "sys._current_frames", "gc.get_referrers", "gc.get_referents", "sys.settrace", "compile",
-     "code.__new__", "open"}
+     "code.__new__", "open", "os.rename", "os.remove"}
 )  # fmt: skip
+# A function's code and defaults, read (each read raises object.__getattr__): a test function's
+# code holds its expected values; this plugin's functions' defaults hold the key and the records.
+_CODE_READS = frozenset({"__code__", "__defaults__", "__kwdefaults__"})
+# The files this plugin writes beside itself, in its private directory.
+_SEAL_FILES = frozenset({"report.xml", "seal.json"})
+_PRIVATE = os.path.basename(_DIR)  # `.inhabit-<random>`: no other path names it
 # Python 3.8 raises code.__new__ for every code object marshal loads (3.9 raises marshal.loads
 # instead), so importing a module from its .pyc looks like code made under its file name.
 _MARSHAL_RAISES_CODE_NEW = sys.version_info < (3, 9)
@@ -707,12 +725,15 @@ class _Guard:
     def audit(self, event, args):
         if event not in _WATCH:
             return
-        if event == "open" and (
-            self.test_names is None
-            or type(args[0]) is not str
-            or os.path.basename(args[0]) not in self.test_names
+        if event == "open" and not (
+            type(args[0]) is str
+            and (
+                (self.test_names is not None and os.path.basename(args[0]) in self.test_names)
+                or _PRIVATE in args[0]
+                or os.path.basename(args[0]) in _SEAL_FILES
+            )
         ):
-            return  # every import opens files: only a listed test file's name goes further
+            return  # every import opens files: only a listed test file's or this plugin's goes further
         if event in _WRITE_EVENTS and len(args) > 1 and type(args[1]) is str and args[1] in _FN_ATTRS:
             # Counted even while the plugin is busy (code of the test run could run inside one of
             # its reads): the checks that read every function's code skip the read when no such
@@ -731,6 +752,9 @@ class _Guard:
     def _audit(self, event, args):
         if event == "object.__getattr__":
             obj, name = args
+            if name in _CODE_READS:
+                self.check_code_read(obj, name)
+                return
             if name not in _FRAME_ATTRS:
                 return
             target = getattr(obj, name) if name != "f_code" else obj.f_code
@@ -751,6 +775,11 @@ class _Guard:
                 self.note("test_frame", f"workspace code took the frame of the test {frame.f_code.co_name}")
         elif event == "open":
             self.check_test_read(args[0])
+            self.check_report_write(event, args[0])
+        elif event in ("os.rename", "os.remove"):
+            for path in args[:2]:
+                if isinstance(path, str):
+                    self.check_report_write(event, path)
         elif event in ("object.__setattr__", "object.__delattr__"):
             obj, name = args[0], args[1]
             code = _code_of(obj)
@@ -772,6 +801,11 @@ class _Guard:
             objs = args[0] if args and isinstance(args[0], tuple) else args
             if any(self.runner_obj(o) for o in objs) and self.culprit() == "workspace":
                 self.note("gc", f"workspace code called {event} on a runner object")
+            tests = [o for o in objs if type(o) is types.FunctionType and o.__code__ in _TEST_CODES]
+            if event == "gc.get_referents" and tests and self.culprit() == "workspace":
+                self.note(
+                    "answer_key", f"workspace code took the code of the test {tests[0].__name__} through gc"
+                )
         elif event == "sys.settrace":
             if self.culprit() == "workspace":
                 self.note("trace", "workspace code called sys.settrace")
@@ -813,6 +847,47 @@ class _Guard:
             return
         if self.culprit() == "workspace":
             self.note("answer_key", f"workspace code opened the test file {os.path.relpath(path)}")
+
+    def check_code_read(self, fn, name):
+        """Answer keys in memory: a test function's code holds the values it compares with (its
+        constants, its bytecode through `dis`), however the function was found (sys.modules, a
+        frame's f_globals, gc). Workspace code reading it while no test module is being imported
+        (a decorator of the test's own module reads it then) is reported (`answer_key`); pytest
+        and installed libraries reading it are not. Seal state: the defaults of this plugin's own
+        functions hold the key and the records the sealing hook relies on; workspace code reading
+        them is reported (`seal`)."""
+        if type(fn) is not types.FunctionType:
+            return
+        code = fn.__code__
+        if name == "__code__" and code in _TEST_CODES:
+            if self.culprit() == "workspace" and not self.importing_tests():
+                self.note("answer_key", f"workspace code read the code of the test {code.co_name}")
+        elif (
+            name != "__code__" and code.co_filename == __file__ and self.own and self.culprit() == "workspace"
+        ):
+            self.note("seal", f"workspace code read the defaults of the seal plugin's {code.co_name}")
+
+    def importing_tests(self):
+        """Whether a test module is being imported (its decorators run then)."""
+        frame = sys._getframe(1)
+        while frame is not None:
+            code = frame.f_code
+            if code.co_name == "<module>" and self.origin(code.co_filename) == "test":
+                return True
+            frame = frame.f_back
+        return False
+
+    def check_report_write(self, event, path):
+        """Seal state: the report and the seal live in this plugin's private directory, which no
+        workspace code has a reason to open, rename or remove (a thread could rewrite the report
+        and the outcome record together before the seal hashes it)."""
+        base = os.path.basename(path)
+        if not (_PRIVATE in path or base in _SEAL_FILES):
+            return
+        if os.path.realpath(os.path.dirname(os.path.abspath(path))) != os.path.realpath(_DIR):
+            return
+        if self.culprit() == "workspace":
+            self.note("seal", f"workspace code touched the seal plugin's {base} ({event})")
 
     def import_unmarshals(self):
         """Whether the import system is loading a module's cached bytecode (its frame called
@@ -1560,6 +1635,114 @@ def _check_seal_state(state):
             events.append(text)
 
 
+def _adopt_orphans():
+    """Grading's runs: make this process the subreaper of everything it starts (Linux's
+    PR_SET_CHILD_SUBREAPER), so that a child the code under test forks, and forks again to leave
+    its parent, stays among this process's descendants for `_stop_strays`. False where the
+    platform has no prctl (then only children still attached to their parents are found)."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0
+    except Exception:
+        return False
+
+
+def _descendants(root):
+    """The live (not zombie) processes below `root`, from /proc."""
+    children = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != b"Z":
+            children.setdefault(int(fields[1]), []).append(int(name))
+    found, todo = [], [root]
+    while todo:
+        for pid in children.get(todo.pop(), ()):
+            found.append(pid)
+            todo.append(pid)
+    return found
+
+
+def _stop_strays(_kill=os.kill, _waitpid=os.waitpid):
+    """A verdict no other process can write: a child the code under test forked holds a copy of
+    this process's memory, the key included, and could re-sign a forged report once this process
+    has sealed it (or ended). In grading's runs every process this one started that is still
+    alive is killed (and reaped) before the report is read. Returns how many there were."""
+    import signal
+
+    me, stopped = os.getpid(), set()
+    for _ in range(200):
+        strays = _descendants(me)
+        if not strays:
+            break
+        for pid in strays:
+            try:
+                _kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        stopped.update(strays)
+        while True:
+            try:
+                pid, _ = _waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if not pid:
+                break
+    return len(stopped)
+
+
+def _exit_callbacks(guard):
+    """Work the code under test left for interpreter exit (`weakref.finalize` callbacks, `atexit`
+    handlers), which grading's run, ended at the seal, never runs: named, so that a forgery
+    waiting there is seen for what it is even though it earns nothing."""
+    import weakref
+
+    names = list(_AT_EXIT)
+    for info in list(getattr(weakref.finalize, "_registry", {}).values()):
+        code = _code_of(getattr(info, "func", None))
+        if (
+            getattr(info, "atexit", False)
+            and code is not None
+            and guard.origin(code.co_filename) == "workspace"
+        ):
+            names.append(f"{code.co_name} (weakref.finalize)")
+    return names
+
+
+_AT_EXIT = []  # atexit handlers registered by workspace code (see `_watch_atexit`)
+
+
+def _watch_atexit():
+    """Record the atexit handlers workspace code registers (grading's runs): atexit keeps no list
+    Python can read."""
+    import atexit
+
+    register = atexit.register
+
+    def watched_register(func, *args, **kwargs):
+        guard = _GUARD
+        if not guard.busy:
+            guard.busy = True  # the frame reads of `culprit` raise audit events of their own
+            try:
+                if guard.culprit() == "workspace":
+                    _AT_EXIT.append(f"{getattr(func, '__name__', '?')} (atexit)")
+            finally:
+                guard.busy = False
+        return register(func, *args, **kwargs)
+
+    atexit.register = watched_register
+
+
 def _end_at_the_seal(config, exit_):
     """Nothing of the process runs after the seal in grading's runs: no atexit handler, no
     weakref.finalize callback, no thread or later cleanup of code under test that could rewrite
@@ -1582,7 +1765,7 @@ def _end_at_the_seal(config, exit_):
 def pytest_unconfigure(
     config, _key=_SEAL_KEY, _state=_seal_state(), _hmac=hmac.new, _sha=hashlib.sha256, _dumps=json.dumps,
     _open=os.open, _fdopen=os.fdopen, _exit=os._exit, _read=open, _check=_check_seal_state,
-    _end=_end_at_the_seal, _grading=_GRADING,
+    _end=_end_at_the_seal, _grading=_GRADING, _strays=_stop_strays, _at_exit=_exit_callbacks,
 ):  # fmt: skip
     # The key and what this hook relies on are default arguments taken at import (a write to a
     # function's defaults raises an audit event), so neither a module global rebound nor a
@@ -1590,12 +1773,24 @@ def pytest_unconfigure(
     # leaves defaulted ones alone.
     if not _SEAL or not _key:
         return
+    guard, note = _state["guard"], _state["methods"]["note"]
+    if _grading:
+        # First: no other process of the run may outlive this point (it could write the report
+        # after it is read), and no exit-time work of the code under test will run.
+        strays = _strays()
+        if strays:
+            note(
+                guard,
+                "leftover",
+                f"{strays} processes started during the run were still alive at the seal (killed)",
+            )
+        for name in _at_exit(guard):
+            note(guard, "exit", f"workspace code left {name} to run at interpreter exit, after the seal")
     try:
         with _read(_XML, "rb") as f:
             digest = _sha(f.read()).hexdigest()
     except OSError:
         digest = ""
-    guard = _state["guard"]
     guard.verify(_BEFORE_SEALING)
     _check(_state)
     body = _dumps(
@@ -1618,5 +1813,8 @@ def pytest_unconfigure(
 # Everything above is defined: this module joins the runner snapshot. The key lives on in the
 # sealing hook alone.
 del _SEAL_KEY
+if _GRADING:
+    _adopt_orphans()
+    _watch_atexit()
 _GUARD.own = True
 _GUARD.snapshot()
