@@ -1715,7 +1715,7 @@ def _exit_callbacks(guard):
             and code is not None
             and guard.origin(code.co_filename) == "workspace"
         ):
-            names.append(f"{code.co_name} (weakref.finalize)")
+            names.append(f"a weakref.finalize callback, {code.co_name},")
     return names
 
 
@@ -1723,21 +1723,16 @@ _AT_EXIT = []  # atexit handlers registered by workspace code (see `_watch_atexi
 
 
 def _watch_atexit():
-    """Record the atexit handlers workspace code registers (grading's runs): atexit keeps no list
-    Python can read."""
+    """Record the atexit handlers of workspace code (grading's runs): atexit keeps no list Python
+    can read."""
     import atexit
 
     register = atexit.register
 
     def watched_register(func, *args, **kwargs):
-        guard = _GUARD
-        if not guard.busy:
-            guard.busy = True  # the frame reads of `culprit` raise audit events of their own
-            try:
-                if guard.culprit() == "workspace":
-                    _AT_EXIT.append(f"{getattr(func, '__name__', '?')} (atexit)")
-            finally:
-                guard.busy = False
+        code = _code_of(func)
+        if code is not None and _GUARD.origin(code.co_filename) == "workspace":
+            _AT_EXIT.append(f"an atexit handler, {code.co_name},")
         return register(func, *args, **kwargs)
 
     atexit.register = watched_register
