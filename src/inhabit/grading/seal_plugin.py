@@ -1419,6 +1419,25 @@ def _lookup(module, qualname):
 _EQUALITY = _Equality()
 
 
+def _judge_assert_equal():
+    """`==` outside a test's assert: `TestCase.assertEqual` decides by `first == second` inside
+    unittest, where pytest's assertion-pass hook never sees it. Its passing comparisons are judged
+    like an assert's (`_Equality`). Installed before the runner snapshot, which then holds it."""
+    import unittest
+
+    original = unittest.TestCase.assertEqual
+
+    def assertEqual(self, first, second, msg=None):
+        original(self, first, second, msg)
+        _EQUALITY.judge(_GUARD, first, second)
+        test = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0] or type(self).__qualname__
+        _EQUALITY.passed(_GUARD, f"{test} assertEqual")
+
+    assertEqual.__doc__ = original.__doc__
+    unittest.TestCase.assertEqual = assertEqual
+
+
+_judge_assert_equal()
 _GUARD = _Guard()
 
 

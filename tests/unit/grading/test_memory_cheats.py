@@ -2,8 +2,9 @@
 loads it (`grading: true`, test sources hidden, the assertion-pass hook on): a test's expected
 values read from its compiled code (`dis`, `gc.get_referents`), the seal's key read from its
 sealing hook's defaults, the report rewritten by a thread before it is hashed, a forked child
-still alive at the seal, exit-time callbacks, and an int subtype equal to anything. Each is
-reported under its own kind; honest code doing the nearby legitimate thing is not."""
+still alive at the seal, exit-time callbacks, and an int subtype equal to anything (in an assert
+and in `self.assertEqual`). Each is reported under its own kind; honest code doing the nearby
+legitimate thing is not."""
 
 from __future__ import annotations
 
@@ -68,7 +69,9 @@ def _graded_run(tmp_path: Path, calc: str, test: str = TEST) -> dict:
 
 
 def test_reading_the_running_tests_code_through_dis_is_an_answer_key(tmp_path: Path):
-    calc = _RUNNING + """import dis
+    calc = (
+        _RUNNING
+        + """import dis
 
 
 def add(a, b):
@@ -76,19 +79,23 @@ def add(a, b):
     ints = [c for c in consts if type(c) is int and c not in (a, b)]
     return ints[0] if ints else a + b
 """
+    )
     body = _graded_run(tmp_path, calc)
     assert "answer_key" in body["kinds"], body["tampering"]
     assert any("read the code of the test test_add" in t for t in body["tampering"])
 
 
 def test_taking_a_tests_code_through_gc_is_an_answer_key(tmp_path: Path):
-    calc = _RUNNING + """import gc
+    calc = (
+        _RUNNING
+        + """import gc
 
 
 def add(a, b):
     codes = [o for o in gc.get_referents(_running()) if type(o).__name__ == "code"]
     return a + b
 """
+    )
     body = _graded_run(tmp_path, calc)
     assert any("took the code of the test" in t for t in body["tampering"]), body["tampering"]
 
@@ -172,7 +179,9 @@ os.wait()
     assert "leftover" in body["kinds"], body["tampering"]
     assert body["duration"] < 50
     pid = int((body["work"] / "child.pid").read_text())
-    alive = Path(f"/proc/{pid}/stat").exists() and Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    alive = (
+        Path(f"/proc/{pid}/stat").exists() and Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    )
     assert not alive
     assert body["outcomes"]["tests/test_calc.py::test_add"] == "passed"
 
@@ -237,3 +246,35 @@ def add(a, b):
 def test_no_process_is_left_when_none_was_started(tmp_path: Path):
     body = _graded_run(tmp_path, "def add(a, b):\n    return a + b\n")
     assert body["tampering"] == [] and os.path.isdir(body["work"])
+
+
+UNITTEST = """import unittest
+
+from calc import add
+
+
+class TestAdd(unittest.TestCase):
+    def test_add(self):
+        self.assertEqual(add(2, 3), 5)
+"""
+
+
+def test_an_int_subtype_equal_to_anything_is_judged_in_assert_equal(tmp_path: Path):
+    calc = """class _Num(int):
+    def __eq__(self, other):
+        return True
+
+    __hash__ = int.__hash__
+
+
+def add(a, b):
+    return _Num(a - b)
+"""
+    body = _graded_run(tmp_path, calc, UNITTEST)
+    assert any(t.startswith("equal:") and "assertEqual" in t and "_Num" in t for t in body["tampering"]), body
+    assert body["outcomes"]["tests/test_calc.py::TestAdd::test_add"] == "passed"
+
+
+def test_honest_assert_equal_is_not_reported(tmp_path: Path):
+    body = _graded_run(tmp_path, "def add(a, b):\n    return a + b\n", UNITTEST)
+    assert body["tampering"] == [] and body["outcomes"]["tests/test_calc.py::TestAdd::test_add"] == "passed"
