@@ -179,6 +179,7 @@ class _HiddenSourceLoader:
     def exec_module(self, module):
         code = self.codes.get(os.path.realpath(module.__spec__.origin))
         module.__dict__[_ENTER] = _test_entered
+        module.__dict__[_EQ] = _judged_eq
         _TEST_MODULES.append(module)
         exec(code, module.__dict__)
 
@@ -219,6 +220,7 @@ def _may_hide(argv):
 # Test probes: every test function of a module compiled here first calls this name (not an
 # identifier, so no test code can shadow it by accident), bound in its module to `_test_entered`.
 _ENTER = "@inhabit_test_entered"
+_EQ = "@inhabit_equal"
 _TEST_CODES = set()  # the code objects of those test functions
 _TEST_MODULES = []  # the modules imported from compiled code (their `_ENTER` is checked at sealing)
 
@@ -252,6 +254,40 @@ def _instrument_tests(tree):
         ast.copy_location(call, fn.body[at] if at < len(fn.body) else fn)
         ast.fix_missing_locations(call)
         fn.body.insert(at, call)
+
+
+def _judge_plain_equality(tree):
+    """`==` outside an assert (`if a == b:`, `self.assertTrue(a == b)`, `ok = a == b`), which
+    pytest's assertion-pass hook never sees: each single `a == b` of the module's code outside an
+    `assert` statement becomes a call of `_EQ(a, b)`, which compares exactly as before and judges a
+    true result like an assert's (`_judged_eq`). Run before pytest rewrites the asserts, which it
+    leaves alone."""
+    import ast
+
+    class Judge(ast.NodeTransformer):
+        def visit_Assert(self, node):
+            return node
+
+        def visit_Compare(self, node):
+            self.generic_visit(node)
+            if len(node.ops) != 1 or not isinstance(node.ops[0], ast.Eq):
+                return node
+            call = ast.Call(ast.Name(_EQ, ast.Load()), [node.left, node.comparators[0]], [])
+            return ast.copy_location(call, node)
+
+    Judge().visit(tree)
+    ast.fix_missing_locations(tree)
+
+
+def _judged_eq(left, right):
+    result = left == right
+    # Only a plain claim of equality is judged (True, or a non-empty builtin list or tuple, which
+    # an `if` takes for true): never the truth of an arbitrary object (a numpy array raises).
+    if result is True or (type(result) in (list, tuple) and result):
+        _EQUALITY.judge(_GUARD, left, right)
+        test = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0] or "?"
+        _EQUALITY.passed(_GUARD, f"{test} (== outside an assert)")
+    return result
 
 
 def _test_codes(code):
@@ -333,6 +369,7 @@ def _hide_test_sources(test_files, argv):
             with open(path, "rb") as f:
                 source = f.read()
             tree = ast.parse(source, filename=path)
+            _judge_plain_equality(tree)
             if rewrite_asserts is not None and not plain:
                 rewrite_asserts(tree, source, path, _PassHookIni(argv))
             _instrument_tests(tree)
@@ -1605,6 +1642,7 @@ def _seal_state():
         },
         "test_codes": frozenset(_TEST_CODES),
         "test_entered": _test_entered,
+        "judged_eq": _judged_eq,
     }
 
 
@@ -1629,6 +1667,8 @@ def _check_seal_state(state):
         found.append("the test functions' codes were changed")
     if any(vars(m).get(_ENTER) is not state["test_entered"] for m in _TEST_MODULES):
         found.append("a test module's probe check was replaced")
+    if any(vars(m).get(_EQ) is not state["judged_eq"] for m in _TEST_MODULES):
+        found.append("a test module's equality judge was replaced")
     for name, value in state["globals"].items():
         if globals().get(name) is not value:
             found.append(f"the module's {name} was replaced")
