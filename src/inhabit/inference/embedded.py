@@ -829,12 +829,51 @@ class EmbeddedEngine(InferenceEngine):
     # ---------------------------------------------------------------- completion
 
     def _retire(self, rows: list[int], reason: str, error: str | None = None) -> None:
-        """Remove running rows (any order), keeping the running rows in slots 0..n-1."""
-        for row in sorted(rows, reverse=True):
+        """Remove running rows (any order), keeping the running rows in slots 0..n-1; finished rows'
+        KV goes to the prefix cache (unless `error`). When the rows left need at most half of the
+        slot buffers (a batch finishing together), the buffers shrink in the same pass that copies
+        the finished rows out, layer by layer (`SlotKVCache.release`): otherwise the copies would sit
+        beside the whole buffers until the next step shrinks them, the process's memory peak."""
+        drop = sorted(set(rows), reverse=True)
+        if not drop:
+            return
+        left = [i for i in range(len(self._running)) if i not in set(drop)]
+        need = max((self._kv.lengths[i] for i in left), default=0) + 1
+        after = self._kv.bytes_for(len(left), need)
+        if self._kv.nbytes > 2 * after:
+            self._retire_releasing(drop, left, after, reason, error)
+            return
+        for row in drop:
             if error is None:
                 self._remember(row)
             s = self._remove_row(row)
             self._resolve(s, reason, error)
+
+    def _retire_releasing(
+        self, drop: list[int], left: list[int], after: int, reason: str, error: str | None
+    ) -> None:
+        """`_retire` that reallocates the slot buffers to the `left` rows (`after` bytes)."""
+        copy: dict[int, int] = {}
+        pending = 0
+        for row in drop if error is None else ():
+            length = self._kv.lengths[row]
+            size = length * self._kv.token_bytes
+            if self._rememberable(self._running[row], length) and self._prefix_room(size, after, pending):
+                copy[row] = length
+                pending += size
+        kv = self._kv.release(len(self._running), drop, copy)
+        seqs = {row: self._running[row] for row in drop}
+        self._running = [self._running[i] for i in left]
+        for row in drop:
+            if row in copy and self._prefix is not None:
+                s = seqs[row]
+                keys, values = kv[row]
+                self._prefix.insert(
+                    PrefixEntry((s.req.prompt_token_ids + s.tokens)[: copy[row]], keys, values)
+                )
+        self._note_kv_bytes()
+        for row in drop:
+            self._resolve(seqs[row], reason, error)
 
     def _remove_row(self, row: int) -> _Seq:
         s = self._running[row]
@@ -846,16 +885,27 @@ class EmbeddedEngine(InferenceEngine):
         self._kv.lengths[last] = 0
         return s
 
+    def _rememberable(self, s: _Seq, length: int) -> bool:
+        return self._prefix is not None and not s.kv_stale and length >= self._prefix.min_reuse
+
+    def _prefix_room(self, size: int, slot_bytes: int, pending: int = 0) -> bool:
+        """Evict cached prefixes (least recently used first) until `size` more bytes fit the budget
+        beside `slot_bytes` of slot buffers and `pending` bytes about to be cached; False if they
+        cannot."""
+        assert self._prefix is not None
+        if size + pending + slot_bytes > self.kv_budget:
+            return False
+        while self._prefix.nbytes + pending + size + slot_bytes > self.kv_budget and self._prefix.evict_one():
+            pass
+        return self._prefix.nbytes + pending + size + slot_bytes <= self.kv_budget
+
     def _remember(self, row: int) -> None:
         """Keep a finishing row's KV in the prefix cache, within the budget (older entries go first)."""
         s, length = self._running[row], self._kv.lengths[row]
-        if self._prefix is None or s.kv_stale or length < self._prefix.min_reuse:
+        if not self._rememberable(s, length) or not self._prefix_room(
+            length * self._kv.token_bytes, self._kv.nbytes
+        ):
             return
-        size = length * self._kv.token_bytes
-        if size + self._kv.nbytes > self.kv_budget:
-            return
-        while self._prefix.nbytes + size + self._kv.nbytes > self.kv_budget and self._prefix.evict_one():
-            pass
         keys, values = self._kv.read_row(row, length)
         # The row holds positions of the prompt and of every sampled token but the last.
         self._prefix.insert(PrefixEntry((s.req.prompt_token_ids + s.tokens)[:length], keys, values))

@@ -30,7 +30,7 @@ it, so any common prefix of token ids can be reused.
 from __future__ import annotations
 
 import collections
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -146,6 +146,33 @@ class SlotKVCache:
             [buf[slot, :, :length].clone() for buf in self.keys],
             [buf[slot, :, :length].clone() for buf in self.values],
         )
+
+    def release(
+        self, n_rows: int, drop: Sequence[int], copy: Mapping[int, int]
+    ) -> dict[int, tuple[list[torch.Tensor], list[torch.Tensor]]]:
+        """Of rows 0..n_rows-1, remove `drop`, the others keeping their order in rows 0..m-1, and reallocate the
+        buffers to exactly those m rows; returns, for each row in `copy`, copies of its first
+        `copy[row]` keys and values per layer [H, length, D]. Done one layer at a time (copy that
+        layer's rows out, move the survivors into a buffer of their size, free the old one), so the
+        copies never sit beside the whole of the old buffers: a batch that finishes together hands
+        its KV to the prefix cache without holding it twice."""
+        gone = set(drop)
+        keep = [r for r in range(n_rows) if r not in gone]
+        kept_lengths = [self.lengths[r] for r in keep]
+        capacity = self.rounded(max(kept_lengths, default=0) + 1) if keep else 0
+        index = torch.tensor(keep, dtype=torch.long, device=self.keys[0].device)
+        out: dict[int, tuple[list[torch.Tensor], list[torch.Tensor]]] = {r: ([], []) for r in copy}
+        for side, store in enumerate((self.keys, self.values)):
+            for i, buf in enumerate(store):
+                for r, n in copy.items():
+                    out[r][side].append(buf[r, :, :n].clone())
+                store[i] = buf.new_zeros((len(keep), self.num_kv_heads, capacity, self.head_dim))
+                if keep:
+                    torch.index_select(buf[:, :, :capacity], 0, index, out=store[i])
+                del buf
+        self.lengths = kept_lengths + [0] * (self.max_slots - len(keep))
+        self.rows, self.capacity = len(keep), capacity
+        return out
 
     def move(self, src: int, dst: int) -> None:
         """Copy slot `src` into slot `dst` (used to keep running rows contiguous)."""

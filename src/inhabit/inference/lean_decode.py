@@ -30,6 +30,17 @@ more copy of those weights. They are rebuilt before a step whenever a source par
 a weight swap writes the model's parameters in place (weights_io.copy_into), which bumps their
 version counters, and the forward compares those counters with the ones it stacked from, once
 per step (`.data` reassignment, which keeps the counter, is not a supported way to change them).
+
+Packed bf16 weights: on a CPU whose oneDNN has bf16 kernels, every projection of a bf16 model
+(the stacked ones, o_proj, down_proj and the output head) runs through oneDNN's linear on a copy of
+its weight reordered once into oneDNN's blocked layout (`mkldnn._reorder_linear_weight`), instead
+of `F.linear`, which hands oneDNN the plain weight and has it reorder that weight again on every
+call. At one request a projection is a GEMV that reads its weight once, so the per-call reorder
+more than doubled the bytes moved (SmolLM2-135M: docs/results.md). Both paths are the same oneDNN
+bf16 kernel with fp32 accumulation over the same K order, so the logits stay bit for bit those of
+the stock forward (the unit tests hold the bf16 path to `torch.equal` as well). The reordered copies
+of o_proj, down_proj and the head cost one more copy of those weights; the stacked q/k/v and
+gate/up are kept only in the reordered layout.
 """
 
 from __future__ import annotations
@@ -78,8 +89,9 @@ def _layer_supported(layer: Any) -> bool:
 class _Layer:
     """One decoder layer's modules, and its fused projection weights (see module docstring)."""
 
-    def __init__(self, layer: Any) -> None:
+    def __init__(self, layer: Any, packed: bool) -> None:
         attn, mlp = layer.self_attn, layer.mlp
+        self.packed = packed
         self.ln1, self.ln2 = layer.input_layernorm, layer.post_attention_layernorm
         self.o, self.mlp = attn.o_proj, mlp
         # Qwen3 normalizes each query and key head; Llama has no such norms (qn is None).
@@ -94,7 +106,8 @@ class _Layer:
 
     def sources(self) -> list[torch.Tensor]:
         norms = [] if self.qn is None else [self.qn.weight, self.kn.weight]
-        return [t for m in self.proj for t in (m.weight, m.bias) if t is not None] + norms
+        out = self.proj + ([self.o, self.mlp.down_proj] if self.packed and self.dense else [])
+        return [t for m in out for t in (m.weight, m.bias) if t is not None] + norms
 
     def version(self) -> list[int]:
         return [t._version for t in self.srcs]
@@ -117,6 +130,13 @@ class _Layer:
             self.qk_w = torch.cat(
                 [self.qn.weight.detach().expand(hq, -1), self.kn.weight.detach().expand(hk, -1)]
             )
+        # The weights each projection runs on: plain (F.linear) or reordered once for oneDNN.
+        self.o_w, self.down_w = self.o.weight, self.mlp.down_proj.weight if self.dense else None
+        if self.packed:
+            self.qkv = _pack(self.qkv)
+            self.o_w = _pack(self.o_w)
+            if self.dense:
+                self.gu, self.down_w = _pack(self.gu), _pack(self.down_w)
         self.srcs = self.sources()
         self.stamp = self.version()
 
@@ -132,13 +152,21 @@ class LeanDecode:
         self.norm = base.norm
         self.rotary = base.rotary_emb
         self.lm_head = model.get_output_embeddings()
-        self.layers = [_Layer(layer) for layer in base.layers]
+        self.packed = packable(model)
+        self.layers = [_Layer(layer, self.packed) for layer in base.layers]
+        self.linear = _packed_linear if self.packed else F.linear
+        self._pack_head()
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.num_heads = cfg.num_attention_heads
         self.num_kv_heads = cfg.num_key_value_heads
         self.groups = self.num_heads // self.num_kv_heads
         self.scaling = self.head_dim**-0.5
         self.act = F.silu if cfg.hidden_act == "silu" else None
+
+    def _pack_head(self) -> None:
+        self.head_srcs = [t for t in (self.lm_head.weight, self.lm_head.bias) if t is not None]
+        self.head_stamp = [t._version for t in self.head_srcs]
+        self.head_w = _pack(self.lm_head.weight) if self.packed else self.lm_head.weight
 
     def forward(
         self,
@@ -162,11 +190,12 @@ class LeanDecode:
         half = d // 2
         sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1).unsqueeze(2)
         hq, hk = self.num_heads, self.num_kv_heads
+        linear = self.linear
         for i, ly in enumerate(self.layers):
             if [t._version for t in ly.srcs] != ly.stamp:  # weights changed since the last fuse
                 ly.fuse()
             x = _rms(h, ly.ln1.weight, ly.eps)
-            qkv = F.linear(x, ly.qkv, ly.qkv_b)  # [n, 1, (hq + 2 hk) D]
+            qkv = linear(x, ly.qkv, ly.qkv_b)  # [n, 1, (hq + 2 hk) D]
             qk = qkv[..., : (hq + hk) * d].view(n, 1, hq + hk, d)
             if ly.qk_w is not None:
                 # q_norm and k_norm in one call: RMSNorm is per head vector, its weight is per head.
@@ -180,17 +209,38 @@ class LeanDecode:
             a = F.scaled_dot_product_attention(
                 q, kb[:n, :, :kv_len], vb[:n, :, :kv_len], attn_mask=mask, dropout_p=0.0, scale=self.scaling
             )
-            h = h + F.linear(a.reshape(n, 1, -1), ly.o.weight, ly.o.bias)
+            h = h + linear(a.reshape(n, 1, -1), ly.o_w, ly.o.bias)
             x = _rms(h, ly.ln2.weight, ly.eps2)
             if ly.dense and self.act is not None:
-                gu = F.linear(x, ly.gu, ly.gu_b)
+                gu = linear(x, ly.gu, ly.gu_b)
                 inter = gu.shape[-1] // 2
-                down = ly.mlp.down_proj
-                h = h + F.linear(self.act(gu[..., :inter]) * gu[..., inter:], down.weight, down.bias)
+                h = h + linear(self.act(gu[..., :inter]) * gu[..., inter:], ly.down_w, ly.mlp.down_proj.bias)
             else:
                 h = h + ly.mlp(x)
         h = _rms(h, self.norm.weight, self.norm.variance_epsilon)
-        return F.linear(h, self.lm_head.weight, self.lm_head.bias)[:, -1]
+        if [t._version for t in self.head_srcs] != self.head_stamp:
+            self._pack_head()
+        return linear(h, self.head_w, self.lm_head.bias)[:, -1]
+
+
+def packable(model: Any) -> bool:
+    """True when the projections run on oneDNN-reordered bf16 weights (module docstring)."""
+    weight = model.get_output_embeddings().weight
+    return (
+        weight.dtype == torch.bfloat16
+        and weight.device.type == "cpu"
+        and torch.backends.mkldnn.is_available()
+        and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    )
+
+
+def _pack(weight: torch.Tensor) -> torch.Tensor:
+    # Reordered for a batch of one (the GEMV case it is for); larger batches run on it as well.
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), 1)
+
+
+def _packed_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
 
 
 def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
