@@ -781,8 +781,8 @@ class EmbeddedEngine(InferenceEngine):
             reason = self._finish_reason(s)
             if reason:
                 finished.append((row, reason))
-        for row, reason in sorted(finished, reverse=True):
-            self._retire([row], reason)
+        if finished:  # together: rows finishing in one step free their buffers in one pass
+            self._retire([row for row, _ in finished], dict(finished))
 
     def _finish_reason(self, s: _Seq) -> str | None:
         if s.tokens[-1] in s.stop_ids:
@@ -828,29 +828,31 @@ class EmbeddedEngine(InferenceEngine):
 
     # ---------------------------------------------------------------- completion
 
-    def _retire(self, rows: list[int], reason: str, error: str | None = None) -> None:
+    def _retire(self, rows: list[int], reason: str | dict[int, str], error: str | None = None) -> None:
         """Remove running rows (any order), keeping the running rows in slots 0..n-1; finished rows'
-        KV goes to the prefix cache (unless `error`). When the rows left need at most half of the
+        KV goes to the prefix cache (unless `error`). `reason` is the finish reason of every row, or
+        one per row. When the rows left need at most half of the
         slot buffers (a batch finishing together), the buffers shrink in the same pass that copies
         the finished rows out, layer by layer (`SlotKVCache.release`): otherwise the copies would sit
         beside the whole buffers until the next step shrinks them, the process's memory peak."""
         drop = sorted(set(rows), reverse=True)
         if not drop:
             return
+        reasons = reason if isinstance(reason, dict) else dict.fromkeys(drop, reason)
         left = [i for i in range(len(self._running)) if i not in set(drop)]
         need = max((self._kv.lengths[i] for i in left), default=0) + 1
         after = self._kv.bytes_for(len(left), need)
         if self._kv.nbytes > 2 * after:
-            self._retire_releasing(drop, left, after, reason, error)
+            self._retire_releasing(drop, left, after, reasons, error)
             return
         for row in drop:
             if error is None:
                 self._remember(row)
             s = self._remove_row(row)
-            self._resolve(s, reason, error)
+            self._resolve(s, reasons[row], error)
 
     def _retire_releasing(
-        self, drop: list[int], left: list[int], after: int, reason: str, error: str | None
+        self, drop: list[int], left: list[int], after: int, reasons: dict[int, str], error: str | None
     ) -> None:
         """`_retire` that reallocates the slot buffers to the `left` rows (`after` bytes)."""
         copy: dict[int, int] = {}
@@ -873,7 +875,7 @@ class EmbeddedEngine(InferenceEngine):
                 )
         self._note_kv_bytes()
         for row in drop:
-            self._resolve(seqs[row], reason, error)
+            self._resolve(seqs[row], reasons[row], error)
 
     def _remove_row(self, row: int) -> _Seq:
         s = self._running[row]

@@ -212,6 +212,47 @@ def test_prefix_cache_finds_the_longest_common_prefix_and_evicts_oldest():
     assert cache.nbytes == sum(e.nbytes for e in cache._entries.values())
 
 
+def test_release_copies_rows_out_and_shrinks_to_the_rows_left():
+    kv = SlotKVCache(num_layers=2, num_kv_heads=1, head_dim=4, max_slots=8, max_len=4096, page_tokens=16)
+    kv.ensure(5, 40)
+    for store in (kv.keys, kv.values):
+        for buf in store:
+            buf.copy_(torch.randn_like(buf))
+    kv.lengths[:5] = [30, 12, 39, 5, 20]
+    before = [[b.clone() for b in store] for store in (kv.keys, kv.values)]
+    out = kv.release(5, drop=[4, 1, 3], copy={1: 12, 4: 20})
+    assert (kv.rows, kv.capacity) == (2, 48)  # rows 0 and 2 are left; 39 + 1 positions round to 48
+    assert kv.lengths[:3] == [30, 39, 0]
+    for side, store in enumerate((kv.keys, kv.values)):
+        for layer, buf in enumerate(store):
+            old = before[side][layer]
+            assert buf.shape == (2, 1, 48, 4)
+            assert torch.equal(buf[0], old[0, :, :48]) and torch.equal(buf[1], old[2, :, :48])
+            assert torch.equal(out[1][side][layer], old[1, :, :12])
+            assert torch.equal(out[4][side][layer], old[4, :, :20])
+    assert set(out) == {1, 4}
+    assert kv.release(2, drop=[0, 1], copy={}) == {} and kv.nbytes == 0
+
+
+async def test_a_batch_finishing_together_never_holds_its_kv_twice(dense_model, tokenizer):
+    """Four 300-token requests that finish in the same step: their KV moves to the prefix cache as the
+    slot buffers are freed, so the KV held peaks at the running rows' buffers (4 rows x 2 pages),
+    not at those plus the four cached copies; the cache then serves a next turn."""
+    engine = EmbeddedEngine(dense_model, tokenizer, EngineConfig(stop_at_eos=False))
+    prompts = [[40 + i] * 290 for i in range(4)]
+    try:
+        outs = await engine.generate([_req(p, i, 8) for i, p in enumerate(prompts)])
+        stats = engine.stats()
+        assert stats["prefix_cache_entries"] == 4 and stats["kv_bytes"] == 0 == _kv_tensor_bytes(engine)
+        assert stats["prefix_cache_bytes"] == 4 * (290 + 8 - 1) * TOKEN_BYTES
+        assert stats["peak_kv_bytes"] == 4 * 2 * PAGE
+        (nxt,) = await engine.generate([_req(prompts[2] + outs[2].token_ids + [9, 9], 9, 4)])
+        assert engine.stats()["cached_prompt_tokens"] == 290 + 8 - 1
+        assert len(nxt.token_ids) == 4
+    finally:
+        await engine.close()
+
+
 def test_slot_buffers_shrink_when_rows_leave():
     kv = SlotKVCache(num_layers=1, num_kv_heads=1, head_dim=4, max_slots=8, max_len=4096, page_tokens=16)
     kv.ensure(8, 100)

@@ -70,13 +70,13 @@ def _llama_folder(path: Path, tokenizer, *, bias: bool, tied: bool, rope: str, k
     return path
 
 
-def _one_step(model) -> None:
-    """One decode step over rows of different lengths through LeanDecode and through `model(...)`
-    over the engine's DecodeCache: logits and cache writes identical."""
+def _one_step(model, lean: lean_decode.LeanDecode | None = None) -> None:
+    """One decode step over rows of different lengths through LeanDecode (`lean`, or one built
+    now) and through `model(...)` over the engine's DecodeCache: logits and cache writes identical."""
     cfg = model.config
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     dtype = model.dtype
-    lean = lean_decode.LeanDecode(model)
+    lean = lean or lean_decode.LeanDecode(model)
 
     def cache():
         kv = SlotKVCache(cfg.num_hidden_layers, cfg.num_key_value_heads, head_dim, 4, 64, dtype=dtype)
@@ -123,6 +123,41 @@ def test_llama_lean_logits_equal_stock_logits(tmp_path, tokenizer, bias, tied, r
     assert lean_decode.supports(model)
     assert (model.get_output_embeddings().weight is model.model.embed_tokens.weight) == tied
     _one_step(model)
+
+
+needs_bf16_onednn = pytest.mark.skipif(
+    not (torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()),
+    reason="this CPU's oneDNN has no bf16 kernels",
+)
+
+
+@needs_bf16_onednn
+@pytest.mark.parametrize(("bias", "tied"), [(False, True), (True, False)])
+def test_bf16_llama_runs_on_reordered_weights_with_logits_equal_stock(tmp_path, tokenizer, bias, tied):
+    folder = _llama_folder(tmp_path / "llama", tokenizer, bias=bias, tied=tied, rope="default")
+    model, _ = load_model(folder, dtype="bfloat16")
+    lean = lean_decode.LeanDecode(model)
+    assert lean.packed and lean.layers[0].qkv.is_mkldnn and lean.head_w.is_mkldnn
+    _one_step(model, lean)
+
+
+@needs_bf16_onednn
+def test_bf16_reordered_weights_follow_an_in_place_weight_swap(tmp_path, tokenizer):
+    from inhabit.inference.weights_io import copy_into
+
+    model, _ = load_model(
+        _llama_folder(tmp_path / "a", tokenizer, bias=True, tied=True, rope="default"), dtype="bfloat16"
+    )
+    other, _ = load_model(
+        _llama_folder(tmp_path / "b", tokenizer, bias=True, tied=True, rope="default"), dtype="bfloat16"
+    )
+    with torch.no_grad():
+        for p in other.parameters():
+            p.mul_(-1.5)
+    lean = lean_decode.LeanDecode(model)  # reordered copies of the old weights, head included
+    with torch.no_grad():
+        copy_into(model, other.state_dict())
+    _one_step(model, lean)  # re-reordered before the step: the new weights' logits, bit for bit
 
 
 def test_llama_lean_follows_an_in_place_weight_swap(tmp_path, tokenizer):
