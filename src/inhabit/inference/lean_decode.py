@@ -33,14 +33,14 @@ per step (`.data` reassignment, which keeps the counter, is not a supported way 
 
 Packed bf16 weights: on a CPU whose oneDNN has bf16 kernels, every projection of a bf16 model
 (the stacked ones, o_proj, down_proj and the output head) runs through oneDNN's linear on a copy of
-its weight reordered once into oneDNN's blocked layout (`mkldnn._reorder_linear_weight`), instead
-of `F.linear`, which hands oneDNN the plain weight and has it reorder that weight again on every
-call. At one request a projection is a GEMV that reads its weight once, so the per-call reorder
-more than doubled the bytes moved (SmolLM2-135M: docs/results.md). Both paths are the same oneDNN
-bf16 kernel with fp32 accumulation over the same K order, so the logits stay bit for bit those of
-the stock forward (the unit tests hold the bf16 path to `torch.equal` as well). The reordered copies
-of o_proj, down_proj and the head cost one more copy of those weights; the stacked q/k/v and
-gate/up are kept only in the reordered layout.
+its weight reordered once into oneDNN's blocked layout (`mkldnn._reorder_linear_weight`) instead of
+`F.linear` on the plain weight. A decode step at few rows is a chain of GEMVs bound by reading the
+weights; on the reordered layout SmolLM2-135M's step ran 1.26-1.37x faster (bench/decode_step.py,
+docs/results.md). The outputs are bit for bit those of `F.linear` (fp32 accumulation in the same
+order), so the logits stay those of the stock forward: the unit tests hold the bf16 path to
+`torch.equal` too, and the benchmark checks it at every step. The reordered copies of o_proj,
+down_proj and the head cost one more copy of those weights; the stacked q/k/v and gate/up are
+kept only in the reordered layout.
 """
 
 from __future__ import annotations
