@@ -35,7 +35,7 @@ Packed bf16 weights: on a CPU whose oneDNN has bf16 kernels, every projection of
 (the stacked ones, o_proj, down_proj and the output head) runs through oneDNN's linear on a copy of
 its weight reordered once into oneDNN's blocked layout (`mkldnn._reorder_linear_weight`) instead of
 `F.linear` on the plain weight. A decode step at few rows is a chain of GEMVs bound by reading the
-weights; on the reordered layout SmolLM2-135M's step ran 1.26-1.37x faster (bench/decode_step.py,
+weights; on the reordered layout SmolLM2-135M's step ran 1.18-1.37x faster (bench/decode_step.py,
 docs/results.md). The outputs are bit for bit those of `F.linear` (fp32 accumulation in the same
 order), so the logits stay those of the stock forward: the unit tests hold the bf16 path to
 `torch.equal` too, and the benchmark checks it at every step. The reordered copies of o_proj,
