@@ -205,9 +205,14 @@ def imported_arm(cfg: RunConfig, root: Path) -> dict[str, Any]:
     return arm_stats(root / "imported", "eval:before")
 
 
+def seed_config(base: RunConfig, seed: int) -> RunConfig:
+    """The run config of one seed: the run's, its model's init and its engine's sampling."""
+    return with_model(base, seed=seed, **{"model.init_seed": seed, "engine.seed": seed})
+
+
 def run_seed(base: RunConfig, seed: int, root: Path, start: Path | None) -> dict[str, Any]:
     t0 = time.monotonic()
-    cfg = with_model(base, seed=seed, **{"model.init_seed": seed, "engine.seed": seed})
+    cfg = seed_config(base, seed)
     if start is not None:  # bootstrap the midtrained model instead of a random init
         cfg = with_model(cfg, **{"model.path": str(start), "model.spec": None, "model.preset": None,
                                  "model.bootstrap.from_path": True})  # fmt: skip
@@ -292,11 +297,8 @@ def add_imported_arm(base: RunConfig, root: Path, out: Path, console: Console) -
     for name, variant in results["variants"].items():
         v = "on" if name == "with midtrain" else "off"
         for s in variant["seeds"]:
-            cfg = with_model(base, seed=s["seed"], **{"model.init_seed": s["seed"], "engine.seed": s["seed"]})
-            s["arms"] = {
-                "imported": imported_arm(cfg, root / f"midtrain-{v}" / f"seed-{s['seed']}"),
-                **s["arms"],
-            }
+            seed_root = root / f"midtrain-{v}" / f"seed-{s['seed']}"
+            s["arms"] = {"imported": imported_arm(seed_config(base, s["seed"]), seed_root), **s["arms"]}
         console.print(table(name, variant["seeds"]))
         variant["goals"] = goals(variant["seeds"])
     out.write_text(json.dumps(results, indent=2))
