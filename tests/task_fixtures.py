@@ -12,7 +12,8 @@ use from here (pytest puts tests/, the root conftest's folder, on sys.path):
   * `calc_task`: the calculator task (bug in add, visible + hidden tests, reference.patch);
   * `make_task`: write any task directory: make_task(workspace={...}, hidden={...}, ...) -> Task;
   * `chat_server`: start(reply) -> (state, base_url), a chat-completions server on 127.0.0.1
-    (the agent's policy and LLM judges talk to it).
+    (the agent's policy and LLM judges talk to it);
+  * `write_tree(root, files)`: a small project on disk (relative path -> text), for the builders.
 """
 
 from __future__ import annotations
@@ -33,6 +34,14 @@ from inhabit.tasks.task import Task, load_task
 # The venv's python at its real path: the bwrap backend binds the venv there, not the worktree link.
 PYTHON = Path(sys.prefix).resolve() / "bin" / "python"
 FAST_COMMAND = f"PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 {PYTHON} -m pytest -q -p no:cacheprovider"
+
+
+def write_tree(root: Path, files: dict[str, str]) -> Path:
+    """Write `files` (path relative to `root` -> text) under `root`, making folders; returns root."""
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
 
 
 @pytest.fixture

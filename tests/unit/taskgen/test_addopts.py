@@ -12,6 +12,7 @@ from inhabit.taskgen.addopts import addopts_override, measurement_options
 from inhabit.taskgen.builder import BuildConfig, build_tasks
 from inhabit.taskgen.source import default_command
 from inhabit.tasks.task import load_task
+from task_fixtures import write_tree
 
 CODE = '''"""Bounds."""
 
@@ -58,13 +59,13 @@ python -m pytest: error: unrecognized arguments: --no-cov-on-fail --cov=minilib
 
 
 def write_project(root: Path) -> Path:
-    (root / "minilib").mkdir(parents=True)
-    (root / "tests").mkdir()
-    (root / "minilib" / "__init__.py").write_text("")
-    (root / "minilib" / "core.py").write_text(CODE)
-    (root / "tests" / "test_core.py").write_text(TESTS)
-    (root / ".pytest.ini").write_text(INI)
-    return root
+    files = {
+        "minilib/__init__.py": "",
+        "minilib/core.py": CODE,
+        "tests/test_core.py": TESTS,
+        ".pytest.ini": INI,
+    }
+    return write_tree(root, files)
 
 
 def test_measurement_options_are_told_from_the_rest():

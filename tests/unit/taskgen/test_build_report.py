@@ -8,6 +8,7 @@ from pathlib import Path
 
 from inhabit.taskgen.builder import BuildConfig, build_tasks
 from inhabit.tasks.task import load_task
+from task_fixtures import write_tree
 
 CODE = '''"""Shapes."""
 
@@ -84,10 +85,7 @@ def test_neuter():
 
 
 def write_project(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in {"minilib/__init__.py": "", **files}.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
-    return root
+    return write_tree(root, {"minilib/__init__.py": "", **files})
 
 
 async def test_rejections_have_reasons_and_kept_tasks_a_mix(tmp_path, sandbox_provider):

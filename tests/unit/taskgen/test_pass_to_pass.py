@@ -9,6 +9,7 @@ from inhabit.grading.check import apply_patch
 from inhabit.grading.grader import grade
 from inhabit.taskgen.builder import BuildConfig, build_tasks
 from inhabit.tasks.task import load_task
+from task_fixtures import write_tree
 
 CODE = '''"""Bounds and labels."""
 
@@ -50,12 +51,7 @@ def test_label(n):
 
 
 def write_project(root: Path) -> Path:
-    (root / "minilib").mkdir(parents=True)
-    (root / "tests").mkdir()
-    (root / "minilib" / "__init__.py").write_text("")
-    (root / "minilib" / "core.py").write_text(CODE)
-    (root / "tests" / "test_core.py").write_text(TESTS)
-    return root
+    return write_tree(root, {"minilib/__init__.py": "", "minilib/core.py": CODE, "tests/test_core.py": TESTS})
 
 
 async def test_a_fix_that_breaks_a_test_far_from_the_bug_earns_zero(tmp_path, sandbox_provider):

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from inhabit.taskgen.builder import BuildConfig, build_tasks
+from task_fixtures import write_tree
 
 CODE = '''"""Bounds."""
 
@@ -56,10 +57,7 @@ def write_project(root: Path) -> Path:
         "tests/test_core.py": TESTS,
         "tests/conftest.py": CONFTEST,
     }
-    for rel, text in files.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
-    return root
+    return write_tree(root, files)
 
 
 async def test_a_limit_the_untouched_suite_outgrows_rejects_no_mutant_as_timeout(tmp_path, sandbox_provider):

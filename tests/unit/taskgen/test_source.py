@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from inhabit.taskgen.source import code_files
+from task_fixtures import write_tree
 
 FILES = {
     "slugify/__init__.py": "from .slugify import slugify\n",
@@ -32,9 +33,7 @@ FILES = {
 
 
 def test_top_level_tooling_is_not_code_but_a_package_of_that_name_is(tmp_path: Path):
-    for rel, text in FILES.items():
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_text(text)
+    write_tree(tmp_path, FILES)
     assert code_files(tmp_path) == [
         "slugify/__init__.py",
         "slugify/__main__.py",

@@ -17,6 +17,7 @@ from inhabit.cli import app
 from inhabit.grading.check import check_task
 from inhabit.taskgen.builder import BuildConfig, BuildError, build_tasks
 from inhabit.tasks.task import load_task
+from task_fixtures import write_tree
 
 PYTHON = Path(sys.prefix).resolve() / "bin" / "python"
 
@@ -76,12 +77,8 @@ def test_already_broken():
 
 
 def write_project(root: Path) -> Path:
-    (root / "minilib").mkdir(parents=True)
-    (root / "tests").mkdir()
-    (root / "minilib" / "__init__.py").write_text('"""minilib."""\n')
-    (root / "minilib" / "core.py").write_text(CORE)
-    (root / "tests" / "test_core.py").write_text(TESTS)
-    return root
+    files = {"minilib/__init__.py": '"""minilib."""\n', "minilib/core.py": CORE, "tests/test_core.py": TESTS}
+    return write_tree(root, files)
 
 
 @pytest.fixture(scope="module")

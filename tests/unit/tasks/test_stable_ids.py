@@ -11,6 +11,7 @@ from inhabit.grading.check import check_task
 from inhabit.grading.testrun import run_tests
 from inhabit.taskgen.builder import BuildConfig, build_tasks
 from inhabit.tasks.task import load_task
+from task_fixtures import write_tree
 
 WORDS = '''"""Words, measured."""
 
@@ -61,12 +62,7 @@ UNSTABLE = "tests/test_words.py::test_shout_any"
 
 
 def write_project(root: Path) -> Path:
-    (root / "pkg").mkdir(parents=True)
-    (root / "tests").mkdir()
-    (root / "pkg" / "__init__.py").write_text("")
-    (root / "pkg" / "words.py").write_text(WORDS)
-    (root / "tests" / "test_words.py").write_text(WORD_TESTS)
-    return root
+    return write_tree(root, {"pkg/__init__.py": "", "pkg/words.py": WORDS, "tests/test_words.py": WORD_TESTS})
 
 
 def _hash_ordered(outcomes: dict[str, str]) -> set[str]:
