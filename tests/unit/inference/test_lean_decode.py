@@ -55,6 +55,44 @@ async def test_lean_decode_equals_stock_forward(which, request, tokenizer, promp
             assert a.routed_experts is not None
 
 
+def assert_one_decode_step_equal(model, lean: lean_decode.LeanDecode | None = None) -> None:
+    """One decode step over rows of different lengths through LeanDecode (`lean`, or one built
+    now) and through `model(...)` over the engine's DecodeCache: logits and cache writes identical."""
+    cfg = model.config
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    dtype = model.dtype
+    lean = lean or lean_decode.LeanDecode(model)
+
+    def cache():
+        kv = SlotKVCache(cfg.num_hidden_layers, cfg.num_key_value_heads, head_dim, 4, 64, dtype=dtype)
+        kv.resize(4, 64)  # the cache holds only running rows: make room for four
+        for layer in range(cfg.num_hidden_layers):
+            kv.keys[layer].copy_(torch.randn_like(kv.keys[layer]))
+            kv.values[layer].copy_(torch.randn_like(kv.values[layer]))
+        kv.lengths[:3] = [5, 17, 9]
+        return kv
+
+    ids = torch.tensor([[7], [300], [42]])
+    with torch.inference_mode():
+        torch.manual_seed(1)
+        a = cache()
+        rows, pos, kv_len = a.decode_rows(3)
+        got = lean.forward(ids, rows, pos, a.decode_mask(pos, kv_len, dtype, "cpu"), kv_len, a.keys, a.values)
+        torch.manual_seed(1)
+        b = cache()
+        db = b.decode_cache(3)
+        out = model(
+            input_ids=ids,
+            attention_mask=db.attention_mask(dtype, "cpu"),
+            position_ids=db.positions[:, None],
+            past_key_values=db,
+            use_cache=True,
+        )
+    assert torch.equal(got, out.logits[:, -1])
+    for layer in range(cfg.num_hidden_layers):
+        assert torch.equal(a.keys[layer], b.keys[layer]) and torch.equal(a.values[layer], b.values[layer])
+
+
 @pytest.mark.parametrize(("swap", "kv_heads"), [(False, 2), (True, 2), (False, 4)])
 def test_lean_logits_equal_stock_logits_on_one_step(tokenizer, swap, kv_heads):
     """One decode step over rows of different lengths: logits and cache writes are identical; after
@@ -67,40 +105,9 @@ def test_lean_logits_equal_stock_logits_on_one_step(tokenizer, swap, kv_heads):
         arch="dense", hidden_size=128, num_layers=2, num_heads=4, num_kv_heads=kv_heads, intermediate_size=384
     )
     dense_model = build_tiny_model(spec, vocab_size=len(tokenizer), seed=0)
-    cfg = dense_model.config
     lean = lean_decode.LeanDecode(dense_model)
     if swap:
         other = build_tiny_model("dense-1m", vocab_size=len(tokenizer), seed=5)
         with torch.no_grad():
             copy_into(dense_model, other.state_dict())
-    torch.manual_seed(0)
-
-    def cache():
-        kv = SlotKVCache(cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim, 4, 64)
-        kv.resize(4, 64)
-        for layer in range(cfg.num_hidden_layers):
-            kv.keys[layer].copy_(torch.randn_like(kv.keys[layer]))
-            kv.values[layer].copy_(torch.randn_like(kv.values[layer]))
-        kv.lengths[:3] = [5, 17, 9]
-        return kv
-
-    ids = torch.tensor([[7], [300], [42]])
-    with torch.inference_mode():
-        torch.manual_seed(1)
-        a = cache()
-        rows, pos, kv_len = a.decode_rows(3)
-        mask = a.decode_mask(pos, kv_len, torch.float32, "cpu")
-        got = lean.forward(ids, rows, pos, mask, kv_len, a.keys, a.values)
-        torch.manual_seed(1)
-        b = cache()
-        db = b.decode_cache(3)
-        out = dense_model(
-            input_ids=ids,
-            attention_mask=db.attention_mask(torch.float32, "cpu"),
-            position_ids=db.positions[:, None],
-            past_key_values=db,
-            use_cache=True,
-        )
-    assert torch.equal(got, out.logits[:, -1])
-    for layer in range(cfg.num_hidden_layers):
-        assert torch.equal(a.keys[layer], b.keys[layer]) and torch.equal(a.values[layer], b.values[layer])
+    assert_one_decode_step_equal(dense_model, lean)

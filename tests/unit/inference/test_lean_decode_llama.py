@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_lean_decode import assert_one_decode_step_equal
 
 from inhabit.inference import lean_decode
 from inhabit.inference.config import EngineConfig
@@ -70,44 +71,6 @@ def _llama_folder(path: Path, tokenizer, *, bias: bool, tied: bool, rope: str, k
     return path
 
 
-def _one_step(model, lean: lean_decode.LeanDecode | None = None) -> None:
-    """One decode step over rows of different lengths through LeanDecode (`lean`, or one built
-    now) and through `model(...)` over the engine's DecodeCache: logits and cache writes identical."""
-    cfg = model.config
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    dtype = model.dtype
-    lean = lean or lean_decode.LeanDecode(model)
-
-    def cache():
-        kv = SlotKVCache(cfg.num_hidden_layers, cfg.num_key_value_heads, head_dim, 4, 64, dtype=dtype)
-        kv.resize(4, 64)  # the cache holds only running rows: make room for four
-        for layer in range(cfg.num_hidden_layers):
-            kv.keys[layer].copy_(torch.randn_like(kv.keys[layer]))
-            kv.values[layer].copy_(torch.randn_like(kv.values[layer]))
-        kv.lengths[:3] = [5, 17, 9]
-        return kv
-
-    ids = torch.tensor([[7], [300], [42]])
-    with torch.inference_mode():
-        torch.manual_seed(1)
-        a = cache()
-        rows, pos, kv_len = a.decode_rows(3)
-        got = lean.forward(ids, rows, pos, a.decode_mask(pos, kv_len, dtype, "cpu"), kv_len, a.keys, a.values)
-        torch.manual_seed(1)
-        b = cache()
-        db = b.decode_cache(3)
-        out = model(
-            input_ids=ids,
-            attention_mask=db.attention_mask(dtype, "cpu"),
-            position_ids=db.positions[:, None],
-            past_key_values=db,
-            use_cache=True,
-        )
-    assert torch.equal(got, out.logits[:, -1])
-    for layer in range(cfg.num_hidden_layers):
-        assert torch.equal(a.keys[layer], b.keys[layer]) and torch.equal(a.values[layer], b.values[layer])
-
-
 @pytest.mark.parametrize(
     ("bias", "tied", "rope", "kv_heads"),
     [
@@ -122,7 +85,7 @@ def test_llama_lean_logits_equal_stock_logits(tmp_path, tokenizer, bias, tied, r
     model, _ = load_model(folder)
     assert lean_decode.supports(model)
     assert (model.get_output_embeddings().weight is model.model.embed_tokens.weight) == tied
-    _one_step(model)
+    assert_one_decode_step_equal(model)
 
 
 needs_bf16_onednn = pytest.mark.skipif(
@@ -138,7 +101,7 @@ def test_bf16_llama_runs_on_reordered_weights_with_logits_equal_stock(tmp_path, 
     model, _ = load_model(folder, dtype="bfloat16")
     lean = lean_decode.LeanDecode(model)
     assert lean.packed and lean.layers[0].qkv.is_mkldnn and lean.head_w.is_mkldnn
-    _one_step(model, lean)
+    assert_one_decode_step_equal(model, lean)
 
 
 @needs_bf16_onednn
@@ -157,7 +120,9 @@ def test_bf16_reordered_weights_follow_an_in_place_weight_swap(tmp_path, tokeniz
     lean = lean_decode.LeanDecode(model)  # reordered copies of the old weights, head included
     with torch.no_grad():
         copy_into(model, other.state_dict())
-    _one_step(model, lean)  # re-reordered before the step: the new weights' logits, bit for bit
+    assert_one_decode_step_equal(
+        model, lean
+    )  # re-reordered before the step: the new weights' logits, bit for bit
 
 
 def test_llama_lean_follows_an_in_place_weight_swap(tmp_path, tokenizer):
@@ -172,7 +137,7 @@ def test_llama_lean_follows_an_in_place_weight_swap(tmp_path, tokenizer):
     stale = lean.layers[0].qkv.clone()
     with torch.no_grad():
         copy_into(model, other.state_dict())
-    _one_step(model)  # builds its own LeanDecode: the stock forward on the new weights
+    assert_one_decode_step_equal(model)  # builds its own LeanDecode: the stock forward on the new weights
     # The LeanDecode built before the swap refuses nothing and re-fuses at its next step.
     ids, rows, pos = torch.tensor([[3]]), torch.tensor([0]), torch.tensor([0])
     kv = SlotKVCache(2, 2, 32, 1, 8)
@@ -230,7 +195,7 @@ def smollm2_folder(tmp_path_factory) -> Path:
 def test_smollm2_lean_logits_equal_stock_logits(smollm2_folder, dtype):
     model, _ = load_model(smollm2_folder, dtype=dtype)
     assert lean_decode.supports(model)
-    _one_step(model)
+    assert_one_decode_step_equal(model)
 
 
 @pytest.mark.slow
