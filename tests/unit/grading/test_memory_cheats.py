@@ -259,8 +259,8 @@ class TestAdd(unittest.TestCase):
 """
 
 
-def test_an_int_subtype_equal_to_anything_is_judged_in_assert_equal(tmp_path: Path):
-    calc = """class _Num(int):
+# A wrong `add` whose result, an int, claims equality with anything.
+INT_SUBTYPE_CALC = """class _Num(int):
     def __eq__(self, other):
         return True
 
@@ -270,7 +270,10 @@ def test_an_int_subtype_equal_to_anything_is_judged_in_assert_equal(tmp_path: Pa
 def add(a, b):
     return _Num(a - b)
 """
-    body = _graded_run(tmp_path, calc, UNITTEST)
+
+
+def test_an_int_subtype_equal_to_anything_is_judged_in_assert_equal(tmp_path: Path):
+    body = _graded_run(tmp_path, INT_SUBTYPE_CALC, UNITTEST)
     assert any(t.startswith("equal:") and "assertEqual" in t and "_Num" in t for t in body["tampering"]), body
     assert body["outcomes"]["tests/test_calc.py::TestAdd::test_add"] == "passed"
 
@@ -291,17 +294,7 @@ def test_add():
 
 
 def test_an_int_subtype_equal_to_anything_is_judged_outside_asserts(tmp_path: Path):
-    calc = """class _Num(int):
-    def __eq__(self, other):
-        return True
-
-    __hash__ = int.__hash__
-
-
-def add(a, b):
-    return _Num(a - b)
-"""
-    body = _graded_run(tmp_path, calc, OUTSIDE_ASSERT)
+    body = _graded_run(tmp_path, INT_SUBTYPE_CALC, OUTSIDE_ASSERT)
     assert any(t.startswith("equal:") and "outside an assert" in t for t in body["tampering"]), body
     assert body["outcomes"]["tests/test_calc.py::test_add"] == "passed"
 
