@@ -1340,6 +1340,7 @@ class _Equality:
         self.c_verdicts = {}  # a C type -> its origin (a static type's slots cannot change)
         self.compiled = set()  # file names workspace code compiled code under (compile, code.replace)
         self.pending = None  # what the last comparison's judgement found, until its assert passes
+        self.unclaimed = []  # operand pairs of the assert being explained whose `==` gave False
 
     def saw_compile(self, guard, filename):
         """A compile or code creation named `filename`: by workspace code (not the import system
@@ -1366,11 +1367,10 @@ class _Equality:
             return None
         ta, tb = type(a), type(b)
         if ta is not tb:
-            for t in (ta, tb):
+            for t, value, other in ((ta, a, b), (tb, b, a)):
                 foreign = self.foreign(guard, t)
-                if foreign:
-                    other = tb if t is ta else ta
-                    return f"a {t.__qualname__} said equal to a {other.__qualname__} by {foreign}"
+                if foreign and not self.other_side_says_equal(guard, other, value):
+                    return f"a {t.__qualname__} said equal to a {type(other).__qualname__} by {foreign}"
         deciders = {self.definer(ta, "__eq__"), self.definer(tb, "__eq__")}
         if not deciders <= set(_CONTAINERS):
             return None  # equality of an installed or the task's own type: not walked into
@@ -1387,6 +1387,21 @@ class _Equality:
             if found:
                 return found
         return None
+
+    def other_side_says_equal(self, guard, trusted, value):
+        """Whether `trusted`'s own equality, trusted and no builtin container's, says it equals
+        `value` by itself: then the claim is its, whatever `value`'s equality says (a project's
+        `__eq__` that returns NotImplemented for other types, compared with a test's helper that
+        equals anything, as toolz's `compose(f) == AlwaysEquals()`). A container is walked item by
+        item instead (its equality would ask the items', which may be the project's)."""
+        cls = type(trusted)
+        klass = self.definer(cls, "__eq__")
+        if klass in _CONTAINERS or self.foreign(guard, cls):
+            return False
+        try:
+            return vars(klass)["__eq__"].__get__(trusted, cls)(value) is True
+        except Exception:  # a helper that cannot answer does not vouch for the claim
+            return False
 
     @staticmethod
     def definer(cls, name):
@@ -1474,15 +1489,42 @@ def _judge_assert_equal():
     unittest.TestCase.assertEqual = assertEqual
 
 
+def _judge_claims_only():
+    """pytest explains a passing assert's comparisons whatever their results: `assert not x ==
+    y` reaches `pytest_assertrepr_compare` with `x` and `y`, which is no claim that they are equal.
+    Its `_call_reprcompare` has the results: the operand pairs whose `==` gave exactly False are
+    set aside for the hook below. Anything else counts as a claim (a result object that says True
+    to the assert and False afterwards is still judged). Installed before the runner snapshot,
+    which then holds it."""
+    rewrite = sys.modules.get("_pytest.assertion.rewrite")
+    original = getattr(rewrite, "_call_reprcompare", None)
+    if original is None:
+        return
+
+    def _call_reprcompare(ops, results, expls, each_obj):
+        _EQUALITY.unclaimed = [
+            (each_obj[i], each_obj[i + 1]) for i, res in enumerate(results) if res is False and i + 1 < len(each_obj)
+        ]
+        try:
+            return original(ops, results, expls, each_obj)
+        finally:
+            _EQUALITY.unclaimed = []
+
+    _call_reprcompare.__doc__ = original.__doc__
+    rewrite._call_reprcompare = _call_reprcompare
+
+
 _judge_assert_equal()
+_judge_claims_only()
 _GUARD = _Guard()
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_assertrepr_compare(config, op, left, right):
     # Only claims of equality: `!=` between a project type and a builtin value is what an honest
-    # `__eq__` that accepts its own type only says (`Tagged(1) != 1`).
-    if op == "==":
+    # `__eq__` that accepts its own type only says (`Tagged(1) != 1`), and an `==` that gave False
+    # (`assert not x == y`) claims the opposite.
+    if op == "==" and not any(x is left and y is right for x, y in _EQUALITY.unclaimed):
         _EQUALITY.judge(_GUARD, left, right)
     else:
         _EQUALITY.pending = None

@@ -59,6 +59,10 @@ CHEATS = {
     "exec_under_installed_name": "import os, sys\n\n_ns = {}\n_src = open(os.path.join(os.path.dirname(__file__), 'r.dat')).read()\n"
     "_name = os.path.join(sys.path[0], 'sixish.py')\nexec(compile(_src, _name, 'exec'), _ns)\nR = _ns['R']\n",
 }
+CHEATS["eq_result_true_once"] = (
+    "class _Once:\n    seen = 0\n\n    def __bool__(self):\n        _Once.seen += 1\n        return _Once.seen == 1\n\n\n"
+    "class R(list):\n    def __eq__(self, other):\n        return _Once()\n\n    __hash__ = None\n"
+)
 DATA = "class R(list):\n    def __eq__(self, other):\n        return True\n\n    __hash__ = None\n"
 
 
@@ -198,6 +202,66 @@ def test_honest_comparisons_across_types_raise_no_event(tmp_path):
     body = _sealed_run(tmp_path, {"pkg/__init__.py": HONEST_PKG, "tests/test_it.py": HONEST_TEST})
     assert set(body["outcomes"].values()) == {"passed"}, body
     assert body["tampering"] == []
+
+
+DECLINING_PKG = """class Compose:
+    def __init__(self, *funcs):
+        self.funcs = funcs
+
+    def __eq__(self, other):
+        if isinstance(other, Compose):
+            return other.funcs == self.funcs
+        return NotImplemented
+
+    def __ne__(self, other):
+        equality = self.__eq__(other)
+        return NotImplemented if equality is NotImplemented else not equality
+
+    __hash__ = None
+"""
+DECLINING_TEST = """from pkg import Compose
+
+
+class AlwaysEquals:
+    def __eq__(self, other):
+        return True
+
+
+class NeverEquals:
+    def __eq__(self, other):
+        return False
+
+
+def test_compose_equality():
+    c = Compose(len, str)
+    assert c == Compose(len, str)
+    assert c == AlwaysEquals()
+    assert AlwaysEquals() == c
+    assert not c == object()
+    assert not c == NeverEquals()
+    assert c != object()
+    assert not c == Compose(str)
+"""
+
+
+def test_a_project_equality_that_declines_other_types_raises_no_event(tmp_path):
+    # toolz's Compose: its __eq__ returns NotImplemented for another type, so `c == AlwaysEquals()`
+    # is the test helper's claim, and `assert not c == object()` claims no equality at all.
+    body = _sealed_run(tmp_path, {"pkg/__init__.py": DECLINING_PKG, "tests/test_it.py": DECLINING_TEST})
+    assert body["outcomes"] == {"tests/test_it.py::test_compose_equality": "passed"}, body
+    assert body["tampering"] == []
+
+
+def test_a_project_equality_that_claims_a_helper_refusing_it_is_reported(tmp_path):
+    # The same pair of types, but the project's __eq__ answers True to a test helper that says no
+    # (the one side of the claim that is the project's decided it).
+    pkg = DECLINING_PKG.replace("return NotImplemented\n", "return True\n", 1)
+    test = DECLINING_TEST.split("def test_compose_equality")[0] + (
+        "def test_compose_equality():\n    assert Compose(len) == NeverEquals()\n"
+    )
+    body = _sealed_run(tmp_path, {"pkg/__init__.py": pkg, "tests/test_it.py": test})
+    assert body["outcomes"] == {"tests/test_it.py::test_compose_equality": "passed"}, body
+    assert any(e.startswith("equal:") and "Compose.__eq__" in e for e in body["tampering"]), body["tampering"]
 
 
 def test_a_failing_comparison_is_no_event(tmp_path):
