@@ -1503,7 +1503,9 @@ def _judge_claims_only():
 
     def _call_reprcompare(ops, results, expls, each_obj):
         _EQUALITY.unclaimed = [
-            (each_obj[i], each_obj[i + 1]) for i, res in enumerate(results) if res is False and i + 1 < len(each_obj)
+            (each_obj[i], each_obj[i + 1])
+            for i, res in enumerate(results)
+            if res is False and i + 1 < len(each_obj)
         ]
         try:
             return original(ops, results, expls, each_obj)
