@@ -108,7 +108,8 @@ def specialize(project: Path, model: Path, out: Path, *extra: str):  # type: ign
 def test_specialize_end_to_end_on_a_tiny_project(tmp_path: Path, project: Path, tiny_model: Path) -> None:
     before = tree_fingerprint(project)
     out = tmp_path / "run"
-    result = specialize(project, tiny_model, out)
+    # LoRA, as a real model trains by default: adapters trained, published, merged into model/
+    result = specialize(project, tiny_model, out, "training=lora")
     assert result.exit_code == 0, result.output
     assert tree_fingerprint(project) == before  # nothing written into REPO
 
@@ -132,6 +133,8 @@ def test_specialize_end_to_end_on_a_tiny_project(tmp_path: Path, project: Path, 
     assert steps["baseline"]["result"]["summary"]["parse"]["rate"] < 0.5 and boot["ran"]
     assert boot["probes"] and (out / "bootstrap" / "model" / "config.json").is_file()
     assert steps["rl"]["result"]["ran"] and steps["rl"]["result"]["steps"] == 2
+    assert steps["rl"]["result"]["training"].startswith("LoRA rank 16"), steps["rl"]["result"]
+    assert (out / "rl" / "checkpoints").is_dir() and any((out / "rl" / "checkpoints").glob("*/adapter"))
 
     report = json.loads((out / "report.json").read_text())
     assert report["verdict"] != "better" and report["claim"].startswith("NOT called better")
@@ -139,7 +142,9 @@ def test_specialize_end_to_end_on_a_tiny_project(tmp_path: Path, project: Path, 
     assert {"tasks", "baseline", "bootstrap", "rl", "final"} <= set(report["wall_s"])
     assert report["serve"] == f"inhabit serve --model {out.resolve() / 'model'}"
     assert (out / "model" / "config.json").is_file() and not (out / "model" / "optimizer.pt").exists()
+    assert not (out / "model" / "adapter").exists()  # the merged weights, servable as they are
     assert (out / "specialize.json").is_file()
+    assert "RL: 2 steps, LoRA rank 16" in result.output
     assert "verdict: NOT called better" in result.output and "inhabit serve --model" in result.output
 
     # a second run reuses tasks, environment, baseline and bootstrap; RL runs again (here: none, so

@@ -65,7 +65,9 @@ an audit hook (`sys.addaudithook`, which cannot be removed). Reported, as "kind:
               replaced on its class or shadowed on its instance, or findings removed (checked
               at sealing against what the sealing hook took at import).
   * equal     a test's passing `==` said two values of different types equal by an equality the
-              code under test defines (`_Equality`; grading's `code_always_equal`).
+              code under test defines, which also says equal to a value that differs from the
+              expected one or to an object it cannot know (`_Equality`; grading's
+              `code_always_equal`).
 "Workspace code" is the innermost frame on the stack that is not the standard library, this
 plugin or an installed package. The task's own test code is trusted: exactly the workspace files
 named in cfg.json's `test_files` (grading names the tests and conftests it restored, the hidden
@@ -1331,8 +1333,11 @@ class _Equality:
     name, and its method's code comes from such a file and was not compiled by workspace code
     under a name of its choosing; a C type (a slot wrapper) by the binary that holds its compare
     function (dladdr), so a type compiled in the workspace is the workspace's whatever it calls
-    itself. Same-type comparisons (the task's own `Interval == Interval`) are left to the
-    canaries, which compare the same calls with wrong values. Builtin containers are walked pair
+    itself. Such an equality is reported only when it also says equal to what it was not shown:
+    an object of a class it cannot know, or a value of the other side's type that differs from it
+    (`_equal_to_what_differs`); a project's honest equality across types (isodate's `Duration ==
+    timedelta`) answers those False. Same-type comparisons (the task's own `Interval ==
+    Interval`) are left to the canaries, which compare the same calls with wrong values. Builtin containers are walked pair
     by pair (a list of such objects)."""
 
     def __init__(self):
@@ -1370,7 +1375,9 @@ class _Equality:
             for t, value, other in ((ta, a, b), (tb, b, a)):
                 foreign = self.foreign(guard, t)
                 if foreign and not self.other_side_says_equal(guard, other, value):
-                    return f"a {t.__qualname__} said equal to a {type(other).__qualname__} by {foreign}"
+                    also = _equal_to_what_differs(value, other)
+                    if also:
+                        return f"a {t.__qualname__} said equal to a {type(other).__qualname__} by {foreign}, and to {also}"
         deciders = {self.definer(ta, "__eq__"), self.definer(tb, "__eq__")}
         if not deciders <= set(_CONTAINERS):
             return None  # equality of an installed or the task's own type: not walked into
@@ -1453,6 +1460,61 @@ class _Equality:
                 known = guard.origin(path)
             self.c_verdicts[cls] = known
         return known
+
+
+class _Unlike:
+    """A value no project's equality knows: what an object equal to anything says equal to."""
+
+    __slots__ = ()
+
+
+def _unlike_of_type(value):
+    """A value of exactly `value`'s builtin type (or datetime's, decimal's, fraction's) that
+    differs from it by construction (one more item, one more unit), or None for another type."""
+    t = type(value)
+    try:
+        if t is bool:
+            return not value
+        if t in (int, complex):
+            return value + 1
+        if t is float:
+            return value + 1.0 if value - value == 0 else 0.0  # inf and nan: 0.0 differs
+        if t in (str, bytes, list, tuple):
+            return value + (value[:1] or t("x" if t is str else b"x" if t is bytes else [0]))
+        if t is dict:
+            return dict(list(dict.items(value))[:-1]) if value else {0: 0}
+        if t in (set, frozenset):
+            return t(list(value)[:-1]) if value else t([0])
+        dt, dec, frac = (sys.modules.get(m) for m in ("datetime", "decimal", "fractions"))
+        if dt is not None and t in (dt.timedelta, dt.datetime):
+            return value + dt.timedelta(microseconds=1)
+        if dt is not None and t is dt.date:
+            return value + dt.timedelta(days=1)
+        if (dec is not None and t is dec.Decimal) or (frac is not None and t is frac.Fraction):
+            return value + 1
+    except Exception:  # an overflow, a date at its limit: no value of that type to offer
+        return None
+    return None
+
+
+def _equal_to_what_differs(value, other):
+    """What `value` (of the code under test) also says equal to, among values that differ from
+    `other`: an object no project knows, and a value of `other`'s own type that differs from it.
+    None when it says neither: its equality answered the claim on its merits (isodate's
+    `Duration(days=1) == timedelta(days=1)`), not whatever it is shown. Only False counts as
+    "not equal" (a result object that could later say True is a claim)."""
+    unlike = _unlike_of_type(other)
+    probes = [(_Unlike(), "an object of no type it knows")]
+    if unlike is not None:
+        probes.append((unlike, f"a {type(other).__qualname__} that differs"))
+    for probe, words in probes:
+        try:
+            said = value == probe
+        except Exception:  # an equality that refuses a stranger says nothing of it
+            continue
+        if said is not False:
+            return words
+    return None
 
 
 def _seq(value):

@@ -59,6 +59,12 @@ CHEATS = {
     "exec_under_installed_name": "import os, sys\n\n_ns = {}\n_src = open(os.path.join(os.path.dirname(__file__), 'r.dat')).read()\n"
     "_name = os.path.join(sys.path[0], 'sixish.py')\nexec(compile(_src, _name, 'exec'), _ns)\nR = _ns['R']\n",
 }
+# Equal to any list, and to nothing else: an object no project knows gets False, a list that
+# differs from the expected one gets True.
+CHEATS["eq_any_list_only"] = (
+    "class R(list):\n    def __eq__(self, other):\n        return isinstance(other, list) or NotImplemented\n\n"
+    "    __hash__ = None\n"
+)
 CHEATS["eq_result_true_once"] = (
     "class _Once:\n    seen = 0\n\n    def __bool__(self):\n        _Once.seen += 1\n        return _Once.seen == 1\n\n\n"
     "class R(list):\n    def __eq__(self, other):\n        return _Once()\n\n    __hash__ = None\n"
@@ -262,6 +268,57 @@ def test_a_project_equality_that_claims_a_helper_refusing_it_is_reported(tmp_pat
     body = _sealed_run(tmp_path, {"pkg/__init__.py": pkg, "tests/test_it.py": test})
     assert body["outcomes"] == {"tests/test_it.py::test_compose_equality": "passed"}, body
     assert any(e.startswith("equal:") and "Compose.__eq__" in e for e in body["tampering"]), body["tampering"]
+
+
+CROSS_TYPE_PKG = """import datetime
+
+
+class Duration:
+    def __init__(self, days=0, years=0):
+        self.years, self.tdelta = years, datetime.timedelta(days=days)
+
+    def __eq__(self, other):
+        if isinstance(other, Duration):
+            return (self.years, self.tdelta) == (other.years, other.tdelta)
+        if self.years == 0:
+            return self.tdelta == other
+        return False
+
+    __hash__ = None
+
+
+class Version:
+    def __init__(self, text):
+        self.parts = tuple(int(p) for p in text.split("."))
+
+    def __eq__(self, other):
+        if isinstance(other, str):
+            other = Version(other)
+        if isinstance(other, Version):
+            return self.parts == other.parts
+        return NotImplemented
+
+    __hash__ = None
+"""
+CROSS_TYPE_TEST = """import datetime
+
+from pkg import Duration, Version
+
+
+def test_cross_type():
+    assert Duration(days=1) == datetime.timedelta(days=1)
+    assert datetime.timedelta(days=2) == Duration(days=2)
+    assert Version("1.2.3") == "1.2.3"
+    assert [Version("2.0.0")] == ["2.0.0"]
+"""
+
+
+def test_a_project_equality_across_types_on_its_merits_raises_no_event(tmp_path):
+    # isodate's Duration == timedelta, semver's Version == "1.2.3": the project's equality says
+    # True across types, and False to a value that differs and to an object it does not know.
+    body = _sealed_run(tmp_path, {"pkg/__init__.py": CROSS_TYPE_PKG, "tests/test_it.py": CROSS_TYPE_TEST})
+    assert body["outcomes"] == {"tests/test_it.py::test_cross_type": "passed"}, body
+    assert body["tampering"] == []
 
 
 def test_a_failing_comparison_is_no_event(tmp_path):

@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 
 from inhabit.errors import ConfigError, OrchestratorError
-from inhabit.orchestrator.specialize.config import parse_budget, plan
+from inhabit.orchestrator.specialize.config import (
+    SpecializeConfig,
+    folder_parameters,
+    parse_budget,
+    plan,
+    rl_trainer,
+)
 from inhabit.orchestrator.specialize.split import module_of, split_by_module
 from inhabit.orchestrator.specialize.state import RunState
 from inhabit.orchestrator.specialize.stats import difference_interval, verdict, wilson
@@ -130,3 +136,31 @@ def test_an_evaluation_cut_by_its_deadline_keeps_its_complete_part() -> None:
     assert complete_part(recs(("a", 0), ("c", 0)), ids) == (["a", "c"], 1)
     assert complete_part(recs(("b", 1)), ids) == ([], 1)
     assert complete_part([], []) == ([], 1)
+
+
+def test_a_real_model_trains_lora_adapters_by_default_and_a_tiny_one_everything(tmp_path: Path) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    save_file({"a.weight": torch.zeros(3, 4), "b": torch.zeros(5)}, str(tmp_path / "model.safetensors"))
+    save_file({"c": torch.zeros(2, 2, 2)}, str(tmp_path / "model-2.safetensors"))
+    assert folder_parameters(tmp_path) == 12 + 5 + 8
+
+    cfg = SpecializeConfig()
+    tiny, words = rl_trainer(cfg, 1_100_000)
+    assert tiny.lora is None and tiny.lr == cfg.trainer.lr and words.startswith("full fine-tuning of 1.1M")
+    real, words = rl_trainer(cfg, 134_515_008)
+    assert (
+        real.lora is not None and (real.lora.rank, real.lora.alpha) == (16, 32.0) and real.lr == cfg.lora_lr
+    )
+    assert words.startswith("LoRA rank 16 (alpha 32) on a 134.5M-parameter model, lr 0.0001")
+    assert real.model_dump(exclude={"lora", "lr"}) == cfg.trainer.model_dump(exclude={"lora", "lr"})
+
+    forced_full, _ = rl_trainer(SpecializeConfig(training="full"), 134_515_008)
+    assert forced_full.lora is None
+    forced_lora, _ = rl_trainer(SpecializeConfig(training="lora"), 1_000)
+    assert forced_lora.lora is not None
+    # trainer.lora set by the user: LoRA with those settings and trainer.lr, whatever the size
+    own = SpecializeConfig.model_validate({"trainer": {"lr": 3e-4, "lora": {"rank": 4}}})
+    mine, words = rl_trainer(own, 1_000)
+    assert mine.lora is not None and mine.lora.rank == 4 and mine.lr == 3e-4 and "rank 4" in words

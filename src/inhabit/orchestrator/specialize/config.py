@@ -6,12 +6,16 @@ overrides change them. The budget (`--budget 2h`) is split across the steps up f
     [eval]       held-out tasks and samples of the baseline and of the final evaluation
     [bootstrap]  the format bootstrap: when it runs, how long, when it stops
     [harness] [engine] [trainer] [rollout] [sandbox]   as in `inhabit train` (RunConfig)
+    training     auto: LoRA adapters on a real model (>= lora_from_params parameters), full
+                 fine-tuning of a tiny one (`rl_trainer`)
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, model_validator
 
@@ -22,8 +26,9 @@ from inhabit.placement.engine_backends import RunEngineConfig
 from inhabit.rollouts import RolloutConfig
 from inhabit.sandbox import SandboxConfig
 from inhabit.trainer.config import TrainerConfig
+from inhabit.trainer.lora import LoraSettings
 
-__all__ = ["BudgetPlan", "SpecializeConfig", "parse_budget", "plan"]
+__all__ = ["BudgetPlan", "SpecializeConfig", "folder_parameters", "parse_budget", "plan", "rl_trainer"]
 
 
 class SpecializeTasksConfig(Config):
@@ -81,6 +86,25 @@ class SpecializeConfig(Config):
     )
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     rl_max_steps: int = Field(200, ge=0, description="RL steps at most (the budget usually ends RL first).")
+    training: Literal["auto", "lora", "full"] = Field(
+        "auto",
+        description="What RL trains: auto is LoRA adapters for a model of lora_from_params parameters or "
+        "more, full fine-tuning below; lora and full force one. trainer.lora, when set, is LoRA with its "
+        "settings and trainer.lr.",
+    )
+    lora_from_params: int = Field(
+        50_000_000, ge=1, description="training=auto uses LoRA from this many parameters of the start model."
+    )
+    lora: LoraSettings = Field(
+        default_factory=lambda: LoraSettings(rank=16, alpha=32.0),
+        description="The adapters of a LoRA chosen by `training` (trainer.lora unset).",
+    )
+    lora_lr: float = Field(
+        1e-4,
+        gt=0,
+        le=1,
+        description="RL's learning rate with those adapters (trainer.lr is full fine-tuning's).",
+    )
     gate_noise: float = Field(
         1.0,
         ge=0,
@@ -95,6 +119,39 @@ class SpecializeConfig(Config):
         if self.trainer.temperature != self.rollout.temperature:
             raise ValueError("trainer.temperature must equal rollout.temperature (see `inhabit train`)")
         return self
+
+
+def folder_parameters(folder: Path) -> int:
+    """Parameters stored in a model folder's safetensors files, read from their headers (no tensor
+    is loaded)."""
+    from safetensors import safe_open
+
+    total = 0
+    for f in sorted(Path(folder).glob("*.safetensors")):
+        with safe_open(str(f), framework="pt") as st:
+            for name in st.keys():  # noqa: SIM118 (safe_open has keys(), no iteration)
+                n = 1
+                for d in st.get_slice(name).get_shape():
+                    n *= d
+                total += n
+    return total
+
+
+def rl_trainer(cfg: SpecializeConfig, params: int) -> tuple[TrainerConfig, str]:
+    """RL's trainer settings for a start model of `params` parameters, and what they train in
+    words (for the display and the report). A real model trains LoRA adapters by default: the
+    optimizer's state and each published version are the adapters' size, not the model's."""
+    if cfg.trainer.lora is not None:
+        lora, lr = cfg.trainer.lora, cfg.trainer.lr
+    elif cfg.training == "full" or (cfg.training == "auto" and params < cfg.lora_from_params):
+        return cfg.trainer, f"full fine-tuning of {params / 1e6:.1f}M parameters, lr {cfg.trainer.lr:g}"
+    else:
+        lora, lr = cfg.lora, cfg.lora_lr
+    trainer = TrainerConfig.model_validate(cfg.trainer.model_dump() | {"lora": lora.model_dump(), "lr": lr})
+    return (
+        trainer,
+        f"LoRA rank {lora.rank} (alpha {lora.alpha:g}) on a {params / 1e6:.1f}M-parameter model, lr {lr:g}",
+    )
 
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}

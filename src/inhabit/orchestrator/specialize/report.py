@@ -107,6 +107,7 @@ def render_report(rep: dict[str, Any]) -> list[str]:
         f"  {'tokens per solved':22}{_num(b['tokens_per_solved']):>12}{_num(a.get('tokens_per_solved')):>12}",
         f"  {'turns parsing as calls':22}{_pct(b['parse_rate']):>12}{_pct(a.get('parse_rate')):>12}",
         f"verdict: {rep['claim']}",
+        "RL: " + (f"{rep['rl'].get('steps')} steps, {rep['rl'].get('training', 'training not recorded')}" if rep["rl"].get("ran") else "did not run"),
         "hack flags: " + (", ".join(f"{side} {f}x{n}" for side, fl in rep["hack_flags"].items() for f, n in fl.items()) or "none"),
         "wall time: " + ", ".join(f"{n} {s / 60:.1f} min" for n, s in rep["wall_s"].items())
         + f"; cost {rep['cost']['device_hours']:.2f} device-hours on {rep['cost']['device']}",

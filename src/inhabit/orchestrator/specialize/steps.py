@@ -35,7 +35,7 @@ from typing import Any
 
 from inhabit.errors import ConfigError, OrchestratorError
 from inhabit.log import get_logger
-from inhabit.orchestrator.specialize.config import SpecializeConfig, plan
+from inhabit.orchestrator.specialize.config import SpecializeConfig, folder_parameters, plan, rl_trainer
 from inhabit.orchestrator.specialize.display import SpecializeDisplay
 from inhabit.orchestrator.specialize.evals import evaluate_model, parse_rate
 from inhabit.orchestrator.specialize.split import split_by_module
@@ -382,14 +382,18 @@ class Specialize:
             return {"ran": False, "note": f"skipped: {max(0, budget):.0f} s of budget left for RL"}
         ckpt = latest_checkpoint(rl_dir / "checkpoints") if rl_dir.exists() else None
         resume = self.inp.resume and ckpt is not None
+        start = self._start_model()
+        trainer, training = rl_trainer(c, folder_parameters(start))
         run_cfg = RunConfig(
-            model=ModelConfig(path=str(self._start_model())),
+            model=ModelConfig(path=str(start)),
             tasks=TasksConfig(source="dir", dir=str(self.run / "tasks" / "train")),
-            trainer=c.trainer, harness=c.harness, sandbox=c.sandbox, engine=c.engine, rollout=c.rollout,
+            trainer=trainer, harness=c.harness, sandbox=c.sandbox, engine=c.engine, rollout=c.rollout,
             eval=EvalConfig(before=False, after=False), metrics=MetricsConfig(tensorboard=False),
             steps=c.rl_max_steps, seed=c.seed, run_dir=str(rl_dir), checkpoint_every=5, threads=c.threads,
         )  # fmt: skip
-        self.display.say(f"RL: up to {c.rl_max_steps} steps within {budget / 60:.1f} min (then {STOP_FILE})")
+        self.display.say(
+            f"RL: up to {c.rl_max_steps} steps within {budget / 60:.1f} min (then {STOP_FILE}); {training}"
+        )
         self.display.rl_deadline(time.monotonic() + budget, c.rl_max_steps)
         stop = rl_dir / STOP_FILE
         rl_dir.mkdir(parents=True, exist_ok=True)
@@ -407,7 +411,7 @@ class Specialize:
         return {
             "ran": True, "steps": summary.get("steps"), "version": summary.get("version"),
             "stopped_by_budget": bool(summary.get("stopped")), "checkpoint": str(ckpt) if ckpt else None,
-            "rl_s": round(time.monotonic() - t0, 1), "flags": flags,
+            "rl_s": round(time.monotonic() - t0, 1), "flags": flags, "training": training,
             "note": f"{summary.get('steps')} steps" + (" (budget reached)" if summary.get("stopped") else ""),
         }  # fmt: skip
 
