@@ -1058,6 +1058,11 @@ ROWS = {
     # The class built with type() from string pieces.
     "type_from_pieces": "_Rows = type('Ro' + 'ws', (list,), {'__' + 'eq' + '__': lambda s, o: 1 == 1, "
     "'__hash__': None})\n",
+    # Equal on each object's first comparison only (the test's own), a list's equality after it:
+    # whatever the seal compares it with afterwards to see whether it equals anything says no.
+    "true_on_first_comparison_only": "class _Rows(list):\n    def __eq__(self, other):\n"
+    "        if self.__dict__.get('seen'):\n            return list.__eq__(self, other)\n"
+    "        self.seen = True\n        return True\n\n    __hash__ = None\n",
 }
 _ROWS_DATA = "class Rows(list):\n    def __eq__(self, other):\n        return True\n\n    __hash__ = None\n"
 # The class kept in a data file that the package compiles and execs at import.

@@ -2,7 +2,8 @@
 modules with a pytest suite) and a tiny model built from a spec: tasks by mutation, the split by
 module, the baseline, the format bootstrap (a random model's turns never parse), RL, the gate, the
 report and its refusal to call a result better on too little evidence; the project is
-byte-identical afterwards (every file's bytes and mode); a second run reuses tasks and baseline.
+byte-identical afterwards (every file's bytes and mode, or the sdist's bytes, mode and mtime); a
+second run reuses tasks and baseline.
 """
 
 from __future__ import annotations
@@ -163,20 +164,45 @@ def test_specialize_end_to_end_on_a_tiny_project(tmp_path: Path, project: Path, 
     assert tree_fingerprint(project) == before
 
 
+def sdist_of(project: Path, dest: Path) -> Path:
+    """`project` as an sdist: a .tar.gz whose one top folder is the project's (name-version)."""
+    import tarfile
+
+    archive = dest / f"{project.name}.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(project, arcname=project.name)
+    return archive
+
+
+def file_fingerprint(path: Path) -> tuple[str, int, int]:
+    """A file's content hash, mode and modification time."""
+    st = path.stat()
+    return hashlib.sha256(path.read_bytes()).hexdigest(), st.st_mode, st.st_mtime_ns
+
+
 def test_ctrl_c_at_a_step_then_resume(tmp_path: Path, project: Path, tiny_model: Path) -> None:
-    """The command as a user runs it: SIGINT while a step runs exits 130 with the resume command,
-    keeps the steps done so far, and `--resume` finishes from there without redoing them."""
+    """The command as a user runs it on a downloaded sdist: SIGINT while a step runs exits 130 with
+    the resume command, keeps the steps done so far, and `--resume` finishes from there without
+    redoing them; the archive is byte-identical afterwards (bytes, mode, mtime)."""
     import signal
     import subprocess
     import sys
     import time
 
-    before = tree_fingerprint(project)
+    (tmp_path / "downloads").mkdir()
+    sdist = sdist_of(project, tmp_path / "downloads")
+    before = file_fingerprint(sdist)
     out = tmp_path / "run"
-    args = [sys.executable, "-m", "inhabit", *specialize_args(project, tiny_model, out)]
+    args = [sys.executable, "-m", "inhabit", *specialize_args(sdist, tiny_model, out)]
     src = str(Path(__file__).resolve().parents[2] / "src")  # this tree's code, not an installed copy
     env = {**os.environ, "PYTHONPATH": src}
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    # A job started in the background (`cmd &`, nohup) inherits SIGINT ignored, and Python then
+    # installs no KeyboardInterrupt handler: the child gets the default disposition back, as a
+    # command typed at a terminal has.
+    proc = subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
     state_file = out / "state.json"
     deadline = time.monotonic() + 600
     # Interrupt once the tasks step is done and a later step is under way.
@@ -200,7 +226,7 @@ def test_ctrl_c_at_a_step_then_resume(tmp_path: Path, project: Path, tiny_model:
     assert steps.get("report", {}).get("status") != "done"
     built = (out / "tasks" / "built").stat().st_mtime_ns
 
-    resumed = specialize(project, tiny_model, out, "--resume")
+    resumed = specialize(sdist, tiny_model, out, "--resume")
     assert resumed.exit_code == 0, resumed.output
     final = json.loads(state_file.read_text())["steps"]
     assert all(
@@ -208,4 +234,5 @@ def test_ctrl_c_at_a_step_then_resume(tmp_path: Path, project: Path, tiny_model:
     )
     assert (out / "tasks" / "built").stat().st_mtime_ns == built  # the tasks were not built again
     assert (out / "report.json").is_file()
-    assert tree_fingerprint(project) == before
+    assert file_fingerprint(sdist) == before
+    assert sorted(p.name for p in sdist.parent.iterdir()) == [sdist.name]  # nothing written beside it
