@@ -76,11 +76,14 @@ class SpecializeConfig(Config):
         default_factory=lambda: HarnessConfig(max_turns=6, max_turn_tokens=256),
         description="The agent loop of every episode (baseline, RL and final evaluation alike).",
     )
+    # The engine shares the process with the trainer, and a ~135M model's 49k-entry vocabulary
+    # makes a 4,096-token micro-batch's logits alone 0.8 GB (twice, with their log-softmax): these
+    # keep one run near 10 GB, so that two fit a 24 GB machine.
     engine: RunEngineConfig = Field(
-        default_factory=lambda: RunEngineConfig(max_model_len=4096),
+        default_factory=lambda: RunEngineConfig(max_model_len=4096, kv_cache_gb=2),
         description="The inference engine: embedded on a CPU; vllm on a GPU node.",
     )
-    trainer: TrainerConfig = Field(default_factory=lambda: TrainerConfig(lr=1e-5))
+    trainer: TrainerConfig = Field(default_factory=lambda: TrainerConfig(lr=1e-5, micro_batch_tokens=2048))
     rollout: RolloutConfig = Field(
         default_factory=lambda: RolloutConfig(group_size=4, tasks_per_step=2, concurrency=8, max_tokens=256)
     )
