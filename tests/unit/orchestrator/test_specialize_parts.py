@@ -109,6 +109,38 @@ def test_state_resumes_and_a_second_run_reuses_tasks_and_baseline(tmp_path: Path
     assert other_repo.adopt(keys | {"repo": "r2"}, resume=True) == []
 
 
+def test_a_killed_invocation_is_charged_up_to_its_last_heartbeat(tmp_path: Path) -> None:
+    import os
+    import time
+
+    keys = {"repo": "r", "tasks": "t", "model": "m", "eval": "e", "bootstrap": "b", "config": "c"}
+    st = RunState(tmp_path / "state.json")
+    st.adopt(keys, resume=False)
+    st.start("tasks")
+    st.finish("tasks", {"note": "t"})
+    st.start("baseline")
+    with st.heartbeat(every_s=0.05):
+        time.sleep(0.2)
+    # killed: nothing charged; its last heartbeat was 300 s after the step started
+    started = st.step("baseline")["started_at"] - 400.0
+    st.data["steps"]["baseline"]["started_at"] = started
+    st.save()
+    os.utime(st.alive_path, (started + 300.0, started + 300.0))
+    spent_before = st.elapsed()
+
+    resumed = RunState(tmp_path / "state.json")
+    resumed.adopt(keys, resume=True)
+    resumed.start("baseline")
+    assert abs(resumed.elapsed() - spent_before - 300.0) < 1.0
+    assert resumed.step("baseline")["started_at"] > started + 399  # this invocation's own start
+    resumed.charge("baseline")  # a step that is cut and charged leaves nothing for the next start
+    again = RunState(tmp_path / "state.json")
+    again.adopt(keys, resume=True)
+    charged = again.elapsed()
+    again.start("baseline")
+    assert again.elapsed() == charged
+
+
 def test_budget_parsing_and_split() -> None:
     assert parse_budget("2h") == 7200 and parse_budget("1h30m") == 5400 and parse_budget("90m") == 5400
     assert parse_budget("600") == 600 and parse_budget("45m") == 2700

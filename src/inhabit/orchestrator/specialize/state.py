@@ -7,13 +7,21 @@ then rename) after every change, so a crash or Ctrl-C leaves either the old or t
 A step is `done` (its result kept) or `started` (cut short: `--resume` runs it again, and the
 steps that resume inside themselves, the build, the evaluations and RL, pick up their own files).
 `keys` say which inputs the finished steps belong to: a step whose inputs changed is not reused.
+
+A step's time is charged to the budget when it ends or is cut (Ctrl-C). A process killed outright
+(SIGKILL, SIGTERM, out of memory) charges nothing itself: while a step runs, `<run>/state.alive` is
+touched every 30 s (`heartbeat`), and the next invocation charges the killed one's time up to
+that file's last touch before it starts the step again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -68,8 +76,39 @@ class RunState:
     def result(self, name: str) -> dict[str, Any]:
         return self.step(name).get("result", {})
 
+    @property
+    def alive_path(self) -> Path:
+        return self.path.with_name("state.alive")
+
+    @contextlib.contextmanager
+    def heartbeat(self, every_s: float = 30.0) -> Iterator[None]:
+        """Touch `state.alive` every `every_s` seconds while the block runs (see the module
+        docstring): the last touch bounds what a killed invocation spent."""
+        stop = threading.Event()
+
+        def beat() -> None:
+            while True:
+                self.alive_path.touch()
+                if stop.wait(every_s):
+                    return
+
+        thread = threading.Thread(target=beat, name="specialize-heartbeat", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+
     def start(self, name: str) -> None:
         rec = self.data["steps"].setdefault(name, {"elapsed_s": 0.0})
+        if rec.get("started_at"):  # an invocation that was killed in this step charged nothing
+            try:
+                last = self.alive_path.stat().st_mtime
+            except OSError:
+                last = rec["started_at"]
+            lost = max(0.0, min(last, time.time()) - rec.pop("started_at"))
+            rec["elapsed_s"] = round(rec.get("elapsed_s", 0.0) + lost, 2)
         rec["status"], rec["started_at"] = "started", time.time()
         self.save()
 

@@ -186,6 +186,10 @@ class Specialize:
             self.display.say(line)
         if kept:
             self.display.say(f"reusing from {self.run}: {', '.join(kept)}")
+        with self.state.heartbeat():
+            return self._steps()
+
+    def _steps(self) -> dict[str, Any]:
         for name, fn in (
             ("tasks", self.tasks),
             ("baseline", self.baseline),
