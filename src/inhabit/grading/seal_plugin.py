@@ -259,18 +259,40 @@ def _instrument_tests(tree):
 
 
 def _judge_plain_equality(tree):
-    """`==` outside an assert (`if a == b:`, `self.assertTrue(a == b)`, `ok = a == b`), which
-    pytest's assertion-pass hook never sees: each single `a == b` of the module's code outside an
-    `assert` statement becomes a call of `_EQ(a, b)`, which compares exactly as before and judges a
+    """`==` outside an assert (`if a == b:`, `self.assertTrue(a == b)`, `ok = a == b`) or nested
+    in one (`assert all(a == b for ...)`), which pytest's assertion-pass hook never judges as a
+    claim: each single `a == b` of the module's code that is not an assert's own test becomes a call
+    of `_EQ(a, b)`, which compares exactly as before and judges a
     true result like an assert's (`_judged_eq`). Run before pytest rewrites the asserts, which it
     leaves alone."""
     import ast
 
+    def claims(test):
+        """The compares an assert's test states directly (`a == b`, `not a == b`, either side of
+        `and`/`or`): pytest explains those, with their results. Any other compare in the test
+        (`(v == w).all()`, `all(a == b for ...)`) is a sub-expression, judged as outside asserts."""
+        if isinstance(test, ast.Compare):
+            return {id(test)}
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            return claims(test.operand)
+        if isinstance(test, ast.BoolOp):
+            return set().union(*(claims(v) for v in test.values))
+        return set()
+
     class Judge(ast.NodeTransformer):
+        def __init__(self):
+            self.keep = set()
+
         def visit_Assert(self, node):
+            self.keep = claims(node.test)
+            node.test = self.visit(node.test)
+            self.keep = set()
             return node
 
         def visit_Compare(self, node):
+            if id(node) in self.keep:
+                self.generic_visit(node)
+                return node
             self.generic_visit(node)
             if len(node.ops) != 1 or not isinstance(node.ops[0], ast.Eq):
                 return node
@@ -286,9 +308,10 @@ def _judged_eq(left, right):
     # Only a plain claim of equality is judged (True, or a non-empty builtin list or tuple, which
     # an `if` takes for true): never the truth of an arbitrary object (a numpy array raises).
     if result is True or (type(result) in (list, tuple) and result):
-        _EQUALITY.judge(_GUARD, left, right)
         test = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0] or "?"
-        _EQUALITY.passed(_GUARD, f"{test} (== outside an assert)")
+        _EQUALITY.note(
+            _GUARD, f"{test} (== outside an assert's own test)", _EQUALITY.judge(_GUARD, left, right)
+        )
     return result
 
 
@@ -1346,6 +1369,7 @@ class _Equality:
         self.compiled = set()  # file names workspace code compiled code under (compile, code.replace)
         self.pending = None  # what the last comparison's judgement found, until its assert passes
         self.unclaimed = []  # operand pairs of the assert being explained whose `==` gave False
+        self.depth = 0  # nested calls of pytest's explanation (`_judge_claims_only`)
 
     def saw_compile(self, guard, filename):
         """A compile or code creation named `filename`: by workspace code (not the import system
@@ -1354,17 +1378,22 @@ class _Equality:
             self.compiled.add(filename)
 
     def judge(self, guard, left, right):
+        """What a claim that `left == right` shows (None: nothing)."""
         try:
-            self.pending = self.walk(guard, left, right, 0, [_EQ_BUDGET])
+            return self.walk(guard, left, right, 0, [_EQ_BUDGET])
         except Exception as e:  # never break the test's assertion; a class built to break this is reported
-            self.pending = None
             if type(left) is not type(right):
-                self.pending = f"a {type(left).__qualname__} and a {type(right).__qualname__} could not be judged ({type(e).__name__})"
+                return f"a {type(left).__qualname__} and a {type(right).__qualname__} could not be judged ({type(e).__name__})"
+            return None
+
+    @staticmethod
+    def note(guard, where, found):
+        if found:
+            guard.note("equal", f"{where}: {found}")
 
     def passed(self, guard, where):
         found, self.pending = self.pending, None
-        if found:
-            guard.note("equal", f"{where}: {found}")
+        self.note(guard, where, found)
 
     def walk(self, guard, a, b, depth, budget):
         budget[0] -= 1
@@ -1374,7 +1403,7 @@ class _Equality:
         if ta is not tb:
             for t, value, other in ((ta, a, b), (tb, b, a)):
                 foreign = self.foreign(guard, t)
-                if foreign and not self.other_side_says_equal(guard, other, value):
+                if foreign:
                     also = _equal_to_what_differs(value, other)
                     if also:
                         return f"a {t.__qualname__} said equal to a {type(other).__qualname__} by {foreign}, and to {also}"
@@ -1394,21 +1423,6 @@ class _Equality:
             if found:
                 return found
         return None
-
-    def other_side_says_equal(self, guard, trusted, value):
-        """Whether `trusted`'s own equality, trusted and no builtin container's, says it equals
-        `value` by itself: then the claim is its, whatever `value`'s equality says (a project's
-        `__eq__` that returns NotImplemented for other types, compared with a test's helper that
-        equals anything, as toolz's `compose(f) == AlwaysEquals()`). A container is walked item by
-        item instead (its equality would ask the items', which may be the project's)."""
-        cls = type(trusted)
-        klass = self.definer(cls, "__eq__")
-        if klass in _CONTAINERS or self.foreign(guard, cls):
-            return False
-        try:
-            return vars(klass)["__eq__"].__get__(trusted, cls)(value) is True
-        except Exception:  # a helper that cannot answer does not vouch for the claim
-            return False
 
     @staticmethod
     def definer(cls, name):
@@ -1462,36 +1476,47 @@ class _Equality:
         return known
 
 
-class _Unlike:
-    """A value no project's equality knows: what an object equal to anything says equal to."""
+def _fresh_class():
+    """A class no project can know, named afresh in each run (from os.urandom) and placed in no
+    module a project could look for: what an object equal to anything says equal to. The name is
+    no constant a cheat could test for."""
+    name = "".join(chr(ord("a") + b % 26) for b in os.urandom(10)).capitalize()
+    return type(name, (), {"__slots__": (), "__module__": name.lower()})
 
-    __slots__ = ()
+
+_Unlike = _fresh_class()
 
 
 def _unlike_of_type(value):
-    """A value of exactly `value`'s builtin type (or datetime's, decimal's, fraction's) that
-    differs from it by construction (one more item, one more unit), or None for another type."""
+    """A value of exactly `value`'s builtin type (or datetime's, decimal's, fraction's) that no
+    honest equality takes for it: its parts replaced by objects of no type a project knows, or
+    moved far (a number by at least a million, a time by 1,001 days); None for another type.
+    Never a value a project may rightly call the same (one key fewer, one more character: semver
+    ignores a version's build metadata, so `{..., "build": None}` equals the version too)."""
     t = type(value)
     try:
         if t is bool:
             return not value
-        if t in (int, complex):
-            return value + 1
-        if t is float:
-            return value + 1.0 if value - value == 0 else 0.0  # inf and nan: 0.0 differs
-        if t in (str, bytes, list, tuple):
-            return value + (value[:1] or t("x" if t is str else b"x" if t is bytes else [0]))
+        if t in (int, float, complex):
+            far = value + max(1_000_003, abs(value))
+            return far if far != value else t(0) if value else t(1)  # inf and nan: a finite value
+        if t in (str, bytes):
+            return t("\x00" if t is str else b"\x00") + value  # no parser reads a leading NUL as nothing
+        if t in (list, tuple):
+            return t([_Unlike(), *value])
         if t is dict:
-            return dict(list(dict.items(value))[:-1]) if value else {0: 0}
+            return {k: _Unlike() for k in dict.keys(value)} if value else {0: _Unlike()}
         if t in (set, frozenset):
-            return t(list(value)[:-1]) if value else t([0])
+            return t([_Unlike()])
+        enum = sys.modules.get("enum")
+        if enum is not None and isinstance(value, enum.Enum):
+            others = [m for m in type(value) if m is not value]
+            return others[0] if others else None
         dt, dec, frac = (sys.modules.get(m) for m in ("datetime", "decimal", "fractions"))
-        if dt is not None and t in (dt.timedelta, dt.datetime):
-            return value + dt.timedelta(microseconds=1)
-        if dt is not None and t is dt.date:
-            return value + dt.timedelta(days=1)
+        if dt is not None and t in (dt.timedelta, dt.datetime, dt.date):
+            return value + dt.timedelta(days=1001, seconds=1, microseconds=1)
         if (dec is not None and t is dec.Decimal) or (frac is not None and t is frac.Fraction):
-            return value + 1
+            return value + max(1_000_003, abs(value))
     except Exception:  # an overflow, a date at its limit: no value of that type to offer
         return None
     return None
@@ -1499,15 +1524,21 @@ def _unlike_of_type(value):
 
 def _equal_to_what_differs(value, other):
     """What `value` (of the code under test) also says equal to, among values that differ from
-    `other`: an object no project knows, and a value of `other`'s own type that differs from it.
-    None when it says neither: its equality answered the claim on its merits (isodate's
-    `Duration(days=1) == timedelta(days=1)`), not whatever it is shown. Only False counts as
-    "not equal" (a result object that could later say True is a claim)."""
+    `other`: a plain object, an object of a class no project knows, and a value of `other`'s own
+    type that no honest equality takes for it (another member of its enum), asked in a random
+    order. None when it says no to all: its equality answered the claim on its merits (isodate's
+    `Duration(days=1) == timedelta(days=1)`), not whatever it is shown. Only False counts as "not
+    equal" (a result object that could later say True is a claim)."""
+    probes = [(object(), "a plain object"), (_Unlike(), "an object of no type it knows")]
     unlike = _unlike_of_type(other)
-    probes = [(_Unlike(), "an object of no type it knows")]
     if unlike is not None:
-        probes.append((unlike, f"a {type(other).__qualname__} that differs"))
-    for probe, words in probes:
+        probes.append((unlike, f"a {type(other).__qualname__} unlike it"))
+    order = list(range(len(probes)))
+    for i in range(len(order) - 1, 0, -1):  # Fisher-Yates on os.urandom: no seed to predict
+        j = os.urandom(1)[0] % (i + 1)
+        order[i], order[j] = order[j], order[i]
+    for i in order:
+        probe, words = probes[i]
         try:
             said = value == probe
         except Exception:  # an equality that refuses a stranger says nothing of it
@@ -1543,9 +1574,8 @@ def _judge_assert_equal():
 
     def assertEqual(self, first, second, msg=None):
         original(self, first, second, msg)
-        _EQUALITY.judge(_GUARD, first, second)
         test = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0] or type(self).__qualname__
-        _EQUALITY.passed(_GUARD, f"{test} assertEqual")
+        _EQUALITY.note(_GUARD, f"{test} assertEqual", _EQUALITY.judge(_GUARD, first, second))
 
     assertEqual.__doc__ = original.__doc__
     unittest.TestCase.assertEqual = assertEqual
@@ -1564,15 +1594,21 @@ def _judge_claims_only():
         return
 
     def _call_reprcompare(ops, results, expls, each_obj):
-        _EQUALITY.unclaimed = [
-            (each_obj[i], each_obj[i + 1])
-            for i, res in enumerate(results)
-            if res is False and i + 1 < len(each_obj)
-        ]
+        # Only the outermost explanation is the assert's: code under test that runs inside it (a
+        # `__repr__` pytest formats) and calls this again judges nothing and clears nothing.
+        _EQUALITY.depth += 1
+        if _EQUALITY.depth == 1:
+            _EQUALITY.unclaimed = [
+                (each_obj[i], each_obj[i + 1])
+                for i, res in enumerate(results)
+                if res is False and i + 1 < len(each_obj)
+            ]
         try:
             return original(ops, results, expls, each_obj)
         finally:
-            _EQUALITY.unclaimed = []
+            _EQUALITY.depth -= 1
+            if _EQUALITY.depth == 0:
+                _EQUALITY.unclaimed = []
 
     _call_reprcompare.__doc__ = original.__doc__
     rewrite._call_reprcompare = _call_reprcompare
@@ -1588,10 +1624,13 @@ def pytest_assertrepr_compare(config, op, left, right):
     # Only claims of equality: `!=` between a project type and a builtin value is what an honest
     # `__eq__` that accepts its own type only says (`Tagged(1) != 1`), and an `==` that gave False
     # (`assert not x == y`) claims the opposite.
+    if _EQUALITY.depth > 1:
+        return None
     if op == "==" and not any(x is left and y is right for x, y in _EQUALITY.unclaimed):
-        _EQUALITY.judge(_GUARD, left, right)
+        _EQUALITY.pending = _EQUALITY.judge(_GUARD, left, right)
     else:
         _EQUALITY.pending = None
+    return None
 
 
 if hasattr(sys.modules.get("_pytest.hookspec"), "pytest_assertion_pass"):
