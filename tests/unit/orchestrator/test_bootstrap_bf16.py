@@ -60,3 +60,46 @@ def test_without_the_flag_the_same_steps_stay_in_fp32(bf16_run):
     # same start, same batches: the first losses agree to bf16 precision, but are not the same numbers
     assert abs(bf16_losses[0] - fp32_losses[0]) < 0.05
     assert bf16_losses[0] != fp32_losses[0]
+
+
+def test_micro_batches_and_the_supervised_head_give_the_whole_batch_update():
+    """Rows in groups of at most `micro_batch_tokens` padded tokens, gradients accumulated, and the
+    vocabulary projection on the supervised positions only: the same loss and gradients as one forward of the whole batch with every position's logits (the formula below)."""
+    gen = random.Random(5)
+    examples = []
+    for n in (30, 45, 12, 60):
+        mask = [gen.random() < 0.4 for _ in range(n)]
+        examples.append(([gen.randrange(VOCAB) for _ in range(n)], mask))
+
+    def reference_step(model: torch.nn.Module, opt: torch.optim.Optimizer, batch) -> float:
+        n = max(len(ids) for ids, _ in batch)
+        inp = torch.zeros((len(batch), n), dtype=torch.long)
+        tgt = torch.full((len(batch), n), -100, dtype=torch.long)
+        att = torch.zeros((len(batch), n), dtype=torch.long)
+        for r, (ids, mask) in enumerate(batch):
+            inp[r, : len(ids)], att[r, : len(ids)] = torch.tensor(ids), 1
+            labels = torch.tensor([i if m else -100 for i, m in zip(ids, mask, strict=True)])
+            tgt[r, : len(ids) - 1] = labels[1:]
+        logits = model(input_ids=inp, attention_mask=att).logits
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), tgt.reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        return loss.item()
+
+    ref = build_tiny_model(SPEC, vocab_size=VOCAB, seed=0)
+    opt = torch.optim.AdamW(ref.parameters(), lr=1e-2, weight_decay=0.01, betas=(0.9, 0.98))
+    for g in opt.param_groups:
+        g["lr"] = 1e-2  # warmup=1, steps=1: the first step runs at the peak rate
+    ref_loss = reference_step(ref, opt, examples)
+    for limit in (None, 64, 100):
+        model = build_tiny_model(SPEC, vocab_size=VOCAB, seed=0)
+        losses = train_bootstrap(
+            model, examples, steps=1, batch_size=4, lr=1e-2, warmup=1, seed=0, micro_batch_tokens=limit
+        )
+        assert abs(losses[0] - ref_loss) < 1e-5, limit
+        # the (clipped) gradients the update was made from; Adam's first step divides each by
+        # its own magnitude, so the weights would amplify float noise of near-zero gradients
+        for a, b in zip(model.parameters(), ref.parameters(), strict=True):
+            assert torch.allclose(a.grad, b.grad, rtol=1e-4, atol=1e-7), limit

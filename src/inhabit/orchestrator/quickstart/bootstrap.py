@@ -222,6 +222,7 @@ def train_bootstrap(
     draw: Callable[[int, random.Random], tuple[list[int], list[bool]]] | None = None,
     aux_loss: Callable[[Any], torch.Tensor] | None = None,
     bf16: bool = False,
+    micro_batch_tokens: int | None = None,
 ) -> list[float]:
     """`steps` AdamW updates of masked next-token loss (fewer when `time_budget_s` of wall clock runs
     out first: the equal-compute SFT baseline of bench/learning.py); returns the loss per step.
@@ -230,7 +231,10 @@ def train_bootstrap(
     (`copydrill.DrillMix.loss`); the losses returned are the transcripts' alone. With `bf16`, the
     forward runs under bf16 autocast (the trainer's `precision = "bf16-mixed"`: fp32 master weights
     and optimizer, bf16 matmuls), which is what makes a real model's bootstrap affordable on a CPU
-    with native bf16."""
+    with native bf16. With `micro_batch_tokens`, a batch's rows run in groups of at most that many
+    padded tokens with their gradients accumulated (the same update); either way the vocabulary
+    projection runs on the supervised positions only (`_supervised_logits`), so a 49k-word
+    vocabulary over a long transcript costs its assistant turns' logits, not every token's."""
     rng = random.Random(seed)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
@@ -255,28 +259,72 @@ def train_bootstrap(
             order += more
         picked = [order.pop() for _ in range(batch_size)]
         batch = [draw(i, rng) if draw is not None else examples[i] for i in picked]
-        n = max(len(ids) for ids, _ in batch)
-        inp = torch.full((len(batch), n), pad_id, dtype=torch.long)
-        tgt = torch.full((len(batch), n), -100, dtype=torch.long)
-        att = torch.zeros((len(batch), n), dtype=torch.long)
-        for r, (ids, mask) in enumerate(batch):
-            inp[r, : len(ids)] = torch.tensor(ids)
-            att[r, : len(ids)] = 1
-            labels = torch.tensor([i if m else -100 for i, m in zip(ids, mask, strict=True)])
-            tgt[r, : len(ids) - 1] = labels[1:]
+        supervised = max(1, sum(sum(mask[1:]) for _, mask in batch))
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
-        with autocast:
-            logits = model(input_ids=inp, attention_mask=att).logits
-        loss = torch.nn.functional.cross_entropy(
-            logits.float().reshape(-1, logits.shape[-1]), tgt.reshape(-1)
-        )
         opt.zero_grad(set_to_none=True)
-        (loss + aux_loss(model) if aux_loss is not None else loss).backward()
+        total = 0.0
+        for group in _row_groups(batch, micro_batch_tokens):
+            inp, att, tgt = _padded(group, pad_id)
+            with autocast:
+                logits, targets = _supervised_logits(model, inp, att, tgt)
+            part = torch.nn.functional.cross_entropy(logits.float(), targets, reduction="sum") / supervised
+            part.backward()
+            total += part.item()
+        if aux_loss is not None:
+            aux_loss(model).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        losses.append(loss.item())
+        losses.append(total)
         if on_step is not None:
             on_step(step, losses[-1])
     model.eval()
     return losses
+
+
+def _row_groups(
+    batch: list[tuple[list[int], list[bool]]], micro_batch_tokens: int | None
+) -> list[list[tuple[list[int], list[bool]]]]:
+    """The batch's rows in groups of at most `micro_batch_tokens` padded tokens (rows x longest
+    row; a row longer than that is a group of its own); one group without a limit."""
+    if micro_batch_tokens is None:
+        return [batch]
+    groups: list[list[tuple[list[int], list[bool]]]] = [[]]
+    for row in sorted(batch, key=lambda r: len(r[0])):
+        longest = max([len(row[0])] + [len(r[0]) for r in groups[-1]])
+        if groups[-1] and longest * (len(groups[-1]) + 1) > micro_batch_tokens:
+            groups.append([])
+        groups[-1].append(row)
+    return groups
+
+
+def _padded(rows: list[tuple[list[int], list[bool]]], pad_id: int) -> tuple[torch.Tensor, ...]:
+    """(input ids, attention mask, next-token targets with -100 off the supervised positions)."""
+    n = max(len(ids) for ids, _ in rows)
+    inp = torch.full((len(rows), n), pad_id, dtype=torch.long)
+    tgt = torch.full((len(rows), n), -100, dtype=torch.long)
+    att = torch.zeros((len(rows), n), dtype=torch.long)
+    for r, (ids, mask) in enumerate(rows):
+        inp[r, : len(ids)] = torch.tensor(ids)
+        att[r, : len(ids)] = 1
+        labels = torch.tensor([i if m else -100 for i, m in zip(ids, mask, strict=True)])
+        tgt[r, : len(ids) - 1] = labels[1:]
+    return inp, att, tgt
+
+
+def _supervised_logits(
+    model: Any, inp: torch.Tensor, att: torch.Tensor, tgt: torch.Tensor
+) -> tuple[torch.Tensor, ...]:
+    """(logits, targets) at the supervised positions: the decoder's hidden states, then the
+    vocabulary projection on those rows alone. A model without the usual decoder/head split, or
+    whose head is more than a projection (logit soft-capping), gives every position's logits."""
+    prefix = getattr(model, "base_model_prefix", "")
+    base = getattr(model, prefix, None) if prefix else None
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    plain = getattr(getattr(model, "config", None), "final_logit_softcapping", None) is None
+    if base is None or base is model or head is None or not plain:
+        logits = model(input_ids=inp, attention_mask=att).logits
+        return logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1)
+    hidden = base(input_ids=inp, attention_mask=att).last_hidden_state
+    keep = tgt != -100
+    return head(hidden[keep]), tgt[keep]

@@ -548,7 +548,7 @@ def format_bootstrap(
         losses += train_bootstrap(
             model, examples, steps=chunk, batch_size=bc.batch_size, lr=bc.lr, warmup=max(1, chunk // 5),
             seed=cfg.seed + steps, pad_id=int(tok.pad_token_id or 0), time_budget_s=left,
-            bf16=cfg.trainer.precision == "bf16-mixed",
+            bf16=cfg.trainer.precision == "bf16-mixed", micro_batch_tokens=cfg.trainer.micro_batch_tokens,
         )  # fmt: skip
         steps += chunk
         save_model_folder(model, tok, model_out)
