@@ -545,12 +545,15 @@ def format_bootstrap(
         if left <= 0:
             break
         chunk = min(bc.check_every, bc.max_steps - steps)
-        losses += train_bootstrap(
+        done = train_bootstrap(
             model, examples, steps=chunk, batch_size=bc.batch_size, lr=bc.lr, warmup=max(1, chunk // 5),
             seed=cfg.seed + steps, pad_id=int(tok.pad_token_id or 0), time_budget_s=left,
             bf16=cfg.trainer.precision == "bf16-mixed", micro_batch_tokens=cfg.trainer.micro_batch_tokens,
         )  # fmt: skip
-        steps += chunk
+        if not done:  # the budget ran out before a step
+            break
+        losses += done
+        steps += len(done)  # fewer than `chunk` when the budget ran out first
         save_model_folder(model, tok, model_out)
         probe = out / f"probe-{steps:05d}"
         shutil.rmtree(probe, ignore_errors=True)
@@ -558,9 +561,7 @@ def format_bootstrap(
         from inhabit.orchestrator.specialize.evals import read_trajectories
 
         rate = parse_rate(read_trajectories(probe / "trajectories"))["rate"]
-        probes.append(
-            {"step": steps, "parse_rate": rate, "loss": round(sum(losses[-chunk:]) / max(1, chunk), 4)}
-        )
+        probes.append({"step": steps, "parse_rate": rate, "loss": round(sum(done) / len(done), 4)})
         say(f"format bootstrap step {steps}: loss {probes[-1]['loss']:.3f}, {rate:.0%} of probe turns parse")
         if rate >= bc.stop_at_parse:
             break
