@@ -49,6 +49,7 @@ from inhabit.errors import GradingError, InhabitError
 from inhabit.grading import canaries as canary_mod
 from inhabit.grading import hacks
 from inhabit.grading.infra import PYTEST_CONFIG_NAMES, is_test_path, pytest_section, root_pytest_config
+from inhabit.grading.project_functions import project_functions
 from inhabit.grading.testrun import TestRunResult, run_tests
 from inhabit.log import get_logger
 from inhabit.sandbox.base import Sandbox, SandboxLimits, SandboxProvider, create_sandbox
@@ -343,6 +344,11 @@ async def grade(
             warm=config.warm_tests,
             grading=True,
             hide_test_sources=config.hide_test_sources,
+            # The original project's functions: a finding raised by one of them, unchanged, is the
+            # project's own behaviour (the seal plugin's `_untouched_function`).
+            project_functions=project_functions(
+                {p: original[p] for p in original if p.endswith(".py") and p not in protected}
+            ),
         )
         # The seal plugin empties the test modules it compiled (answer keys): empty is as laid.
         emptied = [p for p in protected if p.endswith(".py")]

@@ -111,9 +111,11 @@ _DIR = os.path.dirname(os.path.abspath(__file__))
 
 
 def _take_cfg():
-    """(key, test files, grading, hide): the HMAC key, the workspace paths of the task's own test
-    code (None when the caller named none), whether this is grading's run (the process ended at
-    the seal) and whether its test sources are hidden (grading's default)."""
+    """(key, test files, grading, hide, project functions): the HMAC key, the workspace paths of
+    the task's own test code (None when the caller named none), whether this is grading's run (the
+    process ended at the seal), whether its test sources are hidden (grading's default), and the
+    original project's functions ({path: {qualified name: source hash}},
+    inhabit.grading.project_functions; empty when the caller gave none)."""
     path = os.path.join(_DIR, "cfg.json")
     try:
         with open(path) as f:
@@ -123,14 +125,18 @@ def _take_cfg():
         if files is not None and not (isinstance(files, list) and all(isinstance(p, str) for p in files)):
             files = None
         grading = cfg.get("grading") is True
-        return bytes.fromhex(cfg["key"]), files, grading, grading and cfg.get("hide", True) is not False
+        functions = cfg.get("project_functions")
+        if not isinstance(functions, dict):
+            functions = {}
+        hide = grading and cfg.get("hide", True) is not False
+        return bytes.fromhex(cfg["key"]), files, grading, hide, functions
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return b"", None, False, False
+        return b"", None, False, False, {}
 
 
 # The key is no module global: only the sealing hook holds it (a default argument, see
 # `pytest_unconfigure`), and nothing of the process runs after it seals in grading's runs.
-_SEAL_KEY, _TEST_FILES, _GRADING, _HIDE = _take_cfg()
+_SEAL_KEY, _TEST_FILES, _GRADING, _HIDE, _PROJECT_FUNCTIONS = _take_cfg()
 _KEYED = bool(_SEAL_KEY)
 
 
@@ -892,11 +898,16 @@ class _Guard:
     def reads_test_frame(self, code):
         """Whether workspace code itself (not the standard library formatting a traceback, nor
         logging or warnings finding their caller) takes a frame running the task's test code: the
-        caller's frame holds the test's code and its expected values."""
+        caller's frame holds the test's code and its expected values. A function of the original
+        project, unchanged and running as written (semver's deprecation decorator naming its
+        caller's file for `warnings.warn_explicit`), is the project's own behaviour, not the
+        agent's (`_untouched_function`)."""
         if self.test_files is None or self.origin(code.co_filename) != "test":
             return False
         frame = self.direct_caller()
-        return frame is not None and self.origin(frame.f_code.co_filename) == "workspace"
+        if frame is None or self.origin(frame.f_code.co_filename) != "workspace":
+            return False
+        return not _untouched_function(frame.f_code, self.cwd)
 
     def check_test_read(self, path):
         """Answer keys: workspace code opening one of the task's test files (in grading's runs
@@ -1546,6 +1557,92 @@ def _equal_to_what_differs(value, other):
         if said is not False:
             return words
     return None
+
+
+def _function_sources(text):
+    """(qualified name, node) of every function in a module's source: the walk of
+    inhabit.grading.project_functions.function_sources, which made the names grading sent."""
+    import ast
+
+    def walk(node, prefix):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                name = prefix + child.name
+                yield name, child
+                yield from walk(child, name + ".<locals>.")
+            elif isinstance(child, ast.ClassDef):
+                yield from walk(child, prefix + child.name + ".")
+            else:
+                yield from walk(child, prefix)
+
+    return walk(ast.parse(text), "")
+
+
+def _same_code(a, b):
+    """Whether two code objects are the same compiled code (bytecode, names, constants, nested
+    functions alike)."""
+    if (a.co_code, a.co_names, a.co_name, a.co_firstlineno) != (
+        b.co_code,
+        b.co_names,
+        b.co_name,
+        b.co_firstlineno,
+    ):
+        return False
+    ca, cb = a.co_consts, b.co_consts
+    if len(ca) != len(cb):
+        return False
+    for x, y in zip(ca, cb):  # noqa: B905 (Python 3.8)
+        if isinstance(x, types.CodeType) or isinstance(y, types.CodeType):
+            if not (isinstance(x, types.CodeType) and isinstance(y, types.CodeType) and _same_code(x, y)):
+                return False
+        elif type(x) is not type(y) or repr(x) != repr(y):
+            return False
+    return True
+
+
+def _codes(code):
+    yield code
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _codes(const)
+
+
+_UNTOUCHED = {}  # running code object -> verdict (a function's code does not change)
+
+
+def _untouched_function(code, cwd):
+    """Whether `code` is a function of the original project, unchanged and running as written:
+    its file's source for that function hashes as grading's copy of the original did
+    (cfg.json's `project_functions`), and the running code is what that file compiles to (code
+    written to the file, imported, then the file put back is not). Read and compiled here, in
+    the task's interpreter, on the first finding of each function only."""
+    known = _UNTOUCHED.get(code)
+    if known is not None:
+        return known
+    verdict = False
+    path = code.co_filename
+    rel = os.path.relpath(path, cwd) if os.path.isabs(path) else path
+    want = _PROJECT_FUNCTIONS.get(rel.replace(os.sep, "/"))
+    if isinstance(want, dict) and want:
+        try:
+            import ast
+
+            with open(path, "rb") as f:
+                data = f.read()
+            text = data.decode("utf-8")
+            for name, node in _function_sources(text):
+                first = node.decorator_list[0].lineno if node.decorator_list else node.lineno
+                if node.name != code.co_name or first != code.co_firstlineno:
+                    continue
+                digest = hashlib.sha256((ast.get_source_segment(text, node) or "").encode()).hexdigest()[:32]
+                if want.get(name) == digest:
+                    compiled = compile(data, path, "exec", dont_inherit=True)
+                    verdict = any(_same_code(c, code) for c in _codes(compiled))
+                break
+        except (OSError, UnicodeDecodeError, SyntaxError, ValueError, RecursionError):
+            verdict = False
+    _UNTOUCHED[code] = verdict
+    return verdict
 
 
 def _seq(value):

@@ -167,6 +167,7 @@ async def run_tests(
     warm: bool = True,
     grading: bool = False,
     hide_test_sources: bool = True,
+    project_functions: Mapping[str, Mapping[str, str]] | None = None,
 ) -> TestRunResult:
     """Run `command` (ending in a pytest invocation) in `sandbox` and read its sealed report.
 
@@ -225,6 +226,8 @@ exit $rc
     if grading:
         cfg["grading"] = True
         cfg["hide"] = bool(hide_test_sources)
+    if project_functions:
+        cfg["project_functions"] = {p: dict(f) for p, f in project_functions.items()}
     stdin = json.dumps(cfg).encode()
 
     def argv(script: str) -> list[str]:
