@@ -1662,20 +1662,30 @@ _EQUALITY = _Equality()
 
 
 def _judge_assert_equal():
-    """`==` outside a test's assert: `TestCase.assertEqual` decides by `first == second` inside
-    unittest, where pytest's assertion-pass hook never sees it. Its passing comparisons are judged
-    like an assert's (`_Equality`). Installed before the runner snapshot, which then holds it."""
+    """`==` outside a test's assert: `TestCase.assertEqual` and the type-specific methods a test
+    may call directly (`assertListEqual`, `assertSequenceEqual`, ...) decide by `first == second`
+    inside unittest, where pytest's assertion-pass hook never sees it. Their passing comparisons
+    are judged like an assert's (`_Equality`). Installed before the runner snapshot, which then
+    holds them."""
     import unittest
 
-    original = unittest.TestCase.assertEqual
+    def judged(name):
+        original = getattr(unittest.TestCase, name)
 
-    def assertEqual(self, first, second, msg=None):
-        original(self, first, second, msg)
-        test = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0] or type(self).__qualname__
-        _EQUALITY.note(_GUARD, f"{test} assertEqual", _EQUALITY.judge(_GUARD, first, second))
+        def method(self, first, second, *args, **kwargs):
+            original(self, first, second, *args, **kwargs)
+            test = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0] or type(self).__qualname__
+            _EQUALITY.note(_GUARD, f"{test} {name}", _EQUALITY.judge(_GUARD, first, second))
 
-    assertEqual.__doc__ = original.__doc__
-    unittest.TestCase.assertEqual = assertEqual
+        method.__name__ = method.__qualname__ = name
+        method.__doc__ = original.__doc__
+        setattr(unittest.TestCase, name, method)
+
+    for name in (
+        "assertEqual", "assertListEqual", "assertTupleEqual", "assertSequenceEqual", "assertDictEqual",
+        "assertSetEqual", "assertMultiLineEqual",
+    ):  # fmt: skip
+        judged(name)
 
 
 def _judge_claims_only():
