@@ -133,6 +133,7 @@ def test_specialize_end_to_end_on_a_tiny_project(tmp_path: Path, project: Path, 
     boot = steps["bootstrap"]["result"]  # a random model's turns do not parse: the bootstrap runs
     assert steps["baseline"]["result"]["summary"]["parse"]["rate"] < 0.5 and boot["ran"]
     assert boot["probes"] and (out / "bootstrap" / "model" / "config.json").is_file()
+    assert boot["probed_on"] == "the repository's train tasks"
     assert steps["rl"]["result"]["ran"] and steps["rl"]["result"]["steps"] == 2
     assert steps["rl"]["result"]["training"].startswith("LoRA rank 16"), steps["rl"]["result"]
     assert (out / "rl" / "checkpoints").is_dir() and any((out / "rl" / "checkpoints").glob("*/adapter"))

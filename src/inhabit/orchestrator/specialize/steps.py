@@ -367,7 +367,11 @@ class Specialize:
         budget = min(self.plan.share_s("bootstrap"), max(0.0, self.left_s() * 0.5))
         if budget < 60:  # the expert transcripts alone would take that: skip before any work
             return {"ran": False, "note": f"skipped: {budget:.0f} s of budget left for the format bootstrap"}
-        return format_bootstrap(self.inp.model, self.run / "bootstrap", self.cfg, budget, self.display.say)
+        side = self.run / "tasks" / "train"
+        train = sorted(d for d in side.iterdir() if (d / "task.toml").is_file()) if side.is_dir() else []
+        return format_bootstrap(
+            self.inp.model, self.run / "bootstrap", self.cfg, budget, self.display.say, probe_dirs=train
+        )
 
     def _start_model(self) -> Path:
         b = self.state.result("bootstrap")
@@ -489,12 +493,21 @@ def _flags_of(path: Path) -> dict[str, int]:
 
 
 def format_bootstrap(
-    model_dir: Path, out: Path, cfg: SpecializeConfig, budget_s: float, say: Any
+    model_dir: Path,
+    out: Path,
+    cfg: SpecializeConfig,
+    budget_s: float,
+    say: Any,
+    probe_dirs: list[Path] | None = None,
 ) -> dict[str, Any]:
     """Train the model on the quickstart family's expert transcripts (rendered by the model's own
     chat template, loss on its turns), probing the parse rate of first turns every `check_every`
     steps; stops once `stop_at_parse` of them parse, at `max_steps` or when `budget_s` is spent.
-    Each chunk of steps restarts the warm-up and cosine schedule of `train_bootstrap`."""
+    The probe's first turns are the repository's own train tasks (`probe_dirs`, the first
+    `probe_turns` of them) where there are any, the family's otherwise: on toolz, SmolLM2 parsed
+    100% of the family's first turns after 50 steps and 1% of its turns on the repository's tasks,
+    where the instructions are longer and the model wrote `<toolname="read_file">`. Each chunk of
+    steps restarts the warm-up and cosine schedule of `train_bootstrap`."""
     from inhabit.harness.config import HarnessConfig
     from inhabit.models.loading import load_model
     from inhabit.models.tiny import save_model_folder
@@ -534,7 +547,8 @@ def format_bootstrap(
     say(
         f"format bootstrap: {len(examples)} expert transcripts, at most {bc.max_steps} steps in {budget_s / 60:.1f} min"
     )
-    probe_tasks = [load_task(tasks_root / q.id) for q in probe_part]
+    own = list(probe_dirs or [])[: bc.probe_turns]
+    probe_tasks = [load_task(d) for d in own] if own else [load_task(tasks_root / q.id) for q in probe_part]
     probe_harness = HarnessConfig(**(cfg.harness.model_dump() | {"max_turns": 1}))
     steps = 0
     probes: list[dict[str, Any]] = []
@@ -570,6 +584,7 @@ def format_bootstrap(
     final_rate = probes[-1]["parse_rate"]
     return {
         "ran": True, "model": str(model_out), "steps": steps, "transcripts": len(examples), "probes": probes,
+        "probed_on": "the repository's train tasks" if own else "the family's tasks",
         "seconds": round(time.monotonic() - t0, 1),
         "note": f"{steps} steps, {final_rate:.0%} of probe turns parse"
         + ("" if final_rate >= bc.stop_at_parse else f" (target {bc.stop_at_parse:.0%} not reached)"),
