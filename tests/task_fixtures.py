@@ -13,7 +13,8 @@ use from here (pytest puts tests/, the root conftest's folder, on sys.path):
   * `make_task`: write any task directory: make_task(workspace={...}, hidden={...}, ...) -> Task;
   * `chat_server`: start(reply) -> (state, base_url), a chat-completions server on 127.0.0.1
     (the agent's policy and LLM judges talk to it);
-  * `write_tree(root, files)`: a small project on disk (relative path -> text), for the builders.
+  * `write_tree(root, files)`: a small project on disk (relative path -> text), for the builders;
+    `CLAMP_PROJECT` the smallest such project (minilib.core.clamp and three tests).
 """
 
 from __future__ import annotations
@@ -42,6 +43,41 @@ def write_tree(root: Path, files: dict[str, str]) -> Path:
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
     return root
+
+
+# A one-module package with three tests of `clamp`: the smallest project the builders turn
+# into tasks (tests add their own configuration or conftest beside it).
+_CLAMP_CODE = '''"""Bounds."""
+
+
+def clamp(x, lo, hi):
+    if x < lo:
+        return lo
+    if x > hi:
+        return hi
+    return x
+'''
+
+_CLAMP_TESTS = """from minilib.core import clamp
+
+
+def test_low():
+    assert clamp(-1, 0, 5) == 0
+
+
+def test_high():
+    assert clamp(9, 0, 5) == 5
+
+
+def test_mid():
+    assert clamp(3, 0, 5) == 3
+"""
+
+CLAMP_PROJECT = {
+    "minilib/__init__.py": "",
+    "minilib/core.py": _CLAMP_CODE,
+    "tests/test_core.py": _CLAMP_TESTS,
+}
 
 
 @pytest.fixture

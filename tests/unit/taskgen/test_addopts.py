@@ -12,33 +12,7 @@ from inhabit.taskgen.addopts import addopts_override, measurement_options
 from inhabit.taskgen.builder import BuildConfig, build_tasks
 from inhabit.taskgen.source import default_command
 from inhabit.tasks.task import load_task
-from task_fixtures import write_tree
-
-CODE = '''"""Bounds."""
-
-
-def clamp(x, lo, hi):
-    if x < lo:
-        return lo
-    if x > hi:
-        return hi
-    return x
-'''
-
-TESTS = """from minilib.core import clamp
-
-
-def test_low():
-    assert clamp(-1, 0, 5) == 0
-
-
-def test_high():
-    assert clamp(9, 0, 5) == 5
-
-
-def test_mid():
-    assert clamp(3, 0, 5) == 3
-"""
+from task_fixtures import CLAMP_PROJECT, write_tree
 
 # semver's shape (.pytest.ini): coverage and its reports beside options that change what runs.
 INI = """[pytest]
@@ -59,13 +33,7 @@ python -m pytest: error: unrecognized arguments: --no-cov-on-fail --cov=minilib
 
 
 def write_project(root: Path) -> Path:
-    files = {
-        "minilib/__init__.py": "",
-        "minilib/core.py": CODE,
-        "tests/test_core.py": TESTS,
-        ".pytest.ini": INI,
-    }
-    return write_tree(root, files)
+    return write_tree(root, CLAMP_PROJECT | {".pytest.ini": INI})
 
 
 def test_measurement_options_are_told_from_the_rest():

@@ -13,33 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from inhabit.taskgen.builder import BuildConfig, build_tasks
-from task_fixtures import write_tree
-
-CODE = '''"""Bounds."""
-
-
-def clamp(x, lo, hi):
-    if x < lo:
-        return lo
-    if x > hi:
-        return hi
-    return x
-'''
-
-TESTS = """from minilib.core import clamp
-
-
-def test_low():
-    assert clamp(-1, 0, 5) == 0
-
-
-def test_high():
-    assert clamp(9, 0, 5) == 5
-
-
-def test_mid():
-    assert clamp(3, 0, 5) == 3
-"""
+from task_fixtures import CLAMP_PROJECT, write_tree
 
 # The suite's fixed start-up cost: what a busier machine adds to every run.
 CONFTEST = """import time
@@ -51,13 +25,7 @@ def pytest_sessionstart(session):
 
 
 def write_project(root: Path) -> Path:
-    files = {
-        "minilib/__init__.py": "",
-        "minilib/core.py": CODE,
-        "tests/test_core.py": TESTS,
-        "tests/conftest.py": CONFTEST,
-    }
-    return write_tree(root, files)
+    return write_tree(root, CLAMP_PROJECT | {"tests/conftest.py": CONFTEST})
 
 
 async def test_a_limit_the_untouched_suite_outgrows_rejects_no_mutant_as_timeout(tmp_path, sandbox_provider):
