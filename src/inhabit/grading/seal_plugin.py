@@ -1370,9 +1370,11 @@ class _Equality:
     itself. Such an equality is reported only when it also says equal to what it was not shown:
     an object of a class it cannot know, or a value of the other side's type that differs from it
     (`_equal_to_what_differs`); a project's honest equality across types (isodate's `Duration ==
-    timedelta`) answers those False. Same-type comparisons (the task's own `Interval ==
-    Interval`) are left to the canaries, which compare the same calls with wrong values. Builtin containers are walked pair
-    by pair (a list of such objects)."""
+    timedelta`) answers those False. Two values of the same type whose equality is the code under
+    test's (the task's own `Version == Version`) are asked the same of a plain object and an object
+    of a class it cannot know, and then of copies of the expected value with one attribute moved
+    far (`_same_type_equal_to_what_differs`): an honest equality looks at some attribute of its
+    own type. Builtin containers are walked pair by pair (a list of such objects)."""
 
     def __init__(self):
         self.shared_object = _c_reader()
@@ -1418,6 +1420,12 @@ class _Equality:
                     also = _equal_to_what_differs(value, other)
                     if also:
                         return f"a {t.__qualname__} said equal to a {type(other).__qualname__} by {foreign}, and to {also}"
+        else:
+            foreign = self.foreign(guard, ta)
+            if foreign:
+                also = _same_type_equal_to_what_differs(a, b)
+                if also:
+                    return f"a {ta.__qualname__} said equal to another by {foreign}, and to {also}"
         deciders = {self.definer(ta, "__eq__"), self.definer(tb, "__eq__")}
         if not deciders <= set(_CONTAINERS):
             return None  # equality of an installed or the task's own type: not walked into
@@ -1557,6 +1565,88 @@ def _equal_to_what_differs(value, other):
         if said is not False:
             return words
     return None
+
+
+_PLAIN_RESULTS = (bool, int, float, str, bytes, list, tuple, dict, set, frozenset, type(None))
+_MOVED_LIMIT = 8  # attributes moved, one copy each: enough to reach what an equality compares
+
+
+def _moved_copies(value):
+    """Copies of `value`, each with one of its attributes (instance dict or slots) replaced by a
+    value no honest equality takes for it (`_unlike_of_type`, else an object of no known type),
+    made without running any of its class's code (`object.__new__`, the instance dict and slot
+    descriptors written directly). [] where that cannot be done: a class with a builtin base other
+    than object (its state lives where no attribute shows it), no attributes, an abstract class."""
+    cls = type(value)
+    if any(not klass.__flags__ & _PY_TPFLAGS_HEAPTYPE for klass in cls.__mro__[:-1]):
+        return []
+    try:
+        state = object.__getattribute__(value, "__dict__")
+    except AttributeError:
+        state = {}
+    fields = {n: ("dict", v) for n, v in dict.items(state) if type(n) is str} if type(state) is dict else {}
+    for klass in cls.__mro__[:-1]:
+        for slot in vars(klass).get("__slots__", ()) if not isinstance(vars(klass).get("__slots__"), str) else (
+            vars(klass)["__slots__"],
+        ):  # fmt: skip
+            if not isinstance(slot, str) or slot in ("__dict__", "__weakref__"):
+                continue
+            if slot.startswith("__") and not slot.endswith("__"):
+                slot = "_" + klass.__name__.lstrip("_") + slot
+            member = vars(klass).get(slot)
+            if isinstance(member, types.MemberDescriptorType):
+                try:
+                    fields[slot] = (member, member.__get__(value, cls))
+                except AttributeError:  # an empty slot
+                    pass
+    copies = []
+    for moved in list(fields)[:_MOVED_LIMIT]:
+        try:
+            clone = object.__new__(cls)
+            clone_dict = None
+            for name, (where, item) in fields.items():
+                if name == moved:
+                    far = _unlike_of_type(item)
+                    item = _Unlike() if far is None else far
+                if where == "dict":
+                    if clone_dict is None:
+                        clone_dict = object.__getattribute__(clone, "__dict__")
+                    dict.__setitem__(clone_dict, name, item)
+                else:
+                    where.__set__(clone, item)
+            copies.append((clone, moved))
+        except Exception:  # an abstract class, a dict that is no dict: no copy to offer
+            return []
+    return copies
+
+
+def _same_type_equal_to_what_differs(value, other):
+    """What `value`, said equal to `other` of its own type by the code under test's equality, also
+    says equal to: a plain object or an object of a class no project knows (either is enough), or
+    every copy of `other` with one attribute moved far (all of them: an honest equality may ignore
+    some attributes, a cache or a line number, but not all). None when it tells them apart. A
+    copy's result counts as "not equal" when it is False or a falsy plain value; anything else is
+    a claim. Asked in a random order, with fresh probes each time."""
+    found = _equal_to_what_differs(value, value)  # the plain probes only: no value of its type
+    if found:
+        return found
+    copies = _moved_copies(other)
+    if not copies:
+        return None
+    order = list(range(len(copies)))
+    for i in range(len(order) - 1, 0, -1):
+        j = os.urandom(1)[0] % (i + 1)
+        order[i], order[j] = order[j], order[i]
+    for i in order:
+        clone, _ = copies[i]
+        try:
+            said = value == clone
+        except Exception:  # an equality that refuses the copy looked at what was moved
+            return None
+        if said is False or (type(said) in _PLAIN_RESULTS and not said):
+            return None
+    names = ", ".join(name for _, name in copies)
+    return f"every copy of the expected {type(other).__qualname__} with one attribute moved far ({names})"
 
 
 def _function_sources(text):
