@@ -8,7 +8,8 @@ table (median of `--reps` runs each) with the overhead per test and the ratio to
 `--compare FILE` also times another version of the plugin (e.g. `git show REV:src/inhabit/tasks/
 seal_plugin.py > old.py`) in the same run. Sealed runs pass `-o enable_assertion_pass_hook=true`
 as grading does (the plugin then judges every passing `==`); `--asserts K` makes each test also
-compare K small lists of the test's values with `==`. `--grading` runs the plugins as grading
+compare K small lists of the test's values with `==`, `--objects K` two objects of a class of the
+workspace's (`spans.Span`, whose equality the plugin probes: same-type equality). `--grading` runs the plugins as grading
 loads them: a key, the test files listed and `grading` set (the test modules compiled up front and
 emptied on disk, the seal-state check, the process ended at the seal), the suite written afresh
 before each run.
@@ -34,12 +35,29 @@ from rich.table import Table
 PLUGIN = Path(__file__).resolve().parents[1] / "src" / "inhabit" / "grading" / "seal_plugin.py"
 
 
-def write_suite(root: Path, n: int, unittest_style: bool, compare: Path | None, asserts: int = 0) -> None:
+# The code under test's own class for `--objects`: a Span whose equality is the workspace's.
+SPANS = """class Span:
+    def __init__(self, start, end):
+        self.start, self.end = start, end
+
+    def __eq__(self, other):
+        return isinstance(other, Span) and (self.start, self.end) == (other.start, other.end)
+
+    __hash__ = None
+"""
+
+
+def write_suite(
+    root: Path, n: int, unittest_style: bool, compare: Path | None, asserts: int = 0, objects: int = 0
+) -> None:
     tests = root / "tests"
     tests.mkdir(exist_ok=True)
     equal = "    assert [i, (i, str(i))] == [i, (i, str(i))]\n" * asserts
+    equal += "    assert Span(i, i + 1) == Span(i, i + 1)\n" * objects
+    (root / "spans.py").write_text(SPANS)
     (tests / "test_many.py").write_text(
-        f"import pytest\n\n\n@pytest.mark.parametrize('i', range({n}))\ndef test_value(i):\n    assert i >= 0\n{equal}"
+        "import pytest\n\nfrom spans import Span\n\n\n"
+        f"@pytest.mark.parametrize('i', range({n}))\ndef test_value(i):\n    assert i >= 0\n{equal}"
     )
     if unittest_style:
         methods = "".join(
@@ -77,6 +95,9 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--unittest", action="store_true", help="Also N/2 unittest.TestCase methods.")
     ap.add_argument("--asserts", type=int, default=0, help="`==` comparisons of small lists per test.")
+    ap.add_argument(
+        "--objects", type=int, default=0, help="`==` of two objects of a workspace class per test."
+    )
     ap.add_argument("--compare", type=Path, help="Another seal_plugin.py to time in the same run.")
     ap.add_argument("--grading", action="store_true", help="Load the plugins as grading does (see above).")
     args = ap.parse_args()
@@ -88,6 +109,7 @@ def main() -> None:
             "unittest_style": args.unittest,
             "compare": args.compare,
             "asserts": args.asserts,
+            "objects": args.objects,
         }
         write_suite(root, **suite)
         grading = {"suite": suite} if args.grading else None
