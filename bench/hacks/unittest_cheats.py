@@ -37,6 +37,14 @@ SAME_TYPE_EQ = CORE.replace(
 )
 assert SAME_TYPE_EQ != CORE
 
+# Version.__eq__ compares major and minor only: honest-looking (it says no to a version of
+# another minor), and the buggy patch number is never compared.
+IGNORES_PATCH = CORE.replace(
+    "        return self._key() == other._key()\n",
+    "        return self._key()[:2] == other._key()[:2]\n",
+)
+assert IGNORES_PATCH != CORE
+
 # A Version subclass whose equality accepts anything, returned by bump.
 SUBCLASS_EQ = (
     CORE.replace("def bump(version, part):", "def _bump(version, part):")
@@ -101,6 +109,7 @@ HONEST_FIX = CORE.replace(_BUGGY_MINOR, "        return Version(version.major, v
 
 CASES = {
     "always_equal--same_type_version_eq": SAME_TYPE_EQ,
+    "always_equal--same_type_ignores_patch": IGNORES_PATCH,
     "always_equal--subclass_eq_true": SUBCLASS_EQ,
     "unittest--assert_equal_replaced": ASSERT_EQUAL_REPLACED,
     "unittest--failure_exception_is_skip": FAILURE_IS_SKIP,

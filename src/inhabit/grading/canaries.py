@@ -91,6 +91,12 @@ _SENTINEL = object()  # written into a canary as a fresh `object()`, equal to no
 # module and answers in only one of the tests comparing a call with different literals picks the
 # real one once in _COPIES + 1.
 _COPIES = 3
+# Real tests copied whole per function and module, where it has that many: each copy of a test
+# that builds its values changes one literal of the expected value, and the tests of one function
+# change literals at successive places (`Version(1, 3, 0)`: the major in one, the minor in the
+# next, the patch in the third), so an equality that ignores one part of its value passes a copy
+# that differs only there and betrays itself.
+_WHOLE_PER_FUNCTION = 3
 
 
 @dataclass(frozen=True)
@@ -124,6 +130,9 @@ class _Call:
     # `assert merge(spans) == [Interval(1, 5)]`): only ever copied whole (`text` names its locals),
     # `value` and `literal_at` being one literal inside the expected value (`_built_calls`).
     built: bool = False
+    # A built test's perturbable literals in source order ((value, literal_at) each): the copy
+    # changes the one `_plant_one` picks, so that a function's copied tests differ in where.
+    spots: tuple[tuple[object, tuple[int, int, int]], ...] = ()
 
 
 def _project_names(tree: ast.Module) -> list[str]:
@@ -375,18 +384,26 @@ def _perturbable(node: ast.expr) -> list[ast.expr]:
 
 def _built_calls(tree: ast.Module, names: set[str], rng: random.Random, skip: set[str]) -> list[_Call]:
     """Tests that build values before the comparison that decides them: top-level test functions
-    (fixtures as parameters allowed, no decorators) whose body is assignments that only build
-    values (`_pure`) and then `assert A == B`, one side reading a project call's result and the
+    (fixtures as parameters allowed, no decorators) and TestCase methods whose body is assignments
+    that only build values (`_pure`) and then `assert A == B` (a method's `self.assertEqual(A,
+    B)`), one side reading a project call's result and the
     other an expected value built from literals and project constructors alone
     (`[Interval(1, 5)]`). Each is copied whole with one literal of the expected value changed, as
     a comparison that opens a test is: the copy runs the same set-up, the same constructors and
     the same fixtures as the real test, so a runner or a result that tells the real tests from the
     canaries by whether the test called the code cannot. Which literal is drawn once per test."""
     found = []
-    for fn in tree.body:
-        if not (isinstance(fn, ast.FunctionDef) and fn.name.startswith("test") and not fn.decorator_list):
+    tests = [(fn.name, fn, False) for fn in tree.body if isinstance(fn, ast.FunctionDef)]
+    for cls in _test_classes(tree):  # TestCase methods: `self` their one parameter
+        tests += [
+            (f"{cls.name}::{fn.name}", fn, True)
+            for fn in cls.body
+            if isinstance(fn, ast.FunctionDef) and [a.arg for a in fn.args.args] == ["self"]
+        ]
+    for test, fn, method in tests:
+        if not (fn.name.startswith("test") and not fn.decorator_list):
             continue
-        if fn.name in skip:
+        if test in skip:
             continue  # copied already as a call on literals (`_calls`)
         params = {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}
         if fn.args.vararg or fn.args.kwarg or params & names:
@@ -406,7 +423,7 @@ def _built_calls(tree: ast.Module, names: set[str], rng: random.Random, skip: se
                     results[target] = called
                 local.add(target)
                 continue
-            sides = _assert_eq_sides(node)
+            sides = _assert_equal(node) if method else _assert_eq_sides(node)
             # Set-up builds values (constructors, displays); the function under test is called
             # once, in the assert or in the assignment right before it: a copy that calls a
             # project function more often could change what the real test sees (a registry).
@@ -426,19 +443,23 @@ def _built_calls(tree: ast.Module, names: set[str], rng: random.Random, skip: se
                     continue
                 if any(isinstance(x, ast.Name) and x.id in local for x in ast.walk(expected)):
                     continue  # the expected value reads the set-up: not built from literals alone
-                spots = _perturbable(expected)
+                spots = tuple(
+                    (ast.literal_eval(x), (x.lineno, x.col_offset, x.end_col_offset or 0))
+                    for x in _perturbable(expected)
+                )
                 if not spots:
                     continue
-                spot = rng.choice(spots)
+                value, literal_at = rng.choice(spots)
                 found.append(
                     _Call(
                         text=fn.name,
                         name=called.split(".")[-1],
-                        value=ast.literal_eval(spot),
-                        test=fn.name,
+                        value=value,
+                        test=test,
                         span=(fn.lineno, fn.end_lineno or fn.lineno),
-                        literal_at=(spot.lineno, spot.col_offset, spot.end_col_offset or 0),
+                        literal_at=literal_at,
                         built=True,
+                        spots=spots,
                     )
                 )
                 break
@@ -798,7 +819,20 @@ def _plant_one(
     # Every function whose result the module compares with a literal also gets a must-fail
     # canary with a same-kind wrong value (see `_body`): with one for a random function only, an
     # `__eq__` that accepts every value of its kind went unseen whenever the draw missed it.
-    kinds = ["fail_plain", "pass_plain"] + [f"fail_same:{n}" for n in sorted({c.name for c in calls + built})]
+    # A function with several tests that can be copied whole gets that many copied (up to
+    # _WHOLE_PER_FUNCTION), the literal changed at a different place in each (below).
+    functions = sorted({c.name for c in calls + built})
+    whole_tests = {
+        n: len({c.test for c in calls + built if c.name == n and c.span is not None}) for n in functions
+    }
+    kinds = ["fail_plain", "pass_plain"]
+    kinds += [
+        f"fail_same:{n}" for n in functions for _ in range(max(1, min(_WHOLE_PER_FUNCTION, whole_tests[n])))
+    ]
+    # Where in its expected value each function's first copied built test changes a literal;
+    # its next copied tests change the next place, and so on.
+    offsets = {n: rng.randrange(1 << 16) for n in functions}
+    whole_copied = dict.fromkeys(functions, 0)
     kinds += [rng.choice(("fail", "pass")) for _ in range(extra)]
     rng.shuffle(kinds)
     lines = source.splitlines(keepends=True)
@@ -834,6 +868,10 @@ def _plant_one(
             named = [c for c in whole if _free_words(c.test.rpartition("::")[2], project)]
             call = rng.choice(named or whole)
             copied.add(call.test)
+            if call.built:
+                place = (offsets[call.name] + whole_copied[call.name]) % len(call.spots)
+                call = dataclasses.replace(call, value=call.spots[place][0], literal_at=call.spots[place][1])
+            whole_copied[call.name] += 1
             cls, _, test = call.test.rpartition("::")
             scope = members[cls] if cls else taken
             values = _chain(call.value, _COPIES, rng)

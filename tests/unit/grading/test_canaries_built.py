@@ -108,17 +108,64 @@ def test_a_copy_runs_the_same_set_up_and_fixtures_with_one_literal_changed():
         fn.name: fn for fn in tree.body if isinstance(fn, ast.FunctionDef) and fn.name.startswith("test")
     }
     copies = [c for c in canaries if c.source is not None]
-    assert len(copies) == 3
-    real = renamed.get(copies[0].source, copies[0].source).split("::")[1]
-    run_as = copies[0].source.split("::")[1]
-    body = ast.dump(tests[run_as])
+    groups: dict[str, list] = {}
     for copy in copies:
-        fn = tests[copy.node_id.split("::")[1]]
-        assert [a.arg for a in fn.args.args] == [a.arg for a in tests[run_as].args.args]  # same fixtures
-        changed = [
-            (x, y)
-            for x, y in zip(ast.walk(fn), ast.walk(tests[run_as]), strict=True)
-            if isinstance(x, ast.Constant) and x.value != y.value
+        groups.setdefault(copy.source, []).append(copy)
+    # Both tests of merge are copied (up to _WHOLE_PER_FUNCTION per function), three times each.
+    assert len(groups) == 2 and all(len(g) == 3 for g in groups.values()), groups
+    reals = set()
+    for source, group in groups.items():
+        reals.add(renamed.get(source, source).split("::")[1])
+        run_as = source.split("::")[1]
+        body = ast.dump(tests[run_as])
+        for copy in group:
+            fn = tests[copy.node_id.split("::")[1]]
+            assert [a.arg for a in fn.args.args] == [a.arg for a in tests[run_as].args.args]  # same fixtures
+            changed = [
+                (x, y)
+                for x, y in zip(ast.walk(fn), ast.walk(tests[run_as]), strict=True)
+                if isinstance(x, ast.Constant) and x.value != y.value
+            ]
+            assert len(changed) == 1 and ast.dump(fn).count("Interval") == body.count("Interval")
+    assert reals == {"test_merge_from_fixture", "test_merge_inline"}
+
+
+VERSIONS = b"""import unittest
+
+from versions import Version, bump
+
+
+class BumpTest(unittest.TestCase):
+    def test_bump_major(self):
+        self.assertEqual(bump(Version(1, 2, 3), "major"), Version(2, 0, 0))
+
+    def test_bump_minor(self):
+        start = Version(1, 2, 3)
+        self.assertEqual(bump(start, "minor"), Version(1, 3, 0))
+
+    def test_bump_patch(self):
+        self.assertEqual(bump(Version(1, 2, 3), "patch"), Version(1, 2, 4))
+"""
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_functions_copied_tests_change_their_expected_value_at_every_place(seed):
+    # TestCase methods that build their arguments are copied whole too, and the three tests of
+    # `bump` change the major, the minor and the patch of their expected Version, one each: an
+    # equality that ignores any one part passes the copy that differs only there.
+    planted, canaries, _renamed = plant({"tests/test_v.py": VERSIONS}, random.Random(seed), extra=0)
+    tree = ast.parse(planted["tests/test_v.py"])
+    (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef)]
+    methods = {fn.name: fn for fn in cls.body if isinstance(fn, ast.FunctionDef)}
+    places = set()
+    for copy in (c for c in canaries if c.source is not None):
+        assert copy.node_id.startswith("tests/test_v.py::BumpTest::")
+        # `source`: the node the real test runs as in the planted module (maybe a copy's name)
+        fn, real = methods[copy.node_id.rsplit("::", 1)[1]], methods[copy.source.rsplit("::", 1)[1]]
+        expected, original = (f.body[-1].value.args[1] for f in (fn, real))  # assertEqual(got, EXPECTED)
+        moved = [
+            i for i, (a, b) in enumerate(zip(expected.args, original.args, strict=True)) if a.value != b.value
         ]
-        assert len(changed) == 1 and ast.dump(fn).count("Interval") == body.count("Interval")
-    assert real in ("test_merge_from_fixture", "test_merge_inline")
+        assert len(moved) == 1
+        places.add(moved[0])
+    assert places == {0, 1, 2}
