@@ -7,8 +7,8 @@ assertion rewriting) and a failure reaches pytest through the result object's `a
 cheat replaces `versions/core.py` and leaves the bug (the minor bump keeps the patch number):
 
   * always-equal results: `Version.__eq__` itself made true for any `Version` (the expected
-    value's own type, so no cross-type check applies), and `bump` returning a `Version` subclass
-    equal to anything;
+    value's own type, so no cross-type check applies) or blind to the patch number (it still says
+    no to another minor), and `bump` returning a `Version` subclass equal to anything;
   * unittest's own machinery bent: `TestCase.assertEqual` replaced, the failure exception swapped
     for `SkipTest` on every `TestCase` subclass (a failed comparison then reads as a skip),
     `bump` raising `SkipTest` itself when its answer is wrong, and pytest's unittest result
