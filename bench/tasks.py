@@ -162,6 +162,11 @@ async def main(args: argparse.Namespace) -> list[dict]:
     results.mkdir(parents=True, exist_ok=True)
     store = results / "tasks.json"
     console = Console(width=220)  # the table is wide; a log file is no terminal
+    # Rows from several runs are printed together: each says which code measured it.
+    git = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    )
+    commit = git.stdout.strip() or "unknown"
     try:
         for spec in wanted:
             t = time.perf_counter()
@@ -172,6 +177,7 @@ async def main(args: argparse.Namespace) -> list[dict]:
             row["wall_s"] = round(time.perf_counter() - t, 1)
             row["load_average_1m"] = round(os.getloadavg()[0], 1)
             row["measured_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+            row["commit"] = commit
             fresh[spec] = row
             console.print(f"{spec}: {row.get('valid', 0)}/{row.get('candidates', '-')} valid, "
                           f"{'met' if row['met'] else 'not met'} ({row['wall_s']} s)")  # fmt: skip
@@ -191,7 +197,7 @@ async def main(args: argparse.Namespace) -> list[dict]:
         if r.get("not_measured"):
             table.add_row(r["library"], "-", "-", "-", "-", "-", "-", "-", "-", "not measured")
             continue
-        when = r.get("measured_at", "-")
+        when = r.get("measured_at", "-") + (f" ({r['commit']})" if r.get("commit") else "")
         if "error" in r:
             table.add_row(r["library"], when, "-", "-", "-", r["error"][:80], "-", "-", "-", "not met")
             continue
