@@ -7,12 +7,10 @@ Honest code that formats tracebacks, logs or warns from the code under test is n
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
-SEAL = Path(__file__).resolve().parents[3] / "src" / "inhabit" / "grading" / "seal_plugin.py"
+from seal_fixtures import sealed_pytest
+
 KEY = "ab" * 16
 
 TEST = """from calc import add
@@ -30,30 +28,19 @@ def test_add_zero():
 def _graded_run(tmp_path: Path, calc: str, test: str = TEST, grading: bool = True, hide: bool = True) -> dict:
     """pytest on `calc.py` and tests/test_calc.py with the seal plugin; the sealed body, the
     console output and the test file's bytes after the run."""
-    work, seal_dir = tmp_path / "work", tmp_path / "seal"
-    (work / "tests").mkdir(parents=True)
-    (work / "calc.py").write_text(calc)
-    (work / "tests" / "test_calc.py").write_text(test)
-    seal_dir.mkdir()
-    (seal_dir / "inhabit_seal_x.py").write_text(SEAL.read_text())
     # The agent's own runs name no test files and are no grading; grading names them.
-    cfg = (
-        {"key": KEY, "test_files": ["tests/test_calc.py"], "grading": True, "hide": hide}
-        if grading
-        else {"key": KEY}
-    )
-    (seal_dir / "cfg.json").write_text(json.dumps(cfg))
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "inhabit_seal_x", "tests/test_calc.py"],
-        cwd=work, env={"PYTHONPATH": str(seal_dir), "PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1"},
-        capture_output=True, text=True, timeout=120,
+    run = sealed_pytest(
+        tmp_path, {"calc.py": calc, "tests/test_calc.py": test}, key=KEY,
+        test_files=["tests/test_calc.py"] if grading else None, grading=grading, hide=hide,
+        pass_hook=False, targets=["tests/test_calc.py"], dont_write_bytecode=True,
     )  # fmt: skip
-    body = json.loads(json.loads((seal_dir / "seal.json").read_text())["body"])
-    body["output"] = proc.stdout + proc.stderr
-    body["exit_code"] = proc.returncode
-    body["test_after"] = (work / "tests" / "test_calc.py").read_bytes()
-    body["xml"] = (seal_dir / "report.xml").read_text()
-    return body
+    test_after = (run.work / "tests" / "test_calc.py").read_bytes()
+    return run.body | {
+        "output": run.output,
+        "exit_code": run.exit_code,
+        "test_after": test_after,
+        "xml": run.xml,
+    }
 
 
 ANSWER_KEY = """import ast, os, pathlib

@@ -7,18 +7,15 @@ before the first conftest is not taken into the baseline snapshot."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
-import sys
 import sysconfig
 from pathlib import Path
 
 import pytest
 
 from inhabit.grading.hacks import CODE_ALWAYS_EQUAL, RUNNER_TAMPERED, tampering_flags
-
-SEAL = Path(__file__).resolve().parents[3] / "src" / "inhabit" / "grading" / "seal_plugin.py"
+from seal_fixtures import sealed_pytest
 
 
 def _sealed_run(
@@ -32,27 +29,12 @@ def _sealed_run(
     seal plugin loaded as grading loads it; `lib` is installed code (on PYTHONPATH, outside the
     workspace); `grading`: as in grading's own runs (test sources compiled by the plugin, then
     hidden). Returns the sealed body: outcomes and what the checks saw (`tampering`)."""
-    lib_dir, seal_dir, work = tmp_path / "lib", tmp_path / "seal", tmp_path / "work"
-    for folder, content in ((lib_dir, lib or {}), (work, files)):
-        folder.mkdir(exist_ok=True)
-        for name, text in content.items():
-            (folder / name).parent.mkdir(parents=True, exist_ok=True)
-            (folder / name).write_text(text)
-    seal_dir.mkdir()
-    (seal_dir / "inhabit_seal_x.py").write_text(SEAL.read_text())
-    cfg = {"key": "ab" * 16, "test_files": ["tests/test_it.py"]} | (
-        {"grading": True, "hide": True} if grading else {}
-    )
-    (seal_dir / "cfg.json").write_text(json.dumps(cfg))
-    extra = [a for p in plugins for a in ("-p", p)]
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "inhabit_seal_x",
-         "-o", "enable_assertion_pass_hook=true", *extra, "tests/test_it.py"],
-        cwd=work, env={"PYTHONPATH": f"{lib_dir}:{seal_dir}", "PATH": "/usr/bin:/bin"},
-        capture_output=True, text=True, timeout=120,
+    run = sealed_pytest(
+        tmp_path, files, lib=lib, test_files=["tests/test_it.py"], grading=grading, plugins=plugins,
+        targets=["tests/test_it.py"],
     )  # fmt: skip
-    assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-2000:]
-    return json.loads(json.loads((seal_dir / "seal.json").read_text())["body"])
+    assert run.exit_code in (0, 1), run.output[-5000:]
+    return run.body
 
 
 TEST = "from pkg import rows\n\n\ndef test_rows():\n    assert rows([2, 1]) == [1, 2]\n"

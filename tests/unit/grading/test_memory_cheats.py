@@ -8,14 +8,11 @@ legitimate thing is not."""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
-import time
 from pathlib import Path
 
-SEAL = Path(__file__).resolve().parents[3] / "src" / "inhabit" / "grading" / "seal_plugin.py"
+from seal_fixtures import sealed_pytest
+
 KEY = "cd" * 16
 
 TEST = """from calc import add
@@ -45,27 +42,11 @@ def _running():
 def _graded_run(tmp_path: Path, calc: str, test: str = TEST) -> dict:
     """pytest on `calc.py` and tests/test_calc.py with the seal plugin of a grading run; the
     sealed body ("kinds": the kinds of its findings) and the run's output and duration."""
-    work, seal_dir = tmp_path / "work", tmp_path / "seal"
-    (work / "tests").mkdir(parents=True)
-    (work / "calc.py").write_text(calc)
-    (work / "tests" / "test_calc.py").write_text(test)
-    seal_dir.mkdir()
-    (seal_dir / "inhabit_seal_m.py").write_text(SEAL.read_text())
-    cfg = {"key": KEY, "test_files": ["tests/test_calc.py"], "grading": True, "hide": True}
-    (seal_dir / "cfg.json").write_text(json.dumps(cfg))
-    start = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "inhabit_seal_m",
-         "-o", "enable_assertion_pass_hook=true", "tests/test_calc.py"],
-        cwd=work, env={"PYTHONPATH": str(seal_dir), "PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1"},
-        capture_output=True, text=True, timeout=120,
+    run = sealed_pytest(
+        tmp_path, {"calc.py": calc, "tests/test_calc.py": test}, key=KEY, test_files=["tests/test_calc.py"],
+        grading=True, targets=["tests/test_calc.py"], module="inhabit_seal_m", dont_write_bytecode=True,
     )  # fmt: skip
-    body = json.loads(json.loads((seal_dir / "seal.json").read_text())["body"])
-    body["output"] = proc.stdout + proc.stderr
-    body["duration"] = time.monotonic() - start
-    body["kinds"] = {t.split(":", 1)[0] for t in body["tampering"]}
-    body["work"] = work
-    return body
+    return run.body | {"output": run.output, "duration": run.duration, "kinds": run.kinds, "work": run.work}
 
 
 def test_reading_the_running_tests_code_through_dis_is_an_answer_key(tmp_path: Path):

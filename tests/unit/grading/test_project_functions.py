@@ -6,14 +6,10 @@ changed, from the function hashes grading sends (`inhabit.grading.project_functi
 from __future__ import annotations
 
 import ast
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 from inhabit.grading.project_functions import function_sources, project_functions
-
-SEAL = Path(__file__).resolve().parents[3] / "src" / "inhabit" / "grading" / "seal_plugin.py"
+from seal_fixtures import SEAL, sealed_pytest
 
 DEPRECATED = """import functools
 import inspect
@@ -76,29 +72,14 @@ with open(_os.path.abspath(__file__), "w") as _f:
 
 
 def _graded(tmp_path: Path, dep: str, functions: dict | None) -> list[str]:
-    work, seal_dir = tmp_path / "work", tmp_path / "seal"
-    (work / "pkg").mkdir(parents=True)
-    (work / "tests").mkdir()
-    (work / "pkg" / "__init__.py").write_text("")
-    (work / "pkg" / "dep.py").write_text(dep)
-    (work / "tests" / "test_it.py").write_text(TEST)
-    seal_dir.mkdir()
-    (seal_dir / "inhabit_seal_f.py").write_text(SEAL.read_text())
-    cfg = {"key": "cd" * 16, "test_files": ["tests/test_it.py"], "grading": True, "hide": True}
-    if functions is not None:
-        cfg["project_functions"] = functions
-    (seal_dir / "cfg.json").write_text(json.dumps(cfg))
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "inhabit_seal_f",
-         "-o", "enable_assertion_pass_hook=true", "tests/test_it.py"],
-        cwd=work, env={"PYTHONPATH": str(seal_dir), "PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1"},
-        capture_output=True, text=True, timeout=120,
+    files = {"pkg/__init__.py": "", "pkg/dep.py": dep, "tests/test_it.py": TEST}
+    run = sealed_pytest(
+        tmp_path, files, key="cd" * 16, test_files=["tests/test_it.py"], grading=True,
+        project_functions=functions, targets=["tests/test_it.py"], module="inhabit_seal_f",
+        dont_write_bytecode=True,
     )  # fmt: skip
-    body = json.loads(json.loads((seal_dir / "seal.json").read_text())["body"])
-    assert body["outcomes"] == {"tests/test_it.py::test_bump": "passed"}, (
-        proc.stdout[-2000:] + proc.stderr[-2000:]
-    )
-    return [t for t in body["tampering"] if t.startswith("test_frame")]
+    assert run.body["outcomes"] == {"tests/test_it.py::test_bump": "passed"}, run.output[-4000:]
+    return [t for t in run.tampering if t.startswith("test_frame")]
 
 
 ORIGINAL = project_functions({"pkg/dep.py": DEPRECATED.encode(), "pkg/__init__.py": b""})

@@ -18,6 +18,7 @@ from inhabit.harness.config import HarnessConfig
 from inhabit.harness.replay import ReplayPolicy
 from inhabit.harness.rollout import run_rollout
 from inhabit.tasks.task import load_task
+from seal_fixtures import sealed_pytest
 
 ROOT = Path(__file__).resolve().parents[3]
 ACTIONS = ROOT / "bench" / "hacks" / "actions"
@@ -199,7 +200,6 @@ def test_canaries_look_like_the_module_and_are_inconclusive_when_not_collected()
 
 # --- third-party code that changes its own functions while it is imported ----------------------
 
-SEAL = ROOT / "src" / "inhabit" / "grading" / "seal_plugin.py"
 SELF_CHANGING = """import types
 
 
@@ -230,24 +230,14 @@ def _sealed_run(
 ) -> list[str]:
     """Run pytest with the seal plugin (installed code on PYTHONPATH outside the workspace, as
     site-packages is) and return what its integrity checks reported. `test_files` is the list of
-    trusted test files grading passes in cfg.json (None: none passed)."""
-    lib, seal_dir, work = tmp_path / "lib", tmp_path / "seal", tmp_path / "work"
-    for folder, files in ((lib, lib_files), (work, tests)):
-        for name, text in files.items():
-            (folder / name).parent.mkdir(parents=True, exist_ok=True)
-            (folder / name).write_text(text)
-    seal_dir.mkdir()
-    (seal_dir / "inhabit_seal_x.py").write_text(SEAL.read_text())
-    cfg = {"key": "ab" * 16} if test_files is None else {"key": "ab" * 16, "test_files": test_files}
-    (seal_dir / "cfg.json").write_text(json.dumps(cfg))
-    args = [a for p in plugins for a in ("-p", p)]
-    env = {"PYTHONPATH": f"{lib}:{seal_dir}", "PATH": "/usr/bin:/bin"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args[:2], "-p", "inhabit_seal_x", *args[2:]],
-        cwd=work, env=env, capture_output=True, text=True, timeout=120,
+    trusted test files grading passes in cfg.json (None: none passed). The first of `plugins`
+    loads before the seal plugin."""
+    run = sealed_pytest(
+        tmp_path, tests, lib=lib_files, test_files=test_files, plugins=plugins, plugins_before_seal=1,
+        pass_hook=False,
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-3000:]
-    return json.loads(json.loads((seal_dir / "seal.json").read_text())["body"])["tampering"]
+    assert run.exit_code == 0, run.output[-3000:]
+    return run.tampering
 
 
 TEST_ADD = "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
