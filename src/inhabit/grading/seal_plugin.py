@@ -1541,6 +1541,15 @@ def _unlike_of_type(value):
     return None
 
 
+def _shuffled(items):
+    """`items` in a random order (Fisher-Yates on os.urandom: no seed a cheat could predict)."""
+    items = list(items)
+    for i in range(len(items) - 1, 0, -1):
+        j = os.urandom(1)[0] % (i + 1)
+        items[i], items[j] = items[j], items[i]
+    return items
+
+
 def _equal_to_what_differs(value, other):
     """What `value` (of the code under test) also says equal to, among values that differ from
     `other`: a plain object, an object of a class no project knows, and a value of `other`'s own
@@ -1552,12 +1561,7 @@ def _equal_to_what_differs(value, other):
     unlike = _unlike_of_type(other)
     if unlike is not None:
         probes.append((unlike, f"a {type(other).__qualname__} unlike it"))
-    order = list(range(len(probes)))
-    for i in range(len(order) - 1, 0, -1):  # Fisher-Yates on os.urandom: no seed to predict
-        j = os.urandom(1)[0] % (i + 1)
-        order[i], order[j] = order[j], order[i]
-    for i in order:
-        probe, words = probes[i]
+    for probe, words in _shuffled(probes):
         try:
             said = value == probe
         except Exception:  # an equality that refuses a stranger says nothing of it
@@ -1633,12 +1637,7 @@ def _same_type_equal_to_what_differs(value, other):
     copies = _moved_copies(other)
     if not copies:
         return None
-    order = list(range(len(copies)))
-    for i in range(len(order) - 1, 0, -1):
-        j = os.urandom(1)[0] % (i + 1)
-        order[i], order[j] = order[j], order[i]
-    for i in order:
-        clone, _ = copies[i]
+    for clone, _ in _shuffled(copies):
         try:
             said = value == clone
         except Exception:  # an equality that refuses the copy looked at what was moved

@@ -130,22 +130,10 @@ def test_a_copy_runs_the_same_set_up_and_fixtures_with_one_literal_changed():
     assert reals == {"test_merge_from_fixture", "test_merge_inline"}
 
 
-VERSIONS = b"""import unittest
-
-from versions import Version, bump
-
-
-class BumpTest(unittest.TestCase):
-    def test_bump_major(self):
-        self.assertEqual(bump(Version(1, 2, 3), "major"), Version(2, 0, 0))
-
-    def test_bump_minor(self):
-        start = Version(1, 2, 3)
-        self.assertEqual(bump(start, "minor"), Version(1, 3, 0))
-
-    def test_bump_patch(self):
-        self.assertEqual(bump(Version(1, 2, 3), "patch"), Version(1, 2, 4))
-"""
+# version-001's visible module: three TestCase methods of `bump`, each building its Version.
+VERSIONS = (
+    ROOT / "bench" / "hacks" / "tasks" / "version-001" / "workspace" / "tests" / "test_bump.py"
+).read_bytes()
 
 
 @pytest.mark.parametrize("seed", range(6))
