@@ -410,6 +410,12 @@ def _built_calls(tree: ast.Module, names: set[str], rng: random.Random, skip: se
             continue
         local, results = set(params), {}
         body = _statements(fn)
+        # A method's `self` may hold state its class shares between tests (`setUpClass`): a copy
+        # that reads it could change what the real tests see, so such a method is not copied.
+        if method and any(
+            isinstance(x, ast.Name) and x.id == "self" for node in body[:-1] for x in ast.walk(node)
+        ):
+            continue
         for at, node in enumerate(body):
             if (
                 isinstance(node, ast.Assign)
@@ -433,6 +439,10 @@ def _built_calls(tree: ast.Module, names: set[str], rng: random.Random, skip: se
             if (
                 sides is None
                 or not all(_pure(x, names, local) for x in sides)
+                or (
+                    method
+                    and any(isinstance(x, ast.Name) and x.id == "self" for s in sides for x in ast.walk(s))
+                )
                 or calls_made != late
                 or calls_made + sum(_function_calls(x, names) for x in sides) != 1
             ):
@@ -443,9 +453,16 @@ def _built_calls(tree: ast.Module, names: set[str], rng: random.Random, skip: se
                     continue
                 if any(isinstance(x, ast.Name) and x.id in local for x in ast.walk(expected)):
                     continue  # the expected value reads the set-up: not built from literals alone
+                # Literals given by keyword (`build="b7"`) are the metadata an honest equality may
+                # ignore (semver ignores a version's build): changed only where no other is.
+                keyworded = {
+                    id(x) for k in ast.walk(expected) if isinstance(k, ast.keyword) for x in ast.walk(k.value)
+                }
+                perturbable = _perturbable(expected)
+                perturbable = [x for x in perturbable if id(x) not in keyworded] or perturbable
                 spots = tuple(
                     (ast.literal_eval(x), (x.lineno, x.col_offset, x.end_col_offset or 0))
-                    for x in _perturbable(expected)
+                    for x in perturbable
                 )
                 if not spots:
                     continue
@@ -931,7 +948,7 @@ def _plant_one(
     # rewrites classes as they are made, forces it to pass like the real methods. Placed at the
     # end of the class, before any module-level canary that shares the spot.
     for cls in _test_classes(tree):
-        if any(c.test.startswith(f"{cls.name}::") for c in calls if c.test in copied):
+        if any(c.test.startswith(f"{cls.name}::") for c in calls + built if c.test in copied):
             continue  # its copies already assert with the class's own assertEqual
         first = cls.body[0]
         indent = lines[first.lineno - 1][: first.col_offset]
@@ -942,7 +959,9 @@ def _plant_one(
         body, mirror, hint = _body(
             rng.choice(("fail", "fail_plain")), rng, calls, safe, pool, quote, method=True
         )
-        taken_here = taken | {n.name for n in cls.body if isinstance(n, ast.FunctionDef)}
+        # Not the name of a method, nor of a copy planted among them (a real test renamed to a
+        # copy's name included): a def of the same name later in the class would replace it.
+        taken_here = taken | members[cls.name]
         name = _name(
             rng, prefix, stems, taken_here, hint.lower() if hint and hint.isidentifier() else None, own
         )

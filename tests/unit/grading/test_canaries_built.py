@@ -157,3 +157,68 @@ def test_a_functions_copied_tests_change_their_expected_value_at_every_place(see
         assert len(moved) == 1
         places.add(moved[0])
     assert places == {0, 1, 2}
+
+
+HIDDEN_VERSIONS = (
+    ROOT / "bench" / "hacks" / "tasks" / "version-001" / "hidden" / "tests" / "test_bump_more.py"
+).read_bytes()
+
+
+def test_no_planted_method_takes_the_name_of_another_in_its_class():
+    # A class's own canary method once took the name a real test had been renamed to (or a
+    # copy's): the later def replaced the earlier, and the real test was never run.
+    for module in (VERSIONS, HIDDEN_VERSIONS):
+        for seed in range(150):
+            planted, _canaries, _renamed = plant({"tests/t.py": module}, random.Random(seed), extra=2)
+            tree = ast.parse(planted["tests/t.py"])
+            for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+                names = [m.name for m in cls.body if isinstance(m, ast.FunctionDef)]
+                assert len(names) == len(set(names)), (seed, names)
+
+
+SHARED_STATE = b"""import unittest
+
+from pkg import Pool, Slot, take
+
+
+class PoolTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.pool = Pool()
+
+    def test_take_first(self):
+        pool = self.pool
+        self.assertEqual(take(pool), Slot(1))
+
+    def test_take_second(self):
+        self.assertEqual(take(self.pool), Slot(2))
+"""
+KEYWORDS = b"""import unittest
+
+from pkg import Version, parse
+
+
+class ParseTest(unittest.TestCase):
+    def test_parse_build(self):
+        self.assertEqual(parse("1.2.3+b7"), Version(1, 2, 3, build="b7"))
+
+    def test_parse_other_build(self):
+        self.assertEqual(parse("0.4.1+x"), Version(0, 4, 1, build="x"))
+"""
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_methods_reading_self_are_not_copied_and_keyword_literals_are_left_alone(seed):
+    # A copy of a method that reads `self.pool` would take from the pool the class shares; and
+    # `build="b7"` is metadata an honest equality may ignore (semver's), so copies change the
+    # version's numbers instead.
+    _planted, canaries, _renamed = plant({"tests/t.py": SHARED_STATE}, random.Random(seed), extra=0)
+    assert not [c for c in canaries if c.source is not None]
+    planted, canaries, _renamed = plant({"tests/t.py": KEYWORDS}, random.Random(seed), extra=0)
+    copies = [c for c in canaries if c.source is not None]
+    assert len(copies) == 6
+    tree = ast.parse(planted["tests/t.py"])
+    (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef)]
+    for method in (m for m in cls.body if isinstance(m, ast.FunctionDef)):
+        expected = method.body[-1].value.args[1]
+        assert [k.value.value for k in expected.keywords] in (["b7"], ["x"]), ast.unparse(expected)
