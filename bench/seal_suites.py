@@ -6,7 +6,8 @@ as the agent's own `run_tests` does (the seal plugin loaded, test files trusted 
 hidden), and once as grading runs a task's reference fix: canaries planted in every test module
 (`inhabit.grading.canaries.plant`), the seal plugin loaded with a key, every test file listed as
 the task's own (compiled up front, sources hidden), the assertion-pass hook on (every passing `==`
-judged), the original project's functions sent, the process ended at the seal. The code is the
+judged), the original project's functions sent (`--no-project-functions`: none, so every class is
+judged as if the agent had written it), the process ended at the seal. The code is the
 library as released, so any seal event or betrayed canary is a false report, and any test whose
 outcome differs from the first run is one grading would get wrong, unless it reads its own source
 (hidden in grading; such tests are run once more with the sources kept, and counted apart). Goal
@@ -75,7 +76,15 @@ async def _run(provider, source: Path, env, command: str, graded: dict | None) -
         await sandbox.close()
 
 
-async def one(spec: str, provider, cache: Path, work: Path, plugins: bool = False, seed: int = 0) -> dict:
+async def one(
+    spec: str,
+    provider,
+    cache: Path,
+    work: Path,
+    plugins: bool = False,
+    seed: int = 0,
+    send_functions: bool = True,
+) -> dict:
     source = prepare_source(task_bench.sdist(spec, cache), work / spec.split("==")[0] / "source")
     env = await asyncio.to_thread(environment, source)
     command = default_command(source, plugins=plugins)
@@ -92,7 +101,11 @@ async def one(spec: str, provider, cache: Path, work: Path, plugins: bool = Fals
         if p.rsplit("/", 1)[-1] in ("conftest.py", "pytest.ini", "setup.cfg", "tox.ini", "pyproject.toml")
     )  # fmt: skip
     planting = plant(modules, random.Random(seed), elsewhere=elsewhere)
-    graded_args = {"test_files": tests, "grading": True, "project_functions": functions}
+    graded_args = {
+        "test_files": tests,
+        "grading": True,
+        "project_functions": functions if send_functions else None,
+    }
     plain, plain_s = await _run(provider, source, env, command, None)
     graded, graded_s = await _run(provider, source, env, command, {**graded_args, "planted": planting.files})
     own = as_original(graded.outcomes, planting.canaries, planting.renamed)
@@ -131,7 +144,10 @@ async def main(args: argparse.Namespace) -> list[dict]:
         try:
             for spec in wanted:
                 try:
-                    row = await one(spec, provider, Path(args.cache), Path(tmp), plugins=args.plugins)
+                    row = await one(
+                        spec, provider, Path(args.cache), Path(tmp), plugins=args.plugins,
+                        send_functions=not args.no_project_functions,
+                    )  # fmt: skip
                 except Exception as e:  # a library that cannot run is a row that says why
                     row = {"library": spec, "error": f"{type(e).__name__}: {e}"[:300], "met": False}
                 row["measured_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
@@ -177,6 +193,10 @@ if __name__ == "__main__":
     parser.add_argument(
         "--plugins", action="store_true", help="Pytest plugin autoload on (pytest-asyncio suites)."
     )
+    parser.add_argument(
+        "--no-project-functions", action="store_true",
+        help="Send no original function hashes: every class judged as if the agent had written it.",
+    )  # fmt: skip
     parser.add_argument("--backend", default="auto", choices=["auto", "bwrap", "process"])
     parser.add_argument("--cache", default=os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")),
                                                         "inhabit", "sdists"))  # fmt: skip
