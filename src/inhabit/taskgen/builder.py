@@ -7,7 +7,9 @@ Pipeline (`build_tasks`):
      runs reported (parametrized ids made from random values, the time, object addresses) and tests
      whose outcome differs between them. Every run pins PYTHONHASHSEED (`testrun.HASH_SEED`), so
      ids that follow set or dict iteration order are stable and kept. A mutant is never classified
-     by an unstable id; the build report counts them. A suite slower than `coverage_above_s` is
+     by an unstable id; the build report counts them. A third run, as grading runs the suite (test
+     sources compiled up front and hidden), drops the tests that pass only with their source on
+     disk (a test that reads its own file fails under grading, fix or no fix). A suite slower than `coverage_above_s` is
      also run once under coverage to map each function to the tests that execute it
      (`tasks.covmap`);
   3. candidates: `per_function` mutations per function (`tasks.mutate`), seeded sample, capped
@@ -128,6 +130,9 @@ class BuildReport:
     """Passing baseline tests reported by only one of the two baseline runs."""
     flaky_dropped: int = 0
     """Tests reported by both baseline runs with different outcomes."""
+    graded_failing_dropped: int = 0
+    """Tests that pass in a plain run but not as grading runs the suite (test sources compiled up
+    front and hidden: a test that reads its own file, as boltons' traceback tests do)."""
     code_file_tests_dropped: int = 0
     """Tests that live in code files (doctests): grading restores the files of required tests, which
     would undo a fix there, so they are never required."""
@@ -267,6 +272,32 @@ def _candidates(
                     unique[key] = m
                     taken += 1
     return list(unique.values()), texts
+
+
+async def _graded_failing(sandbox, command: str, source: Path, baseline: TestRunResult) -> set[str]:
+    """Baseline-passing tests that do not pass when the untouched project's suite runs as grading
+    runs it: every test file listed and compiled by the seal plugin up front, its source hidden
+    on disk. A test that reads its own file (boltons' traceback tests check the source lines of
+    their own frames) fails there, on the reference fix as on the bug, so as a required test it
+    would make every task invalid. Empty when that run gives no report (it is never a reason to
+    drop the whole suite). `sandbox` is spent: the run empties the test files it compiled."""
+    tests = sorted(
+        p.relative_to(source).as_posix()
+        for p in source.rglob("*.py")
+        if p.is_file() and is_test_path(p.relative_to(source).as_posix())
+    )
+    graded = await run_tests(
+        sandbox, command, timeout_s=3600, extra_args=["--tb=no"], test_files=tests, grading=True
+    )
+    if graded.integrity != "ok" or not graded.outcomes:
+        log.warning("the suite did not run as grading runs it (%s); no test dropped for it", graded.summary)
+        return set()
+    failing = {n for n in baseline.passed if graded.outcomes.get(n) != "passed"}
+    if failing:
+        log.info(
+            "%d tests pass but not as grading runs them (dropped), e.g. %s", len(failing), sorted(failing)[:3]
+        )
+    return failing
 
 
 def _unstable(first: TestRunResult, second: TestRunResult) -> tuple[set[str], set[str]]:
@@ -558,15 +589,22 @@ async def build_tasks(
             if config.stability_run:
                 again = await run_tests(base, command, timeout_s=3600, extra_args=["--tb=no"])
                 unstable, flaky = _unstable(baseline, again)
+            # In a sandbox of its own: grading's run empties the test files it compiled.
+            graded_box = await create_sandbox(provider, source, env=env_path)
+            try:
+                graded_failing = await _graded_failing(graded_box, command, source, baseline)
+            finally:
+                await graded_box.close()
             header = {
                 "kind": "header",
                 "config": config.model_dump(mode="json"),
                 "tree": digest,
                 "command": command,
-                "passing": sorted(set(baseline.passed) - unstable - flaky),
+                "passing": sorted(set(baseline.passed) - unstable - flaky - graded_failing),
                 "failing": sorted(n for n, o in baseline.outcomes.items() if o in ("failed", "error")),
                 "unstable": sorted(unstable),
                 "flaky": sorted(flaky),
+                "graded_failing": sorted(graded_failing),
                 "baseline_s": round(baseline.duration_s, 3),
             }
             with state_path.open("a") as f:
@@ -580,6 +618,7 @@ async def build_tasks(
         report.baseline_failing_dropped = len(header["failing"])
         report.unstable_ids_dropped = len(header.get("unstable", ()))
         report.flaky_dropped = len(header.get("flaky", ()))
+        report.graded_failing_dropped = len(header.get("graded_failing", ()))
         report.baseline_s = header["baseline_s"]
         cover = None
         select = header["baseline_s"] > config.coverage_above_s

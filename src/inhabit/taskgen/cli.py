@@ -108,6 +108,7 @@ def build(
         ("baseline tests failing (dropped)", report.baseline_failing_dropped),
         ("unstable test ids (dropped)", report.unstable_ids_dropped),
         ("flaky tests (dropped)", report.flaky_dropped),
+        ("tests failing only as grading runs them, sources hidden (dropped)", report.graded_failing_dropped),
         ("tests in code files, e.g. doctests (dropped)", report.code_file_tests_dropped),
         ("environment", report.env_id or "none (inhabit's Python)"),
         *(
