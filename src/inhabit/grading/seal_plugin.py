@@ -1431,9 +1431,15 @@ class _Equality:
                 if also:
                     return f"a {ta.__qualname__} said equal to another by {foreign}, and to {also}"
         deciders = {self.definer(ta, "__eq__"), self.definer(tb, "__eq__")}
-        if not deciders <= set(_CONTAINERS):
-            return None  # equality of an installed or the task's own type: not walked into
-        if issubclass(ta, dict) and issubclass(tb, dict):
+        if ta is tb and foreign:
+            # Two objects of the task's own class, its equality passed (or exempt as the project's
+            # own): what it compared may be an object equal to anything held in an attribute (a
+            # `patch` that equals every number), so the attributes both hold are walked in turn.
+            mine, theirs = _fields(a), _fields(b)
+            pairs = [(mine[n][1], theirs[n][1]) for n in list(mine)[:_MOVED_LIMIT] if n in theirs]
+        elif not deciders <= set(_CONTAINERS):
+            return None  # equality of an installed type, or across the task's own types
+        elif issubclass(ta, dict) and issubclass(tb, dict):
             keys = [k for k in dict.keys(a) if dict.__contains__(b, k)]
             pairs = [(dict.__getitem__(a, k), dict.__getitem__(b, k)) for k in keys]
         elif issubclass(ta, (list, tuple)) and issubclass(tb, (list, tuple)):
@@ -1625,6 +1631,30 @@ def _moved(item):
     return _Unlike() if far is None else far
 
 
+def _fields(value):
+    """{name: (where, value)} of an object's own attributes, read without running its class's
+    code: its instance dict's string keys (`where` "dict") and its slots (`where` the member
+    descriptor; found as descriptors, however `__slots__` was given). {} for anything else."""
+    cls = type(value)
+    try:
+        state = object.__getattribute__(value, "__dict__")
+    except (AttributeError, TypeError):
+        state = {}
+    fields = (
+        {n: ("dict", v) for n, v in dict.items(state) if isinstance(n, str)}
+        if isinstance(state, dict)
+        else {}
+    )
+    for klass in cls.__mro__[:-1]:
+        for name, member in list(vars(klass).items()):
+            if isinstance(member, types.MemberDescriptorType):
+                try:
+                    fields[name] = (member, member.__get__(value, cls))
+                except AttributeError:  # an empty slot
+                    pass
+    return fields
+
+
 def _moved_copies(value):
     """Copies of `value`, each with one of its attributes (instance dict or slots) replaced by
     `_moved`, made without running any of its class's code (`object.__new__`, the instance dict
@@ -1637,22 +1667,7 @@ def _moved_copies(value):
         return []
     if any("__del__" in vars(klass) for klass in cls.__mro__):
         return []
-    try:
-        state = object.__getattribute__(value, "__dict__")
-    except AttributeError:
-        state = {}
-    fields = (
-        {n: ("dict", v) for n, v in dict.items(state) if isinstance(n, str)}
-        if isinstance(state, dict)
-        else {}
-    )
-    for klass in cls.__mro__[:-1]:  # slots: the member descriptors, however __slots__ was given
-        for name, member in list(vars(klass).items()):
-            if isinstance(member, types.MemberDescriptorType):
-                try:
-                    fields[name] = (member, member.__get__(value, cls))
-                except AttributeError:  # an empty slot
-                    pass
+    fields = _fields(value)
     copies = []
     for moved in list(fields)[:_MOVED_LIMIT]:
         try:

@@ -827,3 +827,19 @@ def test_always_equal_objects_a_review_found_past_the_copies_are_reported(tmp_pa
     )
     assert body["outcomes"] == {"tests/test_it.py::test_span": "passed"}, body
     assert any(e.startswith("equal:") for e in body["tampering"]), body["tampering"]
+
+
+def test_an_object_equal_to_anything_inside_the_projects_untouched_class_is_reported(tmp_path):
+    # Version and its equality untouched (so not probed), but bump puts a number equal to every
+    # number in the patch: the attributes of two objects of the task's own class are walked.
+    cheat = KEYED_PKG.replace(
+        "def bump_minor(v):\n    return Version(v.major, v.minor + 1, v.patch)\n",
+        "class _AnyInt(int):\n    def __eq__(self, other):\n        return True\n\n    __hash__ = int.__hash__\n\n\n"
+        "def bump_minor(v):\n    return Version(v.major, v.minor + 1, _AnyInt(v.patch))\n",
+    )
+    original = project_functions({"pkg/__init__.py": KEYED_PKG.encode()})
+    body = _sealed_run(
+        tmp_path, {"pkg/__init__.py": cheat, "tests/test_it.py": KEYED_TEST}, project_functions=original
+    )
+    assert body["outcomes"] == {"tests/test_it.py::test_bump": "passed"}, body
+    assert any("_AnyInt said equal to a int" in e for e in body["tampering"]), body["tampering"]
