@@ -3,7 +3,7 @@
 For each library (its sdist, `pip download --no-deps --no-binary :all: NAME==VER`, cached outside
 the repository), `inhabit tasks build` with its defaults (no `--command`: the default command,
 the project's declared test environment) over 12 candidates, then `tasks check` twice more on every
-kept task (the build checked it once already). Reported per library: valid tasks of the
+kept task (the build checked it once already; `-j` tasks at a time). Reported per library: valid tasks of the
 candidates, build time, grading time per task (half a `tasks check`, which grades the untouched
 workspace and the reference fix), each rejected candidate's reason, the bug mix (operators kept
 and how the kept bugs fail: wrong value or exception) and the measurement options left out of the
@@ -14,7 +14,7 @@ cost. Libraries can be measured one run at a time (`--only`): bench/results/task
 last row of each with its date, and the table lists the whole set, `not measured` where no run
 has a row.
 
-    .venv/bin/python bench/tasks.py [--only isodate,semver] [--candidates 12] [-j 2] [--cache DIR]
+    .venv/bin/python bench/tasks.py [--only isodate,semver] [--candidates 12] [-j 2] [--cache DIR] [--work DIR]
 """
 
 from __future__ import annotations
@@ -92,7 +92,8 @@ def bare_run_s(archive: Path, env_id: str | None) -> float:
 async def one(spec: str, args: argparse.Namespace, provider, work: Path) -> dict:
     archive = sdist(spec, Path(args.cache))
     out = work / spec.split("==")[0]
-    shutil.rmtree(out, ignore_errors=True)
+    if not args.work:  # a fresh build; with --work an earlier one there resumes
+        shutil.rmtree(out, ignore_errors=True)
     t = time.perf_counter()
     report = await build_tasks(
         archive,
@@ -105,16 +106,22 @@ async def one(spec: str, args: argparse.Namespace, provider, work: Path) -> dict
     build_s = time.perf_counter() - t
     baseline = bare_run_s(archive, report.env_id)
     checks, grading_s = {}, []
-    for task_id in report.tasks:
+    gate = asyncio.Semaphore(args.concurrency)
+
+    async def check_twice(task_id: str) -> None:
+        # Two checks in a row of one task; tasks are checked `-j` at a time.
         results = []
         for _ in range(2):
-            t = time.perf_counter()
-            check = await check_task(out / task_id, provider)
-            grading_s.append((time.perf_counter() - t) / 2)
+            async with gate:
+                t = time.perf_counter()
+                check = await check_task(out / task_id, provider)
+                grading_s.append((time.perf_counter() - t) / 2)
             results.append(check.valid)
             if not check.valid:
                 checks.setdefault("problems", {})[task_id] = check.problem_lines()[:3]
         checks[task_id] = all(results)
+
+    await asyncio.gather(*(check_twice(task_id) for task_id in report.tasks))
     valid = report.kept
     twice = all(v for k, v in checks.items() if k != "problems")
     return {
@@ -154,7 +161,7 @@ def merged_rows(path: Path, fresh: dict[str, dict]) -> list[dict]:
 
 
 async def main(args: argparse.Namespace) -> list[dict]:
-    work = Path(tempfile.mkdtemp(prefix="inhabit-bench-tasks-"))
+    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="inhabit-bench-tasks-"))
     provider = create_provider(SandboxConfig(backend=args.backend))
     wanted = [s for s in LIBRARIES if not args.only or s.split("==")[0] in args.only.split(",")]
     fresh: dict[str, dict] = {}
@@ -185,7 +192,8 @@ async def main(args: argparse.Namespace) -> list[dict]:
             store.write_text(json.dumps([r for r in rows if not r.get("not_measured")], indent=1))
     finally:
         await provider.close()
-        shutil.rmtree(work, ignore_errors=True)
+        if not args.work:
+            shutil.rmtree(work, ignore_errors=True)
     rows = merged_rows(store, fresh)
     table = Table(title=f"tasks build on the {len(rows)} libraries of the set ({args.backend}, "
                         f"-j {args.concurrency}, {args.candidates} candidates; rows not run now are "
@@ -220,6 +228,10 @@ if __name__ == "__main__":
     parser.add_argument("--candidates", type=int, default=12)
     parser.add_argument("-j", "--concurrency", type=int, default=2)
     parser.add_argument("--backend", default="auto", choices=["auto", "bwrap", "process"])
+    parser.add_argument(
+        "--work",
+        help="Build under this folder and keep it: a build interrupted there resumes (its build_s is the rest).",
+    )
     parser.add_argument(
         "--cache",
         default=os.path.join(
