@@ -127,12 +127,15 @@ class _Call:
     span: tuple[int, int] | None = None
     literal_at: tuple[int, int, int] | None = None
     # A test that builds its arguments and expected value first (`spans = [Interval(1, 3)]`, then
-    # `assert merge(spans) == [Interval(1, 5)]`): only ever copied whole (`text` names its locals),
-    # `value` and `literal_at` being one literal inside the expected value (`_built_calls`).
-    built: bool = False
-    # A built test's perturbable literals in source order ((value, literal_at) each): the copy
-    # changes the one `_plant_one` picks, so that a function's copied tests differ in where.
+    # `assert merge(spans) == [Interval(1, 5)]`): only ever copied whole (`text` names its locals).
+    # Its `spots` are the perturbable literals of its expected value in source order ((value,
+    # literal_at) each); `_plant_one` picks the one a copy changes when it copies the test, so
+    # that a function's copied tests differ in where (`_built_calls`).
     spots: tuple[tuple[object, tuple[int, int, int]], ...] = ()
+
+    @property
+    def built(self) -> bool:
+        return bool(self.spots)
 
 
 def _project_names(tree: ast.Module) -> list[str]:
@@ -382,7 +385,12 @@ def _perturbable(node: ast.expr) -> list[ast.expr]:
     return out
 
 
-def _built_calls(tree: ast.Module, names: set[str], rng: random.Random, skip: set[str]) -> list[_Call]:
+def _reads_self(nodes) -> bool:
+    """Whether any of the AST `nodes` reads the name `self`."""
+    return any(isinstance(x, ast.Name) and x.id == "self" for node in nodes for x in ast.walk(node))
+
+
+def _built_calls(tree: ast.Module, names: set[str], skip: set[str]) -> list[_Call]:
     """Tests that build values before the comparison that decides them: top-level test functions
     (fixtures as parameters allowed, no decorators) and TestCase methods whose body is assignments
     that only build values (`_pure`) and then `assert A == B` (a method's `self.assertEqual(A,
@@ -391,7 +399,8 @@ def _built_calls(tree: ast.Module, names: set[str], rng: random.Random, skip: se
     (`[Interval(1, 5)]`). Each is copied whole with one literal of the expected value changed, as
     a comparison that opens a test is: the copy runs the same set-up, the same constructors and
     the same fixtures as the real test, so a runner or a result that tells the real tests from the
-    canaries by whether the test called the code cannot. Which literal is drawn once per test."""
+    canaries by whether the test called the code cannot. Which literal a copy changes is chosen
+    when the test is copied (`_plant_one`)."""
     found = []
     tests = [(fn.name, fn, False) for fn in tree.body if isinstance(fn, ast.FunctionDef)]
     for cls in _test_classes(tree):  # TestCase methods: `self` their one parameter
@@ -412,9 +421,7 @@ def _built_calls(tree: ast.Module, names: set[str], rng: random.Random, skip: se
         body = _statements(fn)
         # A method's `self` may hold state its class shares between tests (`setUpClass`): a copy
         # that reads it could change what the real tests see, so such a method is not copied.
-        if method and any(
-            isinstance(x, ast.Name) and x.id == "self" for node in body[:-1] for x in ast.walk(node)
-        ):
+        if method and _reads_self(body[:-1]):
             continue
         for at, node in enumerate(body):
             if (
@@ -439,10 +446,7 @@ def _built_calls(tree: ast.Module, names: set[str], rng: random.Random, skip: se
             if (
                 sides is None
                 or not all(_pure(x, names, local) for x in sides)
-                or (
-                    method
-                    and any(isinstance(x, ast.Name) and x.id == "self" for s in sides for x in ast.walk(s))
-                )
+                or (method and _reads_self(sides))
                 or calls_made != late
                 or calls_made + sum(_function_calls(x, names) for x in sides) != 1
             ):
@@ -466,16 +470,14 @@ def _built_calls(tree: ast.Module, names: set[str], rng: random.Random, skip: se
                 )
                 if not spots:
                     continue
-                value, literal_at = rng.choice(spots)
                 found.append(
                     _Call(
                         text=fn.name,
                         name=called.split(".")[-1],
-                        value=value,
+                        value=spots[0][0],  # the place a copy changes is chosen when it is made
                         test=test,
                         span=(fn.lineno, fn.end_lineno or fn.lineno),
-                        literal_at=literal_at,
-                        built=True,
+                        literal_at=spots[0][1],
                         spots=spots,
                     )
                 )
@@ -802,7 +804,7 @@ def _plant_one(
         return None  # it will fail to collect; the collection error already counts
     names = _project_names(tree)
     calls = _calls(tree, source, set(names))
-    built = _built_calls(tree, set(names), rng, {c.test for c in calls})
+    built = _built_calls(tree, set(names), {c.test for c in calls})
     safe = _safe_names(tree, names)
     pool = _literals(tree)
     quote = '"' if source.count('"') > source.count("'") else "'"
