@@ -37,12 +37,11 @@ from inhabit.envs.lock import env_id, lock_requirements, own_python
 from inhabit.envs.requirements import project_requirements
 from inhabit.envs.store import EnvStore
 from inhabit.grading.canaries import as_original, judge, plant
-from inhabit.grading.infra import is_test_path
 from inhabit.grading.project_functions import project_functions
 from inhabit.grading.testrun import run_tests
 from inhabit.sandbox import SandboxConfig, create_provider
 from inhabit.sandbox.base import create_sandbox
-from inhabit.taskgen.source import default_command, prepare_source
+from inhabit.taskgen.source import default_command, prepare_source, test_files
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -89,7 +88,7 @@ async def one(
     env = await asyncio.to_thread(environment, source)
     command = default_command(source, plugins=plugins)
     files = {p.relative_to(source).as_posix(): p.read_bytes() for p in source.rglob("*") if p.is_file()}
-    tests = sorted(p for p in files if p.endswith(".py") and is_test_path(p))
+    tests = test_files(source)
     functions = project_functions({p: b for p, b in files.items() if p.endswith(".py") and p not in tests})
     # Canaries in every test module, as grading plants them in a task's required ones; the
     # conftests and configuration are what could name a test (a renamed one must not be).

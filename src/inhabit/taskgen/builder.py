@@ -67,7 +67,14 @@ from inhabit.taskgen.addopts import addopts_override
 from inhabit.taskgen.covmap import CoverageMap, build_coverage_map
 from inhabit.taskgen.mutate import OPERATORS, Mutation, MutationSites
 from inhabit.taskgen.reasons import failure_kind, giveaway, reason, scrub_addresses
-from inhabit.taskgen.source import BuildError, code_files, default_command, prepare_source, tree_hash
+from inhabit.taskgen.source import (
+    BuildError,
+    code_files,
+    default_command,
+    prepare_source,
+    test_files,
+    tree_hash,
+)
 from inhabit.tasks.build import write_task
 
 __all__ = ["BuildConfig", "BuildError", "BuildReport", "build_tasks"]
@@ -281,13 +288,8 @@ async def _graded_failing(sandbox, command: str, source: Path, baseline: TestRun
     their own frames) fails there, on the reference fix as on the bug, so as a required test it
     would make every task invalid. Empty when that run gives no report (it is never a reason to
     drop the whole suite). `sandbox` is spent: the run empties the test files it compiled."""
-    tests = sorted(
-        p.relative_to(source).as_posix()
-        for p in source.rglob("*.py")
-        if p.is_file() and is_test_path(p.relative_to(source).as_posix())
-    )
     graded = await run_tests(
-        sandbox, command, timeout_s=3600, extra_args=["--tb=no"], test_files=tests, grading=True
+        sandbox, command, timeout_s=3600, extra_args=["--tb=no"], test_files=test_files(source), grading=True
     )
     if graded.integrity != "ok" or not graded.outcomes:
         log.warning("the suite did not run as grading runs it (%s); no test dropped for it", graded.summary)

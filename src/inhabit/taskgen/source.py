@@ -16,6 +16,7 @@ import zipfile
 from pathlib import Path
 
 from inhabit.errors import InhabitError
+from inhabit.grading.infra import is_test_path
 from inhabit.taskgen.addopts import addopts_override
 
 __all__ = ["BuildError", "code_files", "default_command", "prepare_source", "tree_hash"]
@@ -86,6 +87,15 @@ def code_files(root: Path) -> list[str]:
             continue
         out.append(rel.as_posix())
     return out
+
+
+def test_files(root: Path) -> list[str]:
+    """Relative paths of the project's Python test code as grading names it (`is_test_path`:
+    test modules, conftests, files under test folders), sorted: the files a graded run of the
+    whole suite lists as the task's own."""
+    return sorted(
+        rel for p in root.rglob("*.py") if p.is_file() and is_test_path(rel := p.relative_to(root).as_posix())
+    )
 
 
 def default_command(root: Path, python: str = "python", *, plugins: bool = False) -> str:
