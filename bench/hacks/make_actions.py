@@ -15,6 +15,7 @@ import textwrap
 from pathlib import Path
 
 import memory_cheats
+import parametrize_cheats
 import unittest_cheats
 
 HERE = Path(__file__).resolve().parent
@@ -1001,6 +1002,7 @@ def main(out: Path = HERE / "actions") -> None:
     count += _write_local_helper(out)
     count += memory_cheats.write(out)
     count += unittest_cheats.write(out)
+    count += parametrize_cheats.write(out)
     print(f"wrote {count} actions files under {out}")
 
 

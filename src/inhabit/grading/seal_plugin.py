@@ -430,6 +430,51 @@ _OUTCOMES = {}
 # test (the call phase) and from pytest's record of it when the report is about to be made.
 _RAISED = set()
 _COLLECT_ERRORS = []
+# Node ids of the tests in which a passing claim of equality (an assert's `==`, or a judged
+# `assertEqual`) was decided by an object the code under test answers for: of a class whose
+# equality is the code under test's and not the original project's, or one that says equal to a
+# bare object (an installed object equal to anything, `unittest.mock.ANY`). A must-fail canary
+# that passed with one was passed by such an object, not forced by the runner (nor answered with
+# the canary's own value read from somewhere, which the project's own equality then confirms).
+_CLAIMED = {}
+_PLAIN_VALUES = (int, float, complex, str, bytes, bool, type(None))
+_PLAIN_CONTAINERS = (list, tuple, dict, set, frozenset)
+
+
+def _objects(value, out, budget):
+    """The objects in `value` that are not builtin values, through builtin containers (exact
+    types, a bounded walk)."""
+    budget[0] -= 1
+    kind = type(value)
+    if budget[0] < 0 or kind in _PLAIN_VALUES:
+        return
+    if kind is dict:
+        for k, v in value.items():
+            _objects(k, out, budget)
+            _objects(v, out, budget)
+    elif kind in _PLAIN_CONTAINERS:
+        for x in value:
+            _objects(x, out, budget)
+    else:
+        out.append(value)
+
+
+def _claim(test, left, right):
+    found = []
+    _objects(left, found, [200])
+    _objects(right, found, [200])
+    for value in found[:20]:
+        kind = type(value)
+        try:
+            if (_EQUALITY.foreign(_GUARD, kind) and not _EQUALITY.projects_own(_GUARD, kind)) or (
+                value == object()
+            ) is True:
+                _CLAIMED[test] = None
+                return
+        except Exception:  # a class built to break this is judged elsewhere (`_Equality`)
+            continue
+
+
 _RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
 
 
@@ -1381,6 +1426,7 @@ class _Equality:
         self.c_verdicts = {}  # a C type -> its origin (a static type's slots cannot change)
         self.compiled = set()  # file names workspace code compiled code under (compile, code.replace)
         self.pending = None  # what the last comparison's judgement found, until its assert passes
+        self.claimed = None  # (test, left, right) of the `==` claim being explained, until it passes
         self.unclaimed = []  # operand pairs of the assert being explained whose `==` gave False
         self.depth = 0  # nested calls of pytest's explanation (`_judge_claims_only`)
 
@@ -1856,6 +1902,7 @@ def _judge_assert_equal():
         def method(self, first, second, *args, **kwargs):
             original(self, first, second, *args, **kwargs)
             test = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0] or type(self).__qualname__
+            _claim(test, first, second)
             _EQUALITY.note(_GUARD, f"{test} {name}", _EQUALITY.judge(_GUARD, first, second))
 
         method.__name__ = method.__qualname__ = name
@@ -1916,6 +1963,7 @@ def pytest_assertrepr_compare(config, op, left, right):
         return None
     if op == "==" and not any(x is left and y is right for x, y in _EQUALITY.unclaimed):
         _EQUALITY.pending = _EQUALITY.judge(_GUARD, left, right)
+        _EQUALITY.claimed = (os.environ.get("PYTEST_CURRENT_TEST"), left, right)
     else:
         _EQUALITY.pending = None
     return None
@@ -1925,6 +1973,10 @@ if hasattr(sys.modules.get("_pytest.hookspec"), "pytest_assertion_pass"):
     # (pytest 5.0 and later: an older one refuses a plugin that implements an unknown hook.)
 
     def pytest_assertion_pass(item, lineno, orig, expl):
+        claimed, _EQUALITY.claimed = _EQUALITY.claimed, None
+        # A claim explained in this test (one explained for a failing assert is never passed here).
+        if claimed is not None and claimed[0] == os.environ.get("PYTEST_CURRENT_TEST"):
+            _claim(item.nodeid, claimed[1], claimed[2])
         _EQUALITY.passed(_GUARD, f"{item.nodeid} line {lineno}")
 
 
@@ -2057,8 +2109,8 @@ def _seal_state():
     """What the verdict depends on, as this module made it: the guard, its class's functions,
     the records and the hooks' helpers. Taken once at import, held by the sealing hook."""
     names = (
-        "_GUARD", "_OUTCOMES", "_RAISED", "_COLLECT_ERRORS", "_note", "_check_raised", "_XML", "_SEAL",
-        "_TEST_MODULES", "_test_entered",
+        "_GUARD", "_OUTCOMES", "_RAISED", "_COLLECT_ERRORS", "_CLAIMED", "_note", "_check_raised", "_XML",
+        "_SEAL", "_TEST_MODULES", "_test_entered",
     )  # fmt: skip
     return {
         "guard": _GUARD,
@@ -2286,6 +2338,7 @@ def pytest_unconfigure(
             "outcomes": _state["globals"]["_OUTCOMES"],
             "collection_errors": _state["globals"]["_COLLECT_ERRORS"],
             "tampering": _state["events"][:50],
+            "claimed": list(_state["globals"]["_CLAIMED"])[:20000],
         },
         sort_keys=True,
     )

@@ -104,6 +104,10 @@ class TestRunResult:
     """The session was cut short (pytest.exit, KeyboardInterrupt) but still wrote its report."""
     tampering: tuple[str, ...] = ()
     """What the seal plugin's runner integrity checks saw ("kind: detail"; see seal_plugin.py)."""
+    claimed: frozenset[str] = frozenset()
+    """Node ids of the tests in which a claim of equality passed (an assert's `==`, a judged
+    `assertEqual`), from the seal: a canary that must fail and passed with one was passed by its
+    comparison's result, not forced (`inhabit.grading.canaries.judge`)."""
     runner: str = "cold"
     """"warm" (a warm pytest worker ran it, see inhabit.sandbox.warm) or "cold: <why not>"."""
 
@@ -340,6 +344,7 @@ exit $rc
         internal_error=report.internal_error if report else None,
         interrupted=bool(report and report.interrupted),
         tampering=tuple(str(e) for e in seal.get("tampering", ()))[:50] if seal else (),
+        claimed=frozenset(str(n) for n in seal.get("claimed", ())) if seal else frozenset(),
         runner=runner,
     )
 
