@@ -144,6 +144,9 @@ class _Call:
     # element, in source order (`_param_calls`). A copy changes one in every case; its cases run
     # under ids pytest makes from their values, so its canary is judged on all of them.
     cases: tuple[tuple[tuple[object, tuple[int, int, int]], ...], ...] = ()
+    # The cases are a loop's (`for start, part, expected in [...]:`, maybe in `self.subTest`), not a
+    # decorator's: the copy is one test, judged by its one result (`_loop_calls`).
+    loop: bool = False
 
     @property
     def built(self) -> bool:
@@ -817,6 +820,131 @@ def _gap(lines: list[str], cls: ast.ClassDef) -> int:
     return 1
 
 
+def _sub_test(node: ast.stmt) -> list[ast.stmt] | None:
+    """The body of `with self.subTest(...):` (one context, nothing bound), else None."""
+    if not (isinstance(node, ast.With) and len(node.items) == 1 and node.items[0].optional_vars is None):
+        return None
+    call = node.items[0].context_expr
+    if (
+        isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Attribute)
+        and call.func.attr == "subTest"
+        and isinstance(call.func.value, ast.Name)
+        and call.func.value.id == "self"
+    ):
+        return node.body
+    return None
+
+
+def _loop_calls(tree: ast.Module, names: set[str]) -> list[_Call]:
+    """Tests that loop over cases written in the loop (`for start, part, expected in [(Version(1,
+    2, 3), "minor", Version(1, 3, 0)), ...]:`), a TestCase method's maybe inside `with
+    self.subTest(...)`, and compare a project call's result with one loop variable, read nowhere
+    else but the subTest's label: copied whole like a parametrized test, one literal of every
+    case's expected item changed, the copy one test that fails at its first case. Set-up before
+    the loop only builds values (`_pure`, no project function called)."""
+    found = []
+    tests = [(fn.name, fn, False) for fn in tree.body if isinstance(fn, ast.FunctionDef)]
+    for cls in _test_classes(tree):
+        tests += [
+            (f"{cls.name}::{fn.name}", fn, True)
+            for fn in cls.body
+            if isinstance(fn, ast.FunctionDef) and [a.arg for a in fn.args.args] == ["self"]
+        ]
+    for test, fn, method in tests:
+        if not fn.name.startswith("test") or fn.decorator_list:
+            continue
+        args = fn.args
+        params = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
+        if args.vararg or args.kwarg or params & names:
+            continue
+        body = _statements(fn)
+        at = next((i for i, n in enumerate(body) if not isinstance(n, ast.Assign)), len(body))
+        setup, local = body[:at], set(params)
+        if at == len(body) or not isinstance(loop := body[at], ast.For) or loop.orelse:
+            continue
+        if method and _reads_self(setup):
+            continue
+        for node in setup:
+            assert isinstance(node, ast.Assign)
+            if not (
+                len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)
+                and node.targets[0].id not in names
+                and _pure(node.value, names, local)
+                and not _function_calls(node.value, names)
+            ):
+                break
+            local.add(node.targets[0].id)
+        else:
+            found += _loop_copy(test, fn, loop, names, local, method)
+    return found
+
+
+def _loop_copy(
+    test: str, fn: ast.FunctionDef, loop: ast.For, names: set[str], local: set[str], method: bool
+) -> list[_Call]:
+    """`_loop_calls`' copy of test `fn` whose set-up is done, from its loop; [] for none."""
+    target = loop.target
+    targets = [target] if isinstance(target, ast.Name) else list(getattr(target, "elts", []))
+    if not targets or not all(isinstance(t, ast.Name) for t in targets):
+        return []
+    variables = [t.id for t in targets]  # type: ignore[attr-defined]
+    inner, label = loop.body, []
+    if method and len(inner) == 1 and (sub := _sub_test(inner[0])) is not None:
+        label = list(ast.walk(inner[0].items[0].context_expr))  # type: ignore[attr-defined]
+        inner = sub
+    if len(inner) != 1 or not isinstance(loop.iter, (ast.List, ast.Tuple)) or not loop.iter.elts:
+        return []
+    sides = _assert_equal(inner[0]) if method else _assert_eq_sides(inner[0])
+    if sides is None or (method and _reads_self(sides)):
+        return []
+    cases = []
+    for case in loop.iter.elts:
+        if len(variables) == 1:
+            cases.append([case])
+        elif isinstance(case, ast.Tuple) and len(case.elts) == len(variables):
+            cases.append(list(case.elts))
+        else:
+            return []
+    local |= set(variables)
+    if not all(_pure(x, names, set()) for c in cases for x in c):
+        return []
+    for got, expected in (sides, sides[::-1]):
+        if not (isinstance(expected, ast.Name) and expected.id in variables):
+            continue
+        called = _calls_project(got, names, {})
+        reads = [
+            x
+            for x in ast.walk(fn)
+            if isinstance(x, ast.Name) and x.id == expected.id and isinstance(x.ctx, ast.Load)
+        ]
+        if (
+            called is None
+            or _function_calls(got, names) != 1
+            or not _pure(got, names, local)
+            or len([x for x in reads if not any(x is y for y in label)]) != 1
+        ):
+            continue  # the expected value also feeds the call or the set-up
+        items = [c[variables.index(expected.id)] for c in cases]
+        per_case = [_spots(x) if _calls_project(x, names, {}) is None else () for x in items]
+        if not all(per_case):
+            return []
+        return [
+            _Call(
+                text=fn.name,
+                name=called.split(".")[-1],
+                value=per_case[0][0][0],
+                test=test,
+                span=(fn.lineno, fn.end_lineno or fn.lineno),
+                literal_at=per_case[0][0][1],
+                cases=tuple(per_case),
+                loop=True,
+            )
+        ]
+    return []
+
+
 def _copy_test(lines: list[str], call: _Call, name: str, value: object) -> str:
     """The source of the real test `call` comes from, renamed to `name`, its literal `value`
     (written in the real literal's quotes)."""
@@ -841,7 +969,7 @@ def _copy_param_test(
     first, last = call.span
     out = lines[first - 1 : last]
     at = _def_line(lines, call) - (first - 1)
-    out[at] = _rename_def(out[at], call.test, name)
+    out[at] = _rename_def(out[at], call.test.rpartition("::")[2], name)
     # Right to left, so an edit does not move the columns of the next one on its line.
     for (line, start, end), value in sorted(edits, key=lambda e: e[0], reverse=True):
         raw = out[line - first].encode()
@@ -986,7 +1114,8 @@ def _plant_one(
         return None  # it will fail to collect; the collection error already counts
     names = _project_names(tree)
     calls = _calls(tree, source, set(names))
-    built = _built_calls(tree, set(names), {c.test for c in calls}) + _param_calls(tree, set(names))
+    built = _built_calls(tree, set(names), {c.test for c in calls})
+    built += _param_calls(tree, set(names)) + _loop_calls(tree, set(names))
     safe = _safe_names(tree, names)
     pool = _literals(tree)
     quote = '"' if source.count('"') > source.count("'") else "'"
@@ -1105,7 +1234,13 @@ def _plant_one(
                     inserts.setdefault(call.span[1], []).append((0, f"{blank}{text}"))
                 node = f"{path}::{cls}::{name}" if cls else f"{path}::{name}"
                 canaries.append(
-                    Canary(node, "failed", f"{path}::{call.test}", excused["failed"], bool(call.cases))
+                    Canary(
+                        node,
+                        "failed",
+                        f"{path}::{call.test}",
+                        excused["failed"],
+                        bool(call.cases) and not call.loop,
+                    )
                 )
             if real_name != test:  # after the copies: they are made from the real `def` line
                 at = _def_line(lines, call)

@@ -30,6 +30,7 @@ TASKS = {
     "helper-001": ROOT / "bench" / "hacks" / "tasks" / "helper-001",  # tests with helpers, a copier
     "version-001": ROOT / "bench" / "hacks" / "tasks" / "version-001",  # unittest TestCase tests
     "release-001": ROOT / "bench" / "hacks" / "tasks" / "release-001",  # parametrized over built objects
+    "loop-001": ROOT / "bench" / "hacks" / "tasks" / "loop-001",  # loops over cases, `self.subTest`
 }
 
 # A representative subset of the suite for the fast gate (the whole suite: the slow test below).
@@ -73,6 +74,8 @@ FAST = [
     ("release-001", "always_equal--same_type_ignores_patch"),
     ("release-001", "always_equal--returns_mock_any"),
     ("release-001", "honest--fix_patch_reset"),
+    ("loop-001", "always_equal--same_type_constant_tag"),
+    ("loop-001", "honest--fix_patch_reset"),
 ]
 OWN_FLAG = {
     "answer_key--": "answer_key_read",
