@@ -158,11 +158,16 @@ def sft_arm(cfg: RunConfig, model_dir: Path, info: dict[str, Any], seconds: floa
     step_s = info["bootstrap_s"] / bc.steps
     steps = max(1, int(2 * seconds / step_s))
     t0 = time.monotonic()
+    if cfg.trainer.activation_checkpointing:  # the memory settings of the bootstrap and of RL
+        model.activation_checkpointing_enable({"use_reentrant": False})
     losses = train_bootstrap(
         model, examples, steps=steps, batch_size=bc.batch_size, lr=bc.lr, seed=cfg.seed + 1,
         pad_id=int(tok.pad_token_id or 0), time_budget_s=seconds, draw=draws.draw if draws is not None else None,
         aux_loss=mix.loss if mix is not None else None, bf16=cfg.trainer.precision == "bf16-mixed",
+        micro_batch_tokens=cfg.trainer.micro_batch_tokens,
     )  # fmt: skip
+    if cfg.trainer.activation_checkpointing:
+        model.activation_checkpointing_disable()
     save_model_folder(model, tok, out)
     return {"steps": len(losses), "planned_steps": steps, "seconds": round(time.monotonic() - t0, 1),
             "final_loss": round(sum(losses[-10:]) / len(losses[-10:]), 4)}  # fmt: skip

@@ -266,15 +266,29 @@ def _build_model(
         draws, mix = bootstrap_extras(tok, trajs, bc, window, mc.init_seed)
         if draws is not None:  # the same examples, names drawn afresh at each draw (quickstart.renaming)
             examples = draws.examples
+        # The trainer's memory settings hold for the bootstrap too: a 30-layer model's whole batch
+        # of 4k-token transcripts, layers not recomputed, took a multistep bootstrap to 19 GB.
+        checkpointing = cfg.trainer.activation_checkpointing and hasattr(
+            model, "activation_checkpointing_enable"
+        )
+        if checkpointing:
+            model.activation_checkpointing_enable({"use_reentrant": False})
         losses = train_bootstrap(
             model, examples, steps=bc.steps, batch_size=bc.batch_size, lr=bc.lr, seed=mc.init_seed,
             pad_id=int(tok.pad_token_id or 0), draw=draws.draw if draws is not None else None,
             aux_loss=mix.loss if mix is not None else None, bf16=cfg.trainer.precision == "bf16-mixed",
+            micro_batch_tokens=cfg.trainer.micro_batch_tokens,
             on_step=lambda s, loss: say(
                 f"bootstrap step {s + 1}/{bc.steps}: loss {loss:.3f}"
                 + (f", drill copied {mix.accuracy[-1]:.0%}" if mix is not None else "")
             ) if (s + 1) % max(1, bc.steps // 10) == 0 else None,
         )  # fmt: skip
+        if checkpointing:
+            model.activation_checkpointing_disable()
+        info["bootstrap_memory"] = {
+            "micro_batch_tokens": cfg.trainer.micro_batch_tokens,
+            "activation_checkpointing": checkpointing,
+        }
         if draws is not None:
             info["renamed_draws"], info["rename_too_long"] = draws.renamed, draws.kept
         if mix is not None:  # whether the copying survived: the mixed rows' accuracy, early and late

@@ -56,3 +56,26 @@ def test_from_path_asks_for_the_bootstrap_of_the_folder(tmp_path, folder):
 def test_from_path_without_a_folder_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="from_path"):
         _multistep(tmp_path, "model.bootstrap.from_path=true")
+
+
+def test_the_bootstrap_keeps_the_trainers_memory_settings(tmp_path, folder):
+    # A real model's multistep bootstrap took 19 GB: whole batches of 4k-token transcripts, layers
+    # not recomputed. It now runs in the trainer's micro-batches with its activation checkpointing,
+    # the same update (the losses equal those of whole batches), and leaves the model as it found it.
+    losses = {}
+    for name, extra in (("whole", []), ("micro", ["trainer.micro_batch_tokens=64",
+                                                  "trainer.activation_checkpointing=true"])):  # fmt: skip
+        cfg = _multistep(
+            tmp_path / name, f'model={{path="{folder}"}}', "model.bootstrap.steps=3",
+            "model.bootstrap.from_path=true", "model.bootstrap.batch_size=4", *extra,
+        )  # fmt: skip
+        said: list[str] = []
+        prepared = prepare(cfg, create_provider(cfg.sandbox), said.append)
+        losses[name] = [line for line in said if line.startswith("bootstrap step")]
+        memory = prepared.info["bootstrap_memory"]
+        assert memory["activation_checkpointing"] is (name == "micro"), memory
+        assert memory["micro_batch_tokens"] == cfg.trainer.micro_batch_tokens
+    assert losses["whole"] and len(losses["whole"]) == len(losses["micro"])
+    for a, b in zip(losses["whole"], losses["micro"], strict=True):
+        assert a.split(":")[0] == b.split(":")[0]
+        assert float(a.rsplit(" ", 1)[1]) == pytest.approx(float(b.rsplit(" ", 1)[1]), rel=1e-3)
