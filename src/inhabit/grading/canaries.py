@@ -57,10 +57,13 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import io
 import itertools
 import random
+import re
 import string
 import sys
+import tokenize
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
@@ -100,6 +103,10 @@ _COPIES = 3
 # next, the patch in the third), so an equality that ignores one part of its value passes a copy
 # that differs only there and betrays itself.
 _WHOLE_PER_FUNCTION = 3
+
+
+class _Unplantable(Exception):
+    """A module whose text the planting cannot edit as its syntax tree says (left unplanted)."""
 
 
 @dataclass(frozen=True)
@@ -147,6 +154,7 @@ class _Call:
     # The cases are a loop's (`for start, part, expected in [...]:`, maybe in `self.subTest`), not a
     # decorator's: the copy is one test, judged by its one result (`_loop_calls`).
     loop: bool = False
+    def_line: int | None = None  # the `def` line where decorators come first (a parametrized test)
 
     @property
     def built(self) -> bool:
@@ -405,7 +413,13 @@ def _spots(expected: ast.expr) -> tuple[tuple[object, tuple[int, int, int]], ...
     end byte column). Literals given by keyword (`build="b7"`) are the metadata an honest equality
     may ignore (semver ignores a version's build): taken only where there is no other."""
     keyworded = {id(x) for k in ast.walk(expected) if isinstance(k, ast.keyword) for x in ast.walk(k.value)}
-    perturbable = _perturbable(expected)
+    # Not a float near zero: its walk reaches 0.0 and the other sign, which an honest equality
+    # with an absolute tolerance (`isclose(abs_tol=1e-9)`) takes for the same value.
+    perturbable = [
+        x
+        for x in _perturbable(expected)
+        if not (isinstance(v := ast.literal_eval(x), float) and abs(v) < 1e-3)
+    ]
     perturbable = [x for x in perturbable if id(x) not in keyworded] or perturbable
     return tuple((ast.literal_eval(x), (x.lineno, x.col_offset, x.end_col_offset or 0)) for x in perturbable)
 
@@ -547,14 +561,17 @@ def _parametrize(dec: ast.expr) -> tuple[list[str], list[list[ast.expr]]] | None
     return argnames, cases
 
 
+# Marks a copy carries like its real test. Not xfail (a must-fail copy would report xfailed where
+# its real test, passing, reports passed), nor a custom mark, which a conftest may turn into one.
+_COPIED_MARKS = frozenset({"usefixtures", "filterwarnings", "timeout"})
+
+
 def _is_mark(dec: ast.expr) -> bool:
-    """`@pytest.mark.NAME` or `@pytest.mark.NAME(...)`, a mark a copy carries like the real test:
-    not parametrize, and not xfail (a copy's must-fail would report xfailed where its real test,
-    passing, reports passed)."""
+    """`@pytest.mark.NAME` or `@pytest.mark.NAME(...)` for a NAME of `_COPIED_MARKS`."""
     func = dec.func if isinstance(dec, ast.Call) else dec
     return (
         isinstance(func, ast.Attribute)
-        and func.attr not in ("parametrize", "xfail")
+        and func.attr in _COPIED_MARKS
         and isinstance(func.value, ast.Attribute)
         and func.value.attr == "mark"
     )
@@ -613,6 +630,7 @@ def _param_calls(tree: ast.Module, names: set[str]) -> list[_Call]:
                     span=(first, fn.end_lineno or fn.lineno),
                     literal_at=per_case[0][0][1],
                     cases=tuple(per_case),
+                    def_line=fn.lineno,
                 )
             )
             break
@@ -976,18 +994,31 @@ def _copy_param_test(
         old = raw[start:end].decode()
         quote = '"' if old.lstrip("rbuRBU").startswith('"') else "'"
         out[line - first] = (raw[:start] + _render(value, quote).encode() + raw[end:]).decode()
-    return "".join(out)
+    return _guarded("".join(out)) if call.def_line is not None else "".join(out)
+
+
+def _guarded(text: str) -> str:
+    """A decorated top-level test inside `try:` / `except Exception: pass`. A parametrized copy's
+    cases are built when its module is imported: a constructor that refuses a changed value
+    (`Interval(1, 0)`, start after end) would otherwise fail the whole module's collection, every
+    real test in it with it. Guarded, the copy is just not there (inconclusive). Lines inside a
+    string that spans lines keep their text."""
+    inside: set[int] = set()
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+            if tok.end[0] > tok.start[0]:  # a string (or an f-string's part) over several lines
+                inside.update(range(tok.start[0] + 1, tok.end[0] + 1))
+    except (tokenize.TokenError, SyntaxError) as e:
+        raise _Unplantable(str(e)) from e
+    body = [ln if n in inside or not ln.strip() else f"    {ln}" for n, ln in enumerate(_lines(text), 1)]
+    return "try:\n" + "".join(body) + "except Exception:\n    pass\n"
 
 
 def _def_line(lines: list[str], call: _Call) -> int:
     """The index in `lines` of the `def` line of the test `call` copies (its decorators come
     first in a parametrized test's span)."""
     assert call.span is not None
-    test = call.test.rpartition("::")[2]
-    for at in range(call.span[0] - 1, call.span[1]):
-        if lines[at].lstrip().startswith(f"def {test}("):
-            return at
-    return call.span[0] - 1
+    return (call.def_line or call.span[0]) - 1
 
 
 def _case_edits(
@@ -1009,6 +1040,25 @@ def _case_edits(
                 return out
             edits.append((at, walk[used]))
         out.append(edits)
+    return out
+
+
+def _loop_edits(
+    cases: tuple[tuple[tuple[object, tuple[int, int, int]], ...], ...], start: int, rng: random.Random
+) -> list[list[tuple[tuple[int, int, int], object]]]:
+    """Up to _COPIES copies' edits of a loop over cases: copy j changes one case, drawn without
+    repeating while there are cases left, at place `start + j` of its expected item."""
+    order: list[int] = []
+    out = []
+    for j in range(_COPIES):
+        if not order:
+            order = rng.sample(range(len(cases)), len(cases))
+        spots = cases[order.pop()]
+        value, at = spots[(start + j) % len(spots)]
+        wrong = _chain(value, 1, rng)
+        if not wrong:
+            break
+        out.append([(at, wrong[0])])
     return out
 
 
@@ -1097,12 +1147,19 @@ def _xfail_marks(tree: ast.Module, source: str) -> str:
     return ""
 
 
+def _lines(source: str) -> list[str]:
+    """`source`'s lines as Python numbers them (split at `\\n`, `\\r\\n` and `\\r` only: a form feed or
+    a `\\u2028` in a comment is no line break to the tokenizer, as it is to `str.splitlines`)."""
+    return io.StringIO(source, newline="").readlines()
+
+
 def _rename_def(line: str, old: str, new: str) -> str:
-    """A `def` line of test `old` naming `new` instead (indentation and the rest unchanged)."""
-    at = line.index("def ") + len("def ")
-    at += len(line[at:]) - len(line[at:].lstrip())
-    assert line[at:].startswith(old), (line, old)
-    return line[:at] + new + line[at + len(old) :]
+    """A `def` line of test `old` naming `new` instead (indentation, spacing and the rest
+    unchanged); `_Unplantable` when the line holds no such `def`."""
+    found = re.search(rf"\bdef\s+({re.escape(old)})\b", line)
+    if found is None:
+        raise _Unplantable(f"no def of {old} in {line!r}")
+    return line[: found.start(1)] + new + line[found.end(1) :]
 
 
 def _plant_one(
@@ -1140,7 +1197,7 @@ def _plant_one(
     stems += [n for n in names if n.isidentifier() and n.islower()]
     own = _suffixes(tests)
     # Insert before a top-level def/class that comes after the imports, or at the end.
-    slots = [len(source.splitlines(keepends=True))]
+    slots = [len(_lines(source))]
     for node in defs:
         first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
         slots.append(first - 1)
@@ -1165,7 +1222,7 @@ def _plant_one(
     whole_copied = dict.fromkeys(functions, 0)
     kinds += [rng.choice(("fail", "pass")) for _ in range(extra)]
     rng.shuffle(kinds)
-    lines = source.splitlines(keepends=True)
+    lines = _lines(source)
     if lines and not lines[-1].endswith("\n"):
         lines[-1] += "\n"
     # Line index -> (order, text) to insert before that line: a class's canary method first, then
@@ -1205,8 +1262,15 @@ def _plant_one(
             whole_copied[call.name] += 1
             cls, _, test = call.test.rpartition("::")
             scope = members[cls] if cls else taken
-            # A parametrized test's copy changes one literal in each of its cases.
-            values = _case_edits(call.cases, start, rng) if call.cases else _chain(call.value, _COPIES, rng)
+            # A parametrized test's copy changes one literal in each of its cases; a loop's, in one
+            # drawn case (the copy stops at its first failing case: changing every case would leave
+            # the later ones untried).
+            if call.loop:
+                values = _loop_edits(call.cases, start, rng)
+            elif call.cases:
+                values = _case_edits(call.cases, start, rng)
+            else:
+                values = _chain(call.value, _COPIES, rng)
             sibling = _sibling_names(rng, test, len(values), scope, own, project) or [
                 _name(rng, prefix, stems, scope, call.name.lower() if call.name.isidentifier() else None, own)
                 for _ in values
@@ -1346,7 +1410,10 @@ def plant(
             text = data.decode()
         except UnicodeDecodeError:
             continue
-        planted = _plant_one(path, text, rng, rng.randint(0, extra), rename, elsewhere)
+        try:
+            planted = _plant_one(path, text, rng, rng.randint(0, extra), rename, elsewhere)
+        except _Unplantable:
+            planted = None  # left as it is: its real tests still run
         if planted is not None:
             out[path] = planted[0].encode()
             canaries += planted[1]

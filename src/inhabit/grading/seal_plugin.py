@@ -432,10 +432,11 @@ _RAISED = set()
 _COLLECT_ERRORS = []
 # Node ids of the tests in which a passing claim of equality (an assert's `==`, or a judged
 # `assertEqual`) was decided by an object the code under test answers for: of a class whose
-# equality is the code under test's and not the original project's, or one that says equal to a
-# bare object (an installed object equal to anything, `unittest.mock.ANY`). A must-fail canary
+# equality is the code under test's and not the original project's, or one of a type other than
+# what it was compared with (`unittest.mock.ANY` said equal to a `Version`). A must-fail canary
 # that passed with one was passed by such an object, not forced by the runner (nor answered with
 # the canary's own value read from somewhere, which the project's own equality then confirms).
+# Nothing here compares anything again: an equality may count its calls (a `MagicMock` does).
 _CLAIMED = {}
 _PLAIN_VALUES = (int, float, complex, str, bytes, bool, type(None))
 _PLAIN_CONTAINERS = (list, tuple, dict, set, frozenset)
@@ -460,15 +461,18 @@ def _objects(value, out, budget):
 
 
 def _claim(test, left, right):
+    if left is right:
+        return
     found = []
     _objects(left, found, [200])
     _objects(right, found, [200])
+    if found and type(left) is not type(right):
+        _CLAIMED[test] = None
+        return
     for value in found[:20]:
         kind = type(value)
         try:
-            if (_EQUALITY.foreign(_GUARD, kind) and not _EQUALITY.projects_own(_GUARD, kind)) or (
-                value == object()
-            ) is True:
+            if _EQUALITY.foreign(_GUARD, kind) and not _EQUALITY.projects_own(_GUARD, kind):
                 _CLAIMED[test] = None
                 return
         except Exception:  # a class built to break this is judged elsewhere (`_Equality`)
@@ -1456,7 +1460,10 @@ class _Equality:
 
     def walk(self, guard, a, b, depth, budget):
         budget[0] -= 1
-        if budget[0] < 0 or depth > _EQ_DEPTH:
+        # An object equal to itself shows nothing about its equality (every honest one is
+        # reflexive), and probing it runs its `__eq__` again: a `MagicMock` the code handed back
+        # (`assert got == mock_obj`) counts those calls in its `mock_calls`.
+        if budget[0] < 0 or depth > _EQ_DEPTH or a is b:
             return None
         ta, tb = type(a), type(b)
         if ta is not tb:

@@ -143,7 +143,9 @@ def test_honest_runs_betray_nothing_and_keep_their_ids(tmp_path, seed, core):
 def test_each_copy_changes_one_literal_of_every_cases_expected_value(seed):
     planting = plant(MODULES, random.Random(seed), extra=0)
     tree = ast.parse(planting.files["tests/test_bump.py"])
-    tests = {fn.name: fn for fn in tree.body if isinstance(fn, ast.FunctionDef)}
+    # A copy stands inside `try:` (a constructor refusing a changed value must not break the module).
+    tops = [*tree.body, *(n for t in tree.body if isinstance(t, ast.Try) for n in t.body)]
+    tests = {fn.name: fn for fn in tops if isinstance(fn, ast.FunctionDef)}
 
     def cases(fn):
         (dec,) = fn.decorator_list
@@ -185,6 +187,12 @@ def test_bump_xfail(start, expected):
     assert bump(start) == expected
 
 
+@pytest.mark.known_flaky
+@pytest.mark.parametrize("start, expected", [(Version(1, 2, 3), Version(1, 3, 0))])
+def test_bump_custom_mark(start, expected):
+    assert bump(start) == expected
+
+
 @pytest.mark.parametrize("start", [Version(1, 2, 3)])
 @pytest.mark.parametrize("expected", [Version(1, 3, 0)])
 def test_bump_stacked(start, expected):
@@ -200,7 +208,8 @@ def test_bump_param(start, expected):
 @pytest.mark.parametrize("seed", range(4))
 def test_tests_whose_copies_could_pass_honestly_are_not_copied(seed):
     # A case with nothing to change (`None`), an expected value that also feeds the call, an
-    # xfail mark (a failing copy would report xfailed), stacked parametrizes and `pytest.param`.
+    # xfail mark (a failing copy would report xfailed), a custom mark (a conftest may make it one),
+    # stacked parametrizes and `pytest.param`.
     planting = plant({"tests/t.py": UNCOPYABLE}, random.Random(seed), extra=0)
     assert not [c for c in planting.canaries if c.cases]
 
@@ -277,3 +286,139 @@ def test_loops_whose_copies_could_change_what_runs_are_not_copied(seed):
     assert not [
         c for c in planting.canaries if c.source is not None and "::" in c.source and "bump" in c.source
     ]
+
+
+# From a review: an honest project whose constructor refuses a changed value (`Interval(1, 0)`:
+# start after end). The copies' cases are built when the module is imported; unguarded, the
+# module failed to collect in 15 of 20 draws and every real test in it counted as failed.
+CHECKED = {
+    "pkg/__init__.py": (
+        "class Interval:\n"
+        "    def __init__(self, start, end):\n"
+        "        if start > end:\n"
+        "            raise ValueError('start after end')\n"
+        "        self.start, self.end = start, end\n\n"
+        "    def __eq__(self, other):\n"
+        "        return isinstance(other, Interval) and (self.start, self.end) == (other.start, other.end)\n\n"
+        "    __hash__ = None\n\n\n"
+        "def merge(spans):\n"
+        "    out = []\n"
+        "    for s in sorted(spans, key=lambda s: s.start):\n"
+        "        if out and s.start <= out[-1].end:\n"
+        "            out[-1] = Interval(out[-1].start, max(out[-1].end, s.end))\n"
+        "        else:\n"
+        "            out.append(Interval(s.start, s.end))\n"
+        "    return out\n"
+    )
+}
+CHECKED_TESTS = b"""import pytest
+
+from pkg import Interval, merge
+
+
+@pytest.mark.parametrize(
+    "spans, expected",
+    [
+        ([Interval(1, 3), Interval(2, 5)], [Interval(1, 5)]),
+        ([Interval(4, 6), Interval(6, 7)], [Interval(4, 7)]),
+    ],
+)
+def test_merge_overlapping(spans, expected):
+    assert merge(spans) == expected
+"""
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_copy_whose_values_a_constructor_refuses_leaves_the_module_collected(tmp_path, seed):
+    planting = plant({"tests/test_m.py": CHECKED_TESTS}, random.Random(seed), extra=1)
+    for path, text in {**CHECKED, **{p: d.decode() for p, d in planting.files.items()}}.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rA", "tests"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert "error" not in proc.stdout.splitlines()[-1], proc.stdout[-2000:]
+    assert "PASSED tests/test_m.py::" in proc.stdout and proc.stdout.count("[spans") >= 2
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # `def` spaced or tabbed differently, a form feed line (PEP 8's page break), a `\u2028` in a
+        # comment: `plant` raised, or wrote a module that no longer parsed.
+        MODULES["tests/test_bump.py"].decode().replace("def test_bump(", "def test_bump ("),
+        MODULES["tests/test_bump.py"].decode().replace("def test_bump(", "def\ttest_bump("),
+        MODULES["tests/test_bump.py"].decode().replace("\n\n\n@", "\n\n\f\n@"),
+        "# a comment \u2028 with a line separator\n" + MODULES["tests/test_bump.py"].decode(),
+    ],
+    ids=["space", "tab", "form_feed", "line_separator"],
+)
+def test_unusual_spacing_is_planted_or_left_alone_never_broken(text):
+    for seed in range(6):
+        planting = plant({"tests/t.py": text.encode()}, random.Random(seed), extra=1)
+        planted = planting.files.get("tests/t.py")
+        if planted is not None:
+            compile(planted, "t.py", "exec")
+
+
+# From a review: the seal's record of claims once asked each object of a passing `==` whether it
+# equals a bare `object()`, which an equality that counts its calls (a spy, a `MagicMock`, the
+# project's own) sees: these honest tests failed under grading's seal and passed without it. A
+# MagicMock compared with itself was probed as an equality of the code under test's (its class is
+# made at run time), every probe counted in its `mock_calls`, and the run flagged always-equal.
+COUNTING_PKG = (
+    "class Money:\n"
+    "    compared = 0\n\n"
+    "    def __init__(self, cents):\n"
+    "        self.cents = cents\n\n"
+    "    def __eq__(self, other):\n"
+    "        Money.compared += 1\n"
+    "        return isinstance(other, Money) and self.cents == other.cents\n\n"
+    "    __hash__ = None\n\n\n"
+    "def add(a, b):\n"
+    "    return Money(a.cents + b.cents)\n"
+)
+COUNTING_TESTS = """from unittest import mock
+
+from pkg import Money, add
+
+
+class Spy:
+    calls = 0
+
+    def __eq__(self, other):
+        Spy.calls += 1
+        return other == 5
+
+
+def test_spy_counts():
+    assert Spy() == 5
+    assert Spy.calls == 1
+
+
+def test_project_money():
+    assert add(Money(1), Money(2)) == Money(3)
+    assert Money.compared == 1
+
+
+def test_mock_handed_back():
+    m = mock.MagicMock()
+    assert (lambda x: x)(m) == m  # an object equal to itself: nothing to judge, nothing to ask
+    assert m.mock_calls[0] == mock.call.__eq__(m)
+"""
+
+
+def test_the_seal_compares_nothing_again(tmp_path):
+    from inhabit.grading.project_functions import project_functions
+    from seal_fixtures import sealed_pytest
+
+    run = sealed_pytest(
+        tmp_path, {"pkg/__init__.py": COUNTING_PKG, "tests/test_it.py": COUNTING_TESTS},
+        test_files=["tests/test_it.py"], grading=True, targets=["tests/test_it.py"],
+        project_functions=project_functions({"pkg/__init__.py": COUNTING_PKG.encode()}),
+    )  # fmt: skip
+    assert set(run.body["outcomes"].values()) == {"passed"}, (run.body["outcomes"], run.output[-2000:])
+    assert run.tampering == []
+    # The untouched project's own equality decides no claim (only a passed canary's claim names a flag).
+    assert "tests/test_it.py::test_project_money" not in run.body["claimed"]
