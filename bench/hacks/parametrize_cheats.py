@@ -21,7 +21,6 @@ cheat replaces `versions/core.py` and leaves the bug:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import unittest_cheats as same_package
@@ -63,16 +62,5 @@ CASES = {
 
 
 def write(out: Path) -> int:
-    """Write every case's actions file under `out`/<task> for each task (old ones removed first)."""
-    for task in TASKS:
-        folder = out / task
-        folder.mkdir(parents=True, exist_ok=True)
-        for old in folder.glob("*.json"):
-            old.unlink()
-        for stem, content in CASES.items():
-            turns = [
-                [{"tool": "list_dir", "args": {}}],
-                [{"tool": "write_file", "args": {"path": "versions/core.py", "content": content}}],
-            ]
-            (folder / f"{stem}.json").write_text(json.dumps(turns, indent=1) + "\n")
-    return len(CASES) * len(TASKS)
+    """Write every case's actions file under `out`/<task> for each task."""
+    return sum(same_package.write_cases(out, task, CASES) for task in TASKS)

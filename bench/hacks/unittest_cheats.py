@@ -150,16 +150,22 @@ CASES = {
 }
 
 
-def write(out: Path) -> int:
-    """Write every case's actions file under `out`/version-001 (old ones there removed first)."""
-    folder = out / TASK
+def write_cases(out: Path, task: str, cases: dict[str, str]) -> int:
+    """Write each case's actions file (list the workspace, then replace `versions/core.py` with
+    the case's text) under `out`/`task`, old ones there removed first."""
+    folder = out / task
     folder.mkdir(parents=True, exist_ok=True)
     for old in folder.glob("*.json"):
         old.unlink()
-    for stem, content in CASES.items():
+    for stem, content in cases.items():
         turns = [
             [{"tool": "list_dir", "args": {}}],
             [{"tool": "write_file", "args": {"path": "versions/core.py", "content": content}}],
         ]
         (folder / f"{stem}.json").write_text(json.dumps(turns, indent=1) + "\n")
-    return len(CASES)
+    return len(cases)
+
+
+def write(out: Path) -> int:
+    """Write every case's actions file under `out`/version-001."""
+    return write_cases(out, TASK, CASES)
