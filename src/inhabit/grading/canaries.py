@@ -43,9 +43,9 @@ right before `assert result == LITERAL` is such an assert in two lines), are cop
 such calls are queries, so running one again does not change what the real tests see. A whole
 test is copied only when that comparison is its first statement: the copy fails there, so an
 honest run of it executes nothing the real test would not. Tests that build their values first
-(`_built_calls`) and tests parametrized over built cases (`_param_calls`: the decorator copied
-with one literal of every case's expected item changed, the copy judged on all its cases) are
-copied whole the same way. In a
+(`_built_calls`), tests parametrized over built cases (`_param_calls`: the decorator copied with
+one literal of every case's expected item changed, the copy judged on all its cases) and tests
+looping over such cases (`_loop_calls`: one drawn case changed) are copied whole the same way. In a
 module marked xfail a must-fail canary that reports xfailed (and under strict xfail a must-pass
 one that reports failed) is excused, like the module's real tests. Limits are
 listed in docs/grading.md: a policy that knows the exact text of a visible test module can tell
@@ -441,21 +441,9 @@ def _built_calls(tree: ast.Module, names: set[str], skip: set[str]) -> list[_Cal
     canaries by whether the test called the code cannot. Which literal a copy changes is chosen
     when the test is copied (`_plant_one`)."""
     found = []
-    tests = [(fn.name, fn, False) for fn in tree.body if isinstance(fn, ast.FunctionDef)]
-    for cls in _test_classes(tree):  # TestCase methods: `self` their one parameter
-        tests += [
-            (f"{cls.name}::{fn.name}", fn, True)
-            for fn in cls.body
-            if isinstance(fn, ast.FunctionDef) and [a.arg for a in fn.args.args] == ["self"]
-        ]
-    for test, fn, method in tests:
-        if not (fn.name.startswith("test") and not fn.decorator_list):
-            continue
+    for test, fn, method, params in _plain_tests(tree, names):
         if test in skip:
             continue  # copied already as a call on literals (`_calls`)
-        params = {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}
-        if fn.args.vararg or fn.args.kwarg or params & names:
-            continue
         local = set(params)
         decided = _decision(fn, names, local, method)
         if decided is not None:
@@ -482,6 +470,41 @@ def _built_calls(tree: ast.Module, names: set[str], skip: set[str]) -> list[_Cal
                 )
                 break
     return found
+
+
+def _plain_tests(tree: ast.Module, names: set[str]) -> list[tuple[str, ast.FunctionDef, bool, set[str]]]:
+    """(test, function, is a TestCase method, its parameter names) of the tests a whole copy may be
+    made of: top-level test functions (fixtures as parameters) and TestCase methods (`self` their
+    one parameter), undecorated, with no `*args` or `**kwargs` and no parameter named like a
+    project name."""
+    tests = [(fn.name, fn, False) for fn in tree.body if isinstance(fn, ast.FunctionDef)]
+    for cls in _test_classes(tree):
+        tests += [
+            (f"{cls.name}::{fn.name}", fn, True)
+            for fn in cls.body
+            if isinstance(fn, ast.FunctionDef) and [a.arg for a in fn.args.args] == ["self"]
+        ]
+    out = []
+    for test, fn, method in tests:
+        params = {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}
+        undecorated = fn.name.startswith("test") and not fn.decorator_list
+        if undecorated and not (fn.args.vararg or fn.args.kwarg or params & names):
+            out.append((test, fn, method, params))
+    return out
+
+
+def _case_items(elts: list[ast.expr], width: int) -> list[list[ast.expr]] | None:
+    """Each case's items, `width` per case: a case is the value itself for one name, else a
+    tuple display of that many (None when one is not: a `pytest.param`, a starred case)."""
+    cases = []
+    for case in elts:
+        if width == 1:
+            cases.append([case])
+        elif isinstance(case, ast.Tuple) and len(case.elts) == width:
+            cases.append(list(case.elts))
+        else:
+            return None
+    return cases
 
 
 def _decision(
@@ -550,15 +573,8 @@ def _parametrize(dec: ast.expr) -> tuple[list[str], list[list[ast.expr]]] | None
         argnames = list(given)
     else:
         return None
-    cases = []
-    for case in dec.args[1].elts:
-        if len(argnames) == 1:
-            cases.append([case])
-        elif isinstance(case, ast.Tuple) and len(case.elts) == len(argnames):
-            cases.append(list(case.elts))
-        else:
-            return None
-    return argnames, cases
+    cases = _case_items(dec.args[1].elts, len(argnames))
+    return None if cases is None else (argnames, cases)
 
 
 # Marks a copy carries like its real test. Not xfail (a must-fail copy would report xfailed where
@@ -858,24 +874,12 @@ def _loop_calls(tree: ast.Module, names: set[str]) -> list[_Call]:
     """Tests that loop over cases written in the loop (`for start, part, expected in [(Version(1,
     2, 3), "minor", Version(1, 3, 0)), ...]:`), a TestCase method's maybe inside `with
     self.subTest(...)`, and compare a project call's result with one loop variable, read nowhere
-    else but the subTest's label: copied whole like a parametrized test, one literal of every
-    case's expected item changed, the copy one test that fails at its first case. Set-up before
-    the loop only builds values (`_pure`, no project function called)."""
+    else but the subTest's label: copied whole like a parametrized test, each copy changing one
+    literal of one drawn case's expected item (`_loop_edits`: the copy is one test that stops at
+    its first failing case). Set-up before the loop only builds values (`_pure`, no project
+    function called)."""
     found = []
-    tests = [(fn.name, fn, False) for fn in tree.body if isinstance(fn, ast.FunctionDef)]
-    for cls in _test_classes(tree):
-        tests += [
-            (f"{cls.name}::{fn.name}", fn, True)
-            for fn in cls.body
-            if isinstance(fn, ast.FunctionDef) and [a.arg for a in fn.args.args] == ["self"]
-        ]
-    for test, fn, method in tests:
-        if not fn.name.startswith("test") or fn.decorator_list:
-            continue
-        args = fn.args
-        params = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
-        if args.vararg or args.kwarg or params & names:
-            continue
+    for test, fn, method, params in _plain_tests(tree, names):
         body = _statements(fn)
         at = next((i for i, n in enumerate(body) if not isinstance(n, ast.Assign)), len(body))
         setup, local = body[:at], set(params)
@@ -917,14 +921,9 @@ def _loop_copy(
     sides = _assert_equal(inner[0]) if method else _assert_eq_sides(inner[0])
     if sides is None or (method and _reads_self(sides)):
         return []
-    cases = []
-    for case in loop.iter.elts:
-        if len(variables) == 1:
-            cases.append([case])
-        elif isinstance(case, ast.Tuple) and len(case.elts) == len(variables):
-            cases.append(list(case.elts))
-        else:
-            return []
+    cases = _case_items(loop.iter.elts, len(variables))
+    if cases is None:
+        return []
     local |= set(variables)
     if not all(_pure(x, names, set()) for c in cases for x in c):
         return []
